@@ -1,0 +1,11 @@
+//! pilot-election: one coordinator for a cluster, automatic failover, no split brain.
+//!
+//! Layout:
+//! - [`election`]: the deterministic sans-IO core (protocol state machine, wire messages,
+//!   timings, default priority).
+//! - [`sim`]: a seeded discrete-event simulator that runs whole clusters of cores through faults
+//!   and checks the safety invariants after every step.
+#![forbid(unsafe_code)]
+
+pub mod election;
+pub mod sim;
