@@ -675,7 +675,11 @@ impl Node {
             while l.pending.front().is_some_and(|p| p.sent_at + lease <= now) {
                 l.pending.pop_front();
             }
-            l.next_heartbeat = now + interval;
+            // A lease that was not renewed by the previous heartbeat is at risk: retry at four
+            // times the rate until a quorum answers, so a few lost messages do not depose a
+            // healthy leader.
+            let at_risk = l.lease_until.saturating_duration_since(now) < interval * 2;
+            l.next_heartbeat = now + if at_risk { interval / 4 } else { interval };
         }
         self.publish(now, m);
     }
