@@ -525,7 +525,9 @@ impl Node {
         if self.deferred.is_some() {
             self.answer_deferred(now);
         }
-        if self.role == Role::Follower && self.can_campaign(now) {
+        // Our own vote counts like any other: never while it may be holding up someone's lease.
+        let own_vote_free = self.may_vote(now, &self.id);
+        if self.role == Role::Follower && self.can_campaign(now) && own_vote_free {
             if let Some(deadline) = self.election_deadline() {
                 if now >= deadline {
                     self.start_pre_vote(now);
@@ -576,7 +578,14 @@ impl Node {
     }
 
     fn counts_as_rival(&self, m: &Member, now: Instant) -> bool {
-        m.eligible && self.is_live(m, now) && self.resigned.as_ref().is_none_or(|(r, _)| *r != m.id)
+        m.eligible && self.is_live(m, now) && !self.resigned_in_this_term(&m.id)
+    }
+
+    /// A leader that resigned in our current term stays out of the ranking until a new term.
+    fn resigned_in_this_term(&self, id: &str) -> bool {
+        self.resigned
+            .as_ref()
+            .is_some_and(|(r, t)| r == id && *t == self.term)
     }
 
     /// When a follower campaigns, if nothing else happens first: `T` (or a shorter wait after a
@@ -598,7 +607,7 @@ impl Node {
         let mut expiries: Vec<Instant> = self
             .members
             .values()
-            .filter(|m| m.eligible && self.resigned.as_ref().is_none_or(|(r, _)| *r != m.id))
+            .filter(|m| m.eligible && !self.resigned_in_this_term(&m.id))
             .filter(|m| outranks((m.priority, &m.id), me))
             .map(|m| m.last_seen + self.t.election_timeout)
             .filter(|e| *e > base)
@@ -983,11 +992,7 @@ impl Node {
             // Two leaders in one term cannot happen; never yield to an impostor of our term.
             return Outcome::Ignored;
         }
-        if self
-            .resigned
-            .as_ref()
-            .is_some_and(|(r, t)| r == from && *t == self.term)
-        {
+        if self.resigned_in_this_term(from) {
             // A heartbeat that was overtaken by its sender's resignation.
             return Outcome::Stale;
         }
@@ -1178,11 +1183,7 @@ impl Node {
     }
 
     fn on_resign(&mut self, now: Instant, from: &str, successor: Option<String>) -> Outcome {
-        if self
-            .resigned
-            .as_ref()
-            .is_some_and(|(r, t)| r == from && *t == self.term)
-        {
+        if self.resigned_in_this_term(from) {
             return Outcome::Stale;
         }
         if self.role == Role::Leader {
