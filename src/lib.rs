@@ -5,7 +5,9 @@
 //!   timings, default priority).
 //! - [`sim`]: a seeded discrete-event simulator that runs whole clusters of cores through faults
 //!   and checks the safety invariants after every step.
+//! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
 #![forbid(unsafe_code)]
 
 pub mod election;
+pub mod signing;
 pub mod sim;
