@@ -25,7 +25,10 @@ mkdir -p "$DEST_DIR"
 if ! wheel_ok; then
     rm -f "$WHEEL_PATH"
     command -v python3 >/dev/null || die "python3 is needed to run pip download"
+    # The platform is pinned so that a CI host with an older glibc still gets the same wheel:
+    # the binaries inside are static, only the tag says otherwise.
     python3 -m pip download --quiet --no-deps --only-binary=:all: \
+        --platform manylinux_2_35_x86_64 --python-version 3.11 \
         --dest "$DEST_DIR" "pilotprotocol==${VERSION}" >&2 \
         || die "pip download pilotprotocol==${VERSION} failed"
     [ -f "$WHEEL_PATH" ] || die "pip did not produce ${WHEEL_PATH} (got: $(ls "$DEST_DIR"))"

@@ -82,7 +82,7 @@ impl Devnet {
     }
 
     fn socket(&self, name: &str) -> PathBuf {
-        let node = self.nodes.iter().find(|n| n["name"] == name).unwrap();
+        let node = self.nodes.iter().find(|n| n["hostname"] == name).unwrap();
         PathBuf::from(node["socket"].as_str().unwrap())
     }
 
@@ -193,6 +193,14 @@ async fn info_reports_the_numeric_node_id() {
     assert_eq!(info.address, "0:0000.0000.0002");
     assert_eq!(info.hostname.as_deref(), Some("n2"));
     assert_eq!(info.version.as_deref(), Some("1.18.0"));
+    // The startup line announces the same identity pilotctl reports.
+    let announced = &net.nodes[1];
+    assert_eq!(announced["node_id"], 2);
+    assert_eq!(announced["hostname"], "n2");
+    assert_eq!(announced["address"], info.address.as_str());
+    assert_eq!(announced["socket"], net.socket("n2").to_str().unwrap());
+    // Addresses are accepted where hostnames are.
+    publish(&net, "n1", "0:0000.0000.0002", "t", "by address").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,4 +434,35 @@ async fn publish_latency_through_pilotctl() {
         percentile(&delivered, 0.5),
         percentile(&delivered, 0.99),
     );
+}
+
+impl Devnet {
+    /// Waits for the emulator to exit on its own, returning its exit status.
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < DEADLINE, "pilot-devnet did not stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn the_devnet_stops_cleanly_on_sigterm_and_on_stdin_eof() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let mut net = Devnet::start(2);
+    let socket = net.socket("n1");
+    assert!(socket.exists());
+    kill(Pid::from_raw(net.child.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(net.wait_exit().success());
+    assert!(!socket.exists(), "sockets are removed on a clean stop");
+
+    let mut net = Devnet::start(1);
+    drop(net.child.stdin.take());
+    assert!(net.wait_exit().success());
 }

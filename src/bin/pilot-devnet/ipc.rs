@@ -100,7 +100,7 @@ fn handle(net: &Net, node: usize, client: u64, tx: &ClientTx, cmd: u8, payload: 
             let info = serde_json::json!({
                 "node_id": me.node_id,
                 "address": me.address,
-                "hostname": me.name,
+                "hostname": me.hostname,
                 "version": "1.18.0",
                 "emulated": true,
             });
@@ -108,7 +108,7 @@ fn handle(net: &Net, node: usize, client: u64, tx: &ClientTx, cmd: u8, payload: 
         }
         CMD_RESOLVE => {
             let name = String::from_utf8_lossy(payload);
-            match net.nodes.iter().find(|n| n.name == name) {
+            match net.nodes.iter().find(|n| n.hostname == name) {
                 Some(n) => {
                     let found = serde_json::json!({"node_id": n.node_id, "address": n.address});
                     reply(tx, CMD_RESOLVE_OK, found.to_string().as_bytes());

@@ -107,6 +107,7 @@ fn bind_nodes(
             UnixListener::bind(&socket).map_err(|e| format!("bind {}: {e}", socket.display()))?;
         let info = NodeInfo {
             name: name.clone(),
+            hostname: name.clone(),
             node_id,
             address: net::format_address(0, node_id),
             socket,

@@ -29,6 +29,9 @@ pub const CMD_REMOTE_CLOSED: u8 = 0x09;
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeInfo {
     pub name: String,
+    /// What `resolve` answers to and `info` reports; the node name, kept as its own field so
+    /// the startup line reads like `pilotctl info`.
+    pub hostname: String,
     pub node_id: u32,
     pub address: String,
     pub socket: PathBuf,
