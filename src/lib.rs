@@ -6,8 +6,11 @@
 //! - [`sim`]: a seeded discrete-event simulator that runs whole clusters of cores through faults
 //!   and checks the safety invariants after every step.
 //! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
+//! - [`pilotctl`]: a typed async wrapper around the real `pilotctl` CLI (info, publish,
+//!   subscribe, JSON error codes, process-group timeouts) for the pilot transport.
 #![forbid(unsafe_code)]
 
 pub mod election;
+pub mod pilotctl;
 pub mod signing;
 pub mod sim;
