@@ -16,7 +16,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 /// The longest NDJSON line a subscription accepts. An election message is far smaller; a line
@@ -26,6 +26,10 @@ pub const DEFAULT_MAX_LINE: usize = 256 * 1024;
 /// How much of a child's stderr we keep: enough for pilotctl's one-line JSON error, bounded so a
 /// chatty child cannot grow it without end.
 const MAX_STDERR: usize = 64 * 1024;
+/// pilotctl's one-shot success output is one short JSON line.
+const MAX_OUTPUT: usize = 1024 * 1024;
+/// How long a subscriber that closed its stdout may take to exit before its group is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// The `code` of a pilotctl `--json` error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,23 +258,50 @@ impl Pilotctl {
             })
     }
 
+    fn spawn_piped(
+        &self,
+        args: &[&str],
+    ) -> Result<(Child, ChildStdout, ChildStderr), PilotctlError> {
+        let mut child = self.spawn(args)?;
+        match (child.stdout.take(), child.stderr.take()) {
+            (Some(stdout), Some(stderr)) => Ok((child, stdout, stderr)),
+            _ => {
+                kill_group(child.id().unwrap_or(0));
+                Err(PilotctlError::Spawn {
+                    path: self.path.clone(),
+                    source: io::Error::other("child pipes missing"),
+                })
+            }
+        }
+    }
+
     /// Runs a one-shot command to completion under the deadline and returns its `.data`.
     async fn run<T: for<'de> Deserialize<'de>>(
         &self,
         command: &'static str,
         args: &[&str],
     ) -> Result<T, PilotctlError> {
-        let child = self.spawn(args)?;
+        let (mut child, stdout, stderr) = self.spawn_piped(args)?;
         let pgid = child.id().unwrap_or(0);
-        let output = child.wait_with_output();
-        tokio::pin!(output);
-        let output = match tokio::time::timeout(self.timeout, &mut output).await {
-            Ok(result) => result.map_err(|source| PilotctlError::Io { command, source })?,
+        let finished = tokio::time::timeout(self.timeout, async {
+            tokio::join!(
+                read_bounded(stdout, MAX_OUTPUT),
+                read_bounded(stderr, MAX_STDERR),
+                child.wait()
+            )
+        })
+        .await;
+        let (stdout, stderr, status) = match finished {
+            Ok((stdout, stderr, status)) => {
+                let status = status.map_err(|source| PilotctlError::Io { command, source })?;
+                (stdout, stderr, status)
+            }
             Err(_) => {
-                // Signal the group while the leader is still unreaped, so its id cannot have
-                // been reused; then let the wait reap it.
+                // The join is unfinished: the leader is unreaped or a descendant still holds its
+                // pipes, which (short of a descendant leaving the group) keeps the group id from
+                // being reused before we signal it.
                 kill_group(pgid);
-                let _ = tokio::time::timeout(Duration::from_secs(2), &mut output).await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
                 return Err(PilotctlError::TimedOut {
                     command,
                     after: self.timeout,
@@ -278,21 +309,17 @@ impl Pilotctl {
                 });
             }
         };
-        if !output.status.success() {
-            return Err(failure(command, output.status, &output.stderr));
+        if !status.success() {
+            return Err(failure(command, status, &stderr));
         }
-        let line = String::from_utf8_lossy(&output.stdout);
+        let line = String::from_utf8_lossy(&stdout);
         match serde_json::from_str::<Envelope<T>>(line.trim()) {
             Ok(Envelope {
-                status,
+                status: outcome,
                 data: Some(data),
-            }) if status == "ok" => Ok(data),
-            Ok(_) => Err(unexpected(
-                command,
-                output.status,
-                "envelope without ok data",
-            )),
-            Err(e) => Err(unexpected(command, output.status, &format!("{e}: {line}"))),
+            }) if outcome == "ok" => Ok(data),
+            Ok(_) => Err(unexpected(command, status, "envelope without ok data")),
+            Err(e) => Err(unexpected(command, status, &format!("{e}: {line}"))),
         }
     }
 
@@ -316,15 +343,8 @@ impl Pilotctl {
 
     /// Starts a long-lived `pilotctl --json subscribe`; events arrive only while it runs.
     pub fn subscribe(&self, broker: &str, topic: &str) -> Result<Subscription, PilotctlError> {
-        let mut child = self.spawn(&["subscribe", broker, topic])?;
+        let (child, stdout, stderr) = self.spawn_piped(&["subscribe", broker, topic])?;
         let pgid = child.id().unwrap_or(0);
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            kill_group(pgid);
-            return Err(PilotctlError::Spawn {
-                path: self.path.clone(),
-                source: io::Error::other("child pipes missing"),
-            });
-        };
         Ok(Subscription {
             lines: LineReader::new(stdout, DEFAULT_MAX_LINE),
             stderr: Some(tokio::spawn(read_bounded(stderr, MAX_STDERR))),
@@ -389,9 +409,12 @@ fn failure(command: &'static str, status: ExitStatus, stderr: &[u8]) -> Pilotctl
     }
 }
 
-async fn read_bounded<R: AsyncRead + Unpin>(reader: R, max: usize) -> Vec<u8> {
+/// Keeps the first `max` bytes and drains the rest, so a chatty child neither grows our memory
+/// nor blocks on a full pipe.
+async fn read_bounded<R: AsyncRead + Unpin>(mut reader: R, max: usize) -> Vec<u8> {
     let mut kept = Vec::new();
-    let _ = reader.take(max as u64).read_to_end(&mut kept).await;
+    let _ = (&mut reader).take(max as u64).read_to_end(&mut kept).await;
+    let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
     kept
 }
 
@@ -511,14 +534,17 @@ impl Subscription {
     }
 
     async fn exit(&mut self) -> Result<(), PilotctlError> {
-        let status = self
-            .child
-            .wait()
-            .await
-            .map_err(|source| PilotctlError::Io {
-                command: "subscribe",
-                source,
-            })?;
+        let status = match tokio::time::timeout(EXIT_GRACE, self.child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                kill_group(self.pgid);
+                self.child.wait().await
+            }
+        };
+        let status = status.map_err(|source| PilotctlError::Io {
+            command: "subscribe",
+            source,
+        })?;
         let stderr = match self.stderr.take() {
             Some(task) => task.await.unwrap_or_default(),
             None => Vec::new(),
