@@ -287,6 +287,10 @@ async fn a_cut_link_fails_publish_with_connection_failed() {
     let err = publish_err(&net, "n1", "nobody").await;
     assert_eq!(err.code(), Some(&ErrorCode::NotFound), "{err}");
     assert!(!err.is_retryable());
+    // Empty data is the caller's bug: invalid_argument, never retried.
+    let err = net.ctl("n1").publish("n2", "t", "").await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidArgument), "{err}");
+    assert!(!err.is_retryable());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,6 +310,13 @@ async fn a_subscriber_exits_connection_failed_when_its_link_is_cut() {
     assert!(sub.next().await.is_none());
     publish(&net, "n2", "n2", "election:g1", "still here").await;
     assert_eq!(next_event(&mut survivor).await, "still here");
+
+    // Rejoining: a new subscriber hears what comes after, not what it missed.
+    net.post("/unisolate", json!({"node": "n1"})).await;
+    let mut back = subscribe(&net, "n1", "n2", "election:g1").await;
+    net.wait_subscribers(2).await;
+    publish(&net, "n3", "n2", "election:g1", "welcome back").await;
+    assert_eq!(next_event(&mut back).await, "welcome back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

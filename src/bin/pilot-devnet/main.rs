@@ -39,7 +39,7 @@ struct Args {
     /// Shorthand for --node n1 ... --node nN.
     #[arg(long, value_name = "N", conflicts_with = "node")]
     nodes: Option<u32>,
-    /// Address of the fault-control HTTP API; only loopback is accepted.
+    /// Address of the fault-control HTTP API; only 127.0.0.1 is accepted.
     #[arg(long, default_value = "127.0.0.1:0")]
     control: SocketAddr,
     /// Seed for the delivery-drop fault, so a lossy run can be replayed.
@@ -153,9 +153,9 @@ async fn wait_for_stop(mut signals: StopSignals, exit_on_stdin_eof: bool) -> &'s
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    if !args.control.ip().is_loopback() {
+    if args.control.ip() != std::net::Ipv4Addr::LOCALHOST {
         return Err(format!(
-            "--control {} is not a loopback address; the control API must stay on 127.0.0.1",
+            "--control {} is not on 127.0.0.1; the control API must not be reachable from elsewhere",
             args.control
         ));
     }
