@@ -54,7 +54,12 @@ pub struct Outbound {
     pub frame: Vec<u8>,
 }
 
-pub type ClientTx = mpsc::UnboundedSender<Outbound>;
+pub type ClientTx = mpsc::Sender<Outbound>;
+
+/// Frames queued for one IPC client at most. A client that stops reading (a `pilotctl
+/// subscribe` whose stdout nobody drains) then loses deliveries, counted as `overflowed`,
+/// instead of growing the emulator's memory without bound.
+pub const CLIENT_QUEUE: usize = 4096;
 
 /// One stream connection from a client of node `origin` to the broker on node `broker`.
 struct StreamConn {
@@ -73,6 +78,7 @@ pub struct Stats {
     pub published: u64,
     pub delivered: u64,
     pub dropped: u64,
+    pub overflowed: u64,
     pub dials_refused: u64,
     pub connections_cut: u64,
 }
@@ -129,7 +135,7 @@ impl State {
             .collect();
         for id in &broken {
             if let Some(conn) = self.conns.remove(id) {
-                let _ = conn.out.send(Outbound {
+                let _ = conn.out.try_send(Outbound {
                     at: Instant::now(),
                     frame: encode_frame(CMD_REMOTE_CLOSED, &id.to_be_bytes()),
                 });
@@ -296,7 +302,7 @@ impl Net {
             Err(()) => {
                 let conn = st.conns.remove(&conn_id);
                 if let Some(conn) = conn {
-                    let _ = conn.out.send(Outbound {
+                    let _ = conn.out.try_send(Outbound {
                         at: Instant::now(),
                         frame: encode_frame(CMD_REMOTE_CLOSED, &conn_id.to_be_bytes()),
                     });
@@ -430,8 +436,11 @@ impl State {
             payload.extend_from_slice(&id.to_be_bytes());
             payload.extend_from_slice(&event);
             let frame = encode_frame(CMD_RECV, &payload);
-            if conn.out.send(Outbound { at, frame }).is_ok() {
-                self.stats.delivered += 1;
+            match conn.out.try_send(Outbound { at, frame }) {
+                Ok(()) => self.stats.delivered += 1,
+                Err(mpsc::error::TrySendError::Full(_)) => self.stats.overflowed += 1,
+                // The client is gone; its connections are being removed.
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
         }
     }
