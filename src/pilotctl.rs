@@ -428,9 +428,14 @@ pub enum Line {
 }
 
 /// Reads newline-terminated lines while never holding more than `max` bytes of one line.
+///
+/// Cancel-safe: a partial line lives in the reader, not in the future, so `next_line` can sit
+/// in a `select!` loop without losing or corrupting events.
 pub struct LineReader<R> {
     inner: BufReader<R>,
     max: usize,
+    line: Vec<u8>,
+    oversized: bool,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -438,42 +443,47 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         LineReader {
             inner: BufReader::new(inner),
             max,
+            line: Vec::new(),
+            oversized: false,
+        }
+    }
+
+    fn finish_line(&mut self) -> Line {
+        let line = std::mem::take(&mut self.line);
+        if std::mem::take(&mut self.oversized) {
+            Line::Oversized
+        } else {
+            Line::Text(line)
         }
     }
 
     pub async fn next_line(&mut self) -> io::Result<Line> {
-        let mut line = Vec::new();
-        let mut oversized = false;
         loop {
             let buf = self.inner.fill_buf().await?;
             if buf.is_empty() {
                 // A last line without a newline still counts; an empty tail is the end.
-                return Ok(match (oversized, line.is_empty()) {
-                    (true, _) => Line::Oversized,
-                    (false, true) => Line::Eof,
-                    (false, false) => Line::Text(line),
+                return Ok(if self.line.is_empty() && !self.oversized {
+                    Line::Eof
+                } else {
+                    self.finish_line()
                 });
             }
             let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
                 Some(i) => (&buf[..i], Some(i + 1)),
                 None => (buf, None),
             };
-            if !oversized {
-                if line.len() + chunk.len() > self.max {
-                    oversized = true;
-                    line = Vec::new();
+            if !self.oversized {
+                if self.line.len() + chunk.len() > self.max {
+                    self.oversized = true;
+                    self.line = Vec::new();
                 } else {
-                    line.extend_from_slice(chunk);
+                    self.line.extend_from_slice(chunk);
                 }
             }
             let used = done.unwrap_or(buf.len());
             self.inner.consume(used);
             if done.is_some() {
-                return Ok(if oversized {
-                    Line::Oversized
-                } else {
-                    Line::Text(line)
-                });
+                return Ok(self.finish_line());
             }
         }
     }
@@ -493,7 +503,8 @@ pub struct Subscription {
 impl Subscription {
     /// The next event's `data` string. `Some(Err(..))` reports how the child ended (pilotctl
     /// exits with `connection_failed` when the broker connection drops); `None` follows it, or
-    /// a clean exit. Lines that are not events are counted and skipped.
+    /// a clean exit. Lines that are not events are counted and skipped. Cancel-safe, for use
+    /// in `select!`.
     pub async fn next(&mut self) -> Option<Result<String, PilotctlError>> {
         if self.finished {
             return None;
@@ -518,8 +529,9 @@ impl Subscription {
                     );
                 }
                 Ok(Line::Eof) => {
+                    let exit = self.exit().await;
                     self.finished = true;
-                    return self.exit().await.err().map(Err);
+                    return exit.err().map(Err);
                 }
                 Err(source) => {
                     self.finished = true;
@@ -545,10 +557,11 @@ impl Subscription {
             command: "subscribe",
             source,
         })?;
-        let stderr = match self.stderr.take() {
+        let stderr = match self.stderr.as_mut() {
             Some(task) => task.await.unwrap_or_default(),
             None => Vec::new(),
         };
+        self.stderr = None;
         if status.success() {
             Ok(())
         } else {
@@ -645,6 +658,24 @@ mod tests {
             Line::Text(b"tail".to_vec())
         );
         assert_eq!(reader.next_line().await.unwrap(), Line::Eof);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_read_keeps_its_partial_line() {
+        use tokio::io::AsyncWriteExt as _;
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let mut lines = LineReader::new(reader, 1024);
+        writer.write_all(b"{\"data\":").await.unwrap();
+        let cancelled = tokio::time::timeout(Duration::from_millis(20), lines.next_line()).await;
+        assert!(
+            cancelled.is_err(),
+            "no newline yet, so the read must still be pending"
+        );
+        writer.write_all(b"\"x\"}\n").await.unwrap();
+        assert_eq!(
+            lines.next_line().await.unwrap(),
+            Line::Text(br#"{"data":"x"}"#.to_vec())
+        );
     }
 
     #[test]
