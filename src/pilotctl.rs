@@ -16,7 +16,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::task::JoinHandle;
 
 /// The longest NDJSON line a subscription accepts. An election message is far smaller; a line
@@ -26,6 +26,10 @@ pub const DEFAULT_MAX_LINE: usize = 256 * 1024;
 /// How much of a child's stderr we keep: enough for pilotctl's one-line JSON error, bounded so a
 /// chatty child cannot grow it without end.
 const MAX_STDERR: usize = 64 * 1024;
+/// pilotctl's one-shot success output is one short JSON line.
+const MAX_OUTPUT: usize = 1024 * 1024;
+/// How long a subscriber that closed its stdout may take to exit before its group is killed.
+const EXIT_GRACE: Duration = Duration::from_secs(5);
 
 /// The `code` of a pilotctl `--json` error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,23 +258,50 @@ impl Pilotctl {
             })
     }
 
+    fn spawn_piped(
+        &self,
+        args: &[&str],
+    ) -> Result<(Child, ChildStdout, ChildStderr), PilotctlError> {
+        let mut child = self.spawn(args)?;
+        match (child.stdout.take(), child.stderr.take()) {
+            (Some(stdout), Some(stderr)) => Ok((child, stdout, stderr)),
+            _ => {
+                kill_group(child.id().unwrap_or(0));
+                Err(PilotctlError::Spawn {
+                    path: self.path.clone(),
+                    source: io::Error::other("child pipes missing"),
+                })
+            }
+        }
+    }
+
     /// Runs a one-shot command to completion under the deadline and returns its `.data`.
     async fn run<T: for<'de> Deserialize<'de>>(
         &self,
         command: &'static str,
         args: &[&str],
     ) -> Result<T, PilotctlError> {
-        let child = self.spawn(args)?;
+        let (mut child, stdout, stderr) = self.spawn_piped(args)?;
         let pgid = child.id().unwrap_or(0);
-        let output = child.wait_with_output();
-        tokio::pin!(output);
-        let output = match tokio::time::timeout(self.timeout, &mut output).await {
-            Ok(result) => result.map_err(|source| PilotctlError::Io { command, source })?,
+        let finished = tokio::time::timeout(self.timeout, async {
+            tokio::join!(
+                read_bounded(stdout, MAX_OUTPUT),
+                read_bounded(stderr, MAX_STDERR),
+                child.wait()
+            )
+        })
+        .await;
+        let (stdout, stderr, status) = match finished {
+            Ok((stdout, stderr, status)) => {
+                let status = status.map_err(|source| PilotctlError::Io { command, source })?;
+                (stdout, stderr, status)
+            }
             Err(_) => {
-                // Signal the group while the leader is still unreaped, so its id cannot have
-                // been reused; then let the wait reap it.
+                // The join is unfinished: the leader is unreaped or a descendant still holds its
+                // pipes, which (short of a descendant leaving the group) keeps the group id from
+                // being reused before we signal it.
                 kill_group(pgid);
-                let _ = tokio::time::timeout(Duration::from_secs(2), &mut output).await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
                 return Err(PilotctlError::TimedOut {
                     command,
                     after: self.timeout,
@@ -278,21 +309,17 @@ impl Pilotctl {
                 });
             }
         };
-        if !output.status.success() {
-            return Err(failure(command, output.status, &output.stderr));
+        if !status.success() {
+            return Err(failure(command, status, &stderr));
         }
-        let line = String::from_utf8_lossy(&output.stdout);
+        let line = String::from_utf8_lossy(&stdout);
         match serde_json::from_str::<Envelope<T>>(line.trim()) {
             Ok(Envelope {
-                status,
+                status: outcome,
                 data: Some(data),
-            }) if status == "ok" => Ok(data),
-            Ok(_) => Err(unexpected(
-                command,
-                output.status,
-                "envelope without ok data",
-            )),
-            Err(e) => Err(unexpected(command, output.status, &format!("{e}: {line}"))),
+            }) if outcome == "ok" => Ok(data),
+            Ok(_) => Err(unexpected(command, status, "envelope without ok data")),
+            Err(e) => Err(unexpected(command, status, &format!("{e}: {line}"))),
         }
     }
 
@@ -316,15 +343,8 @@ impl Pilotctl {
 
     /// Starts a long-lived `pilotctl --json subscribe`; events arrive only while it runs.
     pub fn subscribe(&self, broker: &str, topic: &str) -> Result<Subscription, PilotctlError> {
-        let mut child = self.spawn(&["subscribe", broker, topic])?;
+        let (child, stdout, stderr) = self.spawn_piped(&["subscribe", broker, topic])?;
         let pgid = child.id().unwrap_or(0);
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            kill_group(pgid);
-            return Err(PilotctlError::Spawn {
-                path: self.path.clone(),
-                source: io::Error::other("child pipes missing"),
-            });
-        };
         Ok(Subscription {
             lines: LineReader::new(stdout, DEFAULT_MAX_LINE),
             stderr: Some(tokio::spawn(read_bounded(stderr, MAX_STDERR))),
@@ -389,9 +409,12 @@ fn failure(command: &'static str, status: ExitStatus, stderr: &[u8]) -> Pilotctl
     }
 }
 
-async fn read_bounded<R: AsyncRead + Unpin>(reader: R, max: usize) -> Vec<u8> {
+/// Keeps the first `max` bytes and drains the rest, so a chatty child neither grows our memory
+/// nor blocks on a full pipe.
+async fn read_bounded<R: AsyncRead + Unpin>(mut reader: R, max: usize) -> Vec<u8> {
     let mut kept = Vec::new();
-    let _ = reader.take(max as u64).read_to_end(&mut kept).await;
+    let _ = (&mut reader).take(max as u64).read_to_end(&mut kept).await;
+    let _ = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await;
     kept
 }
 
@@ -405,9 +428,14 @@ pub enum Line {
 }
 
 /// Reads newline-terminated lines while never holding more than `max` bytes of one line.
+///
+/// Cancel-safe: a partial line lives in the reader, not in the future, so `next_line` can sit
+/// in a `select!` loop without losing or corrupting events.
 pub struct LineReader<R> {
     inner: BufReader<R>,
     max: usize,
+    line: Vec<u8>,
+    oversized: bool,
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {
@@ -415,42 +443,47 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         LineReader {
             inner: BufReader::new(inner),
             max,
+            line: Vec::new(),
+            oversized: false,
+        }
+    }
+
+    fn finish_line(&mut self) -> Line {
+        let line = std::mem::take(&mut self.line);
+        if std::mem::take(&mut self.oversized) {
+            Line::Oversized
+        } else {
+            Line::Text(line)
         }
     }
 
     pub async fn next_line(&mut self) -> io::Result<Line> {
-        let mut line = Vec::new();
-        let mut oversized = false;
         loop {
             let buf = self.inner.fill_buf().await?;
             if buf.is_empty() {
                 // A last line without a newline still counts; an empty tail is the end.
-                return Ok(match (oversized, line.is_empty()) {
-                    (true, _) => Line::Oversized,
-                    (false, true) => Line::Eof,
-                    (false, false) => Line::Text(line),
+                return Ok(if self.line.is_empty() && !self.oversized {
+                    Line::Eof
+                } else {
+                    self.finish_line()
                 });
             }
             let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
                 Some(i) => (&buf[..i], Some(i + 1)),
                 None => (buf, None),
             };
-            if !oversized {
-                if line.len() + chunk.len() > self.max {
-                    oversized = true;
-                    line = Vec::new();
+            if !self.oversized {
+                if self.line.len() + chunk.len() > self.max {
+                    self.oversized = true;
+                    self.line = Vec::new();
                 } else {
-                    line.extend_from_slice(chunk);
+                    self.line.extend_from_slice(chunk);
                 }
             }
             let used = done.unwrap_or(buf.len());
             self.inner.consume(used);
             if done.is_some() {
-                return Ok(if oversized {
-                    Line::Oversized
-                } else {
-                    Line::Text(line)
-                });
+                return Ok(self.finish_line());
             }
         }
     }
@@ -470,7 +503,8 @@ pub struct Subscription {
 impl Subscription {
     /// The next event's `data` string. `Some(Err(..))` reports how the child ended (pilotctl
     /// exits with `connection_failed` when the broker connection drops); `None` follows it, or
-    /// a clean exit. Lines that are not events are counted and skipped.
+    /// a clean exit. Lines that are not events are counted and skipped. Cancel-safe, for use
+    /// in `select!`.
     pub async fn next(&mut self) -> Option<Result<String, PilotctlError>> {
         if self.finished {
             return None;
@@ -495,8 +529,9 @@ impl Subscription {
                     );
                 }
                 Ok(Line::Eof) => {
+                    let exit = self.exit().await;
                     self.finished = true;
-                    return self.exit().await.err().map(Err);
+                    return exit.err().map(Err);
                 }
                 Err(source) => {
                     self.finished = true;
@@ -511,18 +546,22 @@ impl Subscription {
     }
 
     async fn exit(&mut self) -> Result<(), PilotctlError> {
-        let status = self
-            .child
-            .wait()
-            .await
-            .map_err(|source| PilotctlError::Io {
-                command: "subscribe",
-                source,
-            })?;
-        let stderr = match self.stderr.take() {
+        let status = match tokio::time::timeout(EXIT_GRACE, self.child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                kill_group(self.pgid);
+                self.child.wait().await
+            }
+        };
+        let status = status.map_err(|source| PilotctlError::Io {
+            command: "subscribe",
+            source,
+        })?;
+        let stderr = match self.stderr.as_mut() {
             Some(task) => task.await.unwrap_or_default(),
             None => Vec::new(),
         };
+        self.stderr = None;
         if status.success() {
             Ok(())
         } else {
@@ -619,6 +658,24 @@ mod tests {
             Line::Text(b"tail".to_vec())
         );
         assert_eq!(reader.next_line().await.unwrap(), Line::Eof);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_read_keeps_its_partial_line() {
+        use tokio::io::AsyncWriteExt as _;
+        let (mut writer, reader) = tokio::io::duplex(64);
+        let mut lines = LineReader::new(reader, 1024);
+        writer.write_all(b"{\"data\":").await.unwrap();
+        let cancelled = tokio::time::timeout(Duration::from_millis(20), lines.next_line()).await;
+        assert!(
+            cancelled.is_err(),
+            "no newline yet, so the read must still be pending"
+        );
+        writer.write_all(b"\"x\"}\n").await.unwrap();
+        assert_eq!(
+            lines.next_line().await.unwrap(),
+            Line::Text(br#"{"data":"x"}"#.to_vec())
+        );
     }
 
     #[test]

@@ -115,21 +115,27 @@ impl Devnet {
         resp.json().await.unwrap()
     }
 
-    /// Subscription frames reach the broker some time after the child starts; publishing
-    /// before that would be (correctly) lost, so tests wait for the broker to see them.
-    async fn wait_subscribers(&self, n: u64) {
+    /// Waits until the emulator's status satisfies `done`: the CLI returns once its bytes are
+    /// written, before the broker has acted on them.
+    async fn wait_status(&self, what: &str, done: impl Fn(&Value) -> bool) {
         let start = Instant::now();
         loop {
             let status = self.status().await;
-            if status["subscribed_connections"].as_u64() == Some(n) {
+            if done(&status) {
                 return;
             }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "broker never saw {n} subscribers: {status}"
-            );
+            assert!(start.elapsed() < DEADLINE, "never saw {what}: {status}");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Subscription frames reach the broker some time after the child starts; publishing
+    /// before that would be (correctly) lost, so tests wait for the broker to see them.
+    async fn wait_subscribers(&self, n: u64) {
+        self.wait_status(&format!("{n} subscribers"), |s| {
+            s["subscribed_connections"].as_u64() == Some(n)
+        })
+        .await;
     }
 }
 
@@ -209,7 +215,8 @@ async fn publish_reaches_every_current_subscriber_and_never_replays() {
     let mut on_n1 = subscribe(&net, "n1", "n2", "election:g1").await;
     let mut on_n2 = subscribe(&net, "n2", "n2", "election:g1").await;
     let mut other_topic = subscribe(&net, "n1", "n2", "election:other").await;
-    net.wait_subscribers(3).await;
+    let mut everything = subscribe(&net, "n3", "n2", "*").await;
+    net.wait_subscribers(4).await;
 
     let receipt = net
         .ctl("n3")
@@ -234,7 +241,7 @@ async fn publish_reaches_every_current_subscriber_and_never_replays() {
 
     // A late subscriber sees only what is published after it joined.
     let mut late = subscribe(&net, "n3", "n2", "election:g1").await;
-    net.wait_subscribers(4).await;
+    net.wait_subscribers(5).await;
     publish(&net, "n1", "n2", "election:g1", "after").await;
     assert_eq!(next_event(&mut late).await, "after");
     assert_eq!(next_event(&mut on_n1).await, "after");
@@ -242,7 +249,12 @@ async fn publish_reaches_every_current_subscriber_and_never_replays() {
     // Exact topics only: the other subscription never saw any of it.
     publish(&net, "n1", "n2", "election:other", "mine").await;
     assert_eq!(next_event(&mut other_topic).await, "mine");
-    assert_eq!(net.status().await["stats"]["published"], 4);
+    // `*` hears every topic, in publish order.
+    for expected in [r#"{"type":"heartbeat","term":1}"#, "--own", "after", "mine"] {
+        assert_eq!(next_event(&mut everything).await, expected);
+    }
+    net.wait_status("4 publishes", |s| s["stats"]["published"] == 4)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,6 +287,10 @@ async fn a_cut_link_fails_publish_with_connection_failed() {
     let err = publish_err(&net, "n1", "nobody").await;
     assert_eq!(err.code(), Some(&ErrorCode::NotFound), "{err}");
     assert!(!err.is_retryable());
+    // Empty data is the caller's bug: invalid_argument, never retried.
+    let err = net.ctl("n1").publish("n2", "t", "").await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::InvalidArgument), "{err}");
+    assert!(!err.is_retryable());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,6 +310,13 @@ async fn a_subscriber_exits_connection_failed_when_its_link_is_cut() {
     assert!(sub.next().await.is_none());
     publish(&net, "n2", "n2", "election:g1", "still here").await;
     assert_eq!(next_event(&mut survivor).await, "still here");
+
+    // Rejoining: a new subscriber hears what comes after, not what it missed.
+    net.post("/unisolate", json!({"node": "n1"})).await;
+    let mut back = subscribe(&net, "n1", "n2", "election:g1").await;
+    net.wait_subscribers(2).await;
+    publish(&net, "n3", "n2", "election:g1", "welcome back").await;
+    assert_eq!(next_event(&mut back).await, "welcome back");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -303,7 +326,9 @@ async fn drop_and_delay_faults_shape_delivery() {
     net.wait_subscribers(1).await;
     net.post("/drop", json!({"fraction": 1.0, "seed": 7})).await;
     publish(&net, "n2", "n2", "t", "lost").await;
-    assert_eq!(net.status().await["stats"]["dropped"], 1);
+    net.wait_status("the drop", |s| s["stats"]["dropped"] == 1)
+        .await;
+    assert_eq!(net.status().await["stats"]["delivered"], 0);
     net.post("/heal", json!({})).await;
     net.post("/delay", json!({"ms": 300})).await;
     let start = Instant::now();
@@ -312,22 +337,25 @@ async fn drop_and_delay_faults_shape_delivery() {
     assert!(start.elapsed() >= Duration::from_millis(300));
 }
 
+fn write_script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// A wrapper that runs the real pilotctl as a grandchild, like the pip console script does:
 /// killing only our direct child would leave pilotctl running.
 fn wrapper_script(dir: &Path) -> (PathBuf, PathBuf) {
     let script = dir.join("pilotctl-wrapper.sh");
     let pidfile = dir.join("grandchild.pid");
-    std::fs::write(
+    write_script(
         &script,
-        format!(
+        &format!(
             "#!/bin/sh\n\"{}\" \"$@\" &\necho $! > \"{}\"\nwait\n",
             pilotctl_path().display(),
             pidfile.display()
         ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     (script, pidfile)
 }
 
@@ -377,7 +405,7 @@ async fn a_missing_or_non_executable_binary_is_unavailable() {
 async fn garbage_and_oversized_lines_are_counted_and_skipped() {
     let dir = temp_dir("garbage");
     let script = dir.join("noisy-pilotctl");
-    std::fs::write(
+    write_script(
         &script,
         "#!/bin/sh\n\
          echo 'not json'\n\
@@ -385,10 +413,7 @@ async fn garbage_and_oversized_lines_are_counted_and_skipped() {
          echo '{\"bytes\":2,\"data\":\"ok\",\"topic\":\"t\"}'\n\
          echo '{\"code\":\"connection_failed\",\"error\":\"recv: EOF\",\"message\":\"recv: EOF\",\"status\":\"error\"}' >&2\n\
          exit 1\n",
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let mut sub = Pilotctl::new(&script).unwrap().subscribe("b", "t").unwrap();
     assert_eq!(next_event(&mut sub).await, "ok");
     let end = sub.next().await;
@@ -398,6 +423,15 @@ async fn garbage_and_oversized_lines_are_counted_and_skipped() {
     );
     assert_eq!(sub.garbage_lines(), 1);
     assert_eq!(sub.oversized_lines(), 1);
+
+    // A one-shot command that floods stdout is bounded and reported, never buffered whole.
+    let chatty = dir.join("chatty-pilotctl");
+    write_script(
+        &chatty,
+        "#!/bin/sh\nhead -c 3000000 /dev/zero | tr '\\0' 'x'\n",
+    );
+    let err = Pilotctl::new(&chatty).unwrap().info().await.unwrap_err();
+    assert!(matches!(err, PilotctlError::Unexpected { .. }), "{err}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

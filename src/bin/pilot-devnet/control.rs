@@ -1,5 +1,17 @@
 //! The fault-control API. HTTP/JSON on loopback so that tests in any language, or `curl` during
 //! a demo, can break the network while real pilotctl processes are using it.
+//!
+//! Nodes are named by name/hostname, decimal node id or address. Every POST answers
+//! `{"ok":true,...}` or 400 `{"ok":false,"error":...}`.
+//! - `GET /nodes`, `GET /status` (faults in force, open connections, delivery counters)
+//! - `POST /cut {"a","b"}`, `POST /restore {"a","b"}`: a link between two nodes. Cutting closes
+//!   the connections across it (`"closed": n`) and later dials across it fail.
+//! - `POST /isolate {"node"}`, `POST /unisolate {"node"}`: every link of one node; the node can
+//!   still reach its own daemon's broker.
+//! - `POST /drop {"fraction", "seed"?}`: drop that share of deliveries, seeded for replay.
+//! - `POST /delay {"ms"}`: hold every delivery back this long (order per connection is kept).
+//! - `POST /stall {"node"}`: the node's daemon reads requests and never answers, for timeouts.
+//! - `POST /heal`: clear every fault.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use crate::net::{encode_frame, ClientTx, DialError, Net, Outbound, SendError};
+use crate::net::{encode_frame, ClientTx, DialError, Net, Outbound, SendError, CLIENT_QUEUE};
 
 const CMD_DIAL: u8 = 0x03;
 const CMD_DIAL_OK: u8 = 0x04;
@@ -42,7 +42,7 @@ pub async fn serve_node(net: Arc<Net>, node: usize, listener: UnixListener) {
 
 /// Writes queued frames in order, each no earlier than its release instant: a constant delay
 /// then keeps per-connection order, as the real broker does.
-async fn write_loop(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outbound>) {
+async fn write_loop(mut writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Outbound>) {
     while let Some(out) = rx.recv().await {
         tokio::time::sleep_until(out.at).await;
         if writer.write_all(&out.frame).await.is_err() {
@@ -52,7 +52,7 @@ async fn write_loop(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<
 }
 
 fn reply(tx: &ClientTx, cmd: u8, payload: &[u8]) {
-    let _ = tx.send(Outbound {
+    let _ = tx.try_send(Outbound {
         at: tokio::time::Instant::now(),
         frame: encode_frame(cmd, payload),
     });
@@ -67,7 +67,7 @@ fn reply_error(tx: &ClientTx, code: u16, text: &str) {
 async fn serve_client(net: Arc<Net>, node: usize, stream: UnixStream) {
     let client = net.new_client();
     let (mut reader, writer) = stream.into_split();
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::channel(CLIENT_QUEUE);
     let writer_task = tokio::spawn(write_loop(writer, rx));
     loop {
         let mut len = [0u8; 4];

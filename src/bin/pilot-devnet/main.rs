@@ -39,7 +39,7 @@ struct Args {
     /// Shorthand for --node n1 ... --node nN.
     #[arg(long, value_name = "N", conflicts_with = "node")]
     nodes: Option<u32>,
-    /// Address of the fault-control HTTP API; only loopback is accepted.
+    /// Address of the fault-control HTTP API; only 127.0.0.1 is accepted.
     #[arg(long, default_value = "127.0.0.1:0")]
     control: SocketAddr,
     /// Seed for the delivery-drop fault, so a lossy run can be replayed.
@@ -117,9 +117,21 @@ fn bind_nodes(
     Ok(out)
 }
 
-async fn wait_for_stop(exit_on_stdin_eof: bool) -> std::io::Result<&'static str> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+/// Installed before the startup line is printed: a parent that signals us as soon as it has
+/// read that line must get a clean stop, not the default action.
+fn stop_signals() -> std::io::Result<StopSignals> {
+    Ok(StopSignals {
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+    })
+}
+
+async fn wait_for_stop(mut signals: StopSignals, exit_on_stdin_eof: bool) -> &'static str {
     let stdin_eof = async {
         if !exit_on_stdin_eof {
             return std::future::pending().await;
@@ -133,20 +145,21 @@ async fn wait_for_stop(exit_on_stdin_eof: bool) -> std::io::Result<&'static str>
             }
         }
     };
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    tokio::select! {
+        _ = signals.term.recv() => "SIGTERM",
+        _ = signals.int.recv() => "SIGINT",
         () = stdin_eof => "stdin closed",
-    })
+    }
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    if !args.control.ip().is_loopback() {
+    if args.control.ip() != std::net::Ipv4Addr::LOCALHOST {
         return Err(format!(
-            "--control {} is not a loopback address; the control API must stay on 127.0.0.1",
+            "--control {} is not on 127.0.0.1; the control API must not be reachable from elsewhere",
             args.control
         ));
     }
+    let signals = stop_signals().map_err(|e| format!("signal setup: {e}"))?;
     let names = node_names(&args)?;
     let bound = bind_nodes(&args.dir, &names)?;
     let (infos, listeners): (Vec<NodeInfo>, Vec<UnixListener>) = bound.into_iter().unzip();
@@ -171,9 +184,7 @@ async fn run(args: Args) -> Result<(), String> {
     stdout.flush().map_err(|e| e.to_string())?;
     drop(stdout);
 
-    let why = wait_for_stop(args.exit_on_stdin_eof)
-        .await
-        .map_err(|e| format!("signal setup: {e}"))?;
+    let why = wait_for_stop(signals, args.exit_on_stdin_eof).await;
     eprintln!("pilot-devnet: stopping ({why})");
     for node in &net.nodes {
         let _ = std::fs::remove_file(&node.socket);

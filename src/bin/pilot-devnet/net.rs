@@ -19,6 +19,11 @@ pub const EVENT_STREAM_PORT: u16 = 1002;
 /// Limits from the broker's documented behaviour; larger input closes the connection.
 pub const MAX_TOPIC_BYTES: usize = 1024;
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+/// The broker's per-connection publish budget: 100 events/s with a burst of 200; the excess
+/// is dropped silently. One `pilotctl publish` is one connection, so only long-lived
+/// publishers ever meet it.
+const RATE_PER_SEC: f64 = 100.0;
+const RATE_BURST: f64 = 200.0;
 
 pub const CMD_RECV: u8 = 0x07;
 /// Daemon → client: the remote end of a stream closed. Found by probing pilotctl 1.18.0: only
@@ -54,7 +59,12 @@ pub struct Outbound {
     pub frame: Vec<u8>,
 }
 
-pub type ClientTx = mpsc::UnboundedSender<Outbound>;
+pub type ClientTx = mpsc::Sender<Outbound>;
+
+/// Frames queued for one IPC client at most. A client that stops reading (a `pilotctl
+/// subscribe` whose stdout nobody drains) then loses deliveries, counted as `overflowed`,
+/// instead of growing the emulator's memory without bound.
+pub const CLIENT_QUEUE: usize = 4096;
 
 /// One stream connection from a client of node `origin` to the broker on node `broker`.
 struct StreamConn {
@@ -66,6 +76,23 @@ struct StreamConn {
     /// Bytes sent so far that do not yet form a whole event frame: sends are a byte stream.
     pending: Vec<u8>,
     out: ClientTx,
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl StreamConn {
+    fn take_token(&mut self) -> bool {
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * RATE_PER_SEC;
+        self.tokens = (self.tokens + earned).min(RATE_BURST);
+        self.refilled = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -73,6 +100,8 @@ pub struct Stats {
     pub published: u64,
     pub delivered: u64,
     pub dropped: u64,
+    pub overflowed: u64,
+    pub rate_limited: u64,
     pub dials_refused: u64,
     pub connections_cut: u64,
 }
@@ -96,12 +125,14 @@ pub struct Net {
     state: Mutex<State>,
 }
 
+#[derive(Debug)]
 pub enum DialError {
     NoSuchNode,
     PortClosed,
     Unreachable,
 }
 
+#[derive(Debug)]
 pub enum SendError {
     UnknownConnection,
 }
@@ -129,7 +160,7 @@ impl State {
             .collect();
         for id in &broken {
             if let Some(conn) = self.conns.remove(id) {
-                let _ = conn.out.send(Outbound {
+                let _ = conn.out.try_send(Outbound {
                     at: Instant::now(),
                     frame: encode_frame(CMD_REMOTE_CLOSED, &id.to_be_bytes()),
                 });
@@ -277,6 +308,8 @@ impl Net {
                 topic: None,
                 pending: Vec::new(),
                 out: out.clone(),
+                tokens: RATE_BURST,
+                refilled: Instant::now(),
             },
         );
         Ok(id)
@@ -296,7 +329,7 @@ impl Net {
             Err(()) => {
                 let conn = st.conns.remove(&conn_id);
                 if let Some(conn) = conn {
-                    let _ = conn.out.send(Outbound {
+                    let _ = conn.out.try_send(Outbound {
                         at: Instant::now(),
                         frame: encode_frame(CMD_REMOTE_CLOSED, &conn_id.to_be_bytes()),
                     });
@@ -308,6 +341,10 @@ impl Net {
             let conn = st.conns.get_mut(&conn_id).expect("checked above");
             if conn.topic.is_none() {
                 conn.topic = Some(topic);
+                continue;
+            }
+            if !conn.take_token() {
+                st.stats.rate_limited += 1;
                 continue;
             }
             st.publish(conn_id, broker, &topic, &payload);
@@ -430,8 +467,11 @@ impl State {
             payload.extend_from_slice(&id.to_be_bytes());
             payload.extend_from_slice(&event);
             let frame = encode_frame(CMD_RECV, &payload);
-            if conn.out.send(Outbound { at, frame }).is_ok() {
-                self.stats.delivered += 1;
+            match conn.out.try_send(Outbound { at, frame }) {
+                Ok(()) => self.stats.delivered += 1,
+                Err(mpsc::error::TrySendError::Full(_)) => self.stats.overflowed += 1,
+                // The client is gone; its connections are being removed.
+                Err(mpsc::error::TrySendError::Closed(_)) => {}
             }
         }
     }
@@ -458,6 +498,42 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0], ("t".to_string(), b"abc".to_vec()));
         assert!(pending.is_empty());
+    }
+
+    fn test_net() -> Net {
+        let nodes = (1..=2)
+            .map(|id| NodeInfo {
+                name: format!("n{id}"),
+                hostname: format!("n{id}"),
+                node_id: id,
+                address: format_address(0, id),
+                socket: PathBuf::from(format!("/nonexistent/n{id}.sock")),
+            })
+            .collect();
+        Net::new(nodes, 1)
+    }
+
+    #[test]
+    fn a_long_lived_publisher_is_held_to_the_burst() {
+        let net = test_net();
+        let (sub_tx, mut sub_rx) = mpsc::channel(1024);
+        let (pub_tx, _pub_rx) = mpsc::channel(1024);
+        let sub = net.dial(1, 0, 2, EVENT_STREAM_PORT, &sub_tx).expect("dial");
+        let publisher = net.dial(2, 1, 2, EVENT_STREAM_PORT, &pub_tx).expect("dial");
+        net.send(1, sub, &encode_event("t", b""))
+            .expect("subscribe");
+        let mut burst = encode_event("t", b"");
+        for _ in 0..250 {
+            burst.extend_from_slice(&encode_event("t", b"x"));
+        }
+        net.send(2, publisher, &burst).expect("publish");
+        let mut received = 0;
+        while sub_rx.try_recv().is_ok() {
+            received += 1;
+        }
+        // Refill during the test may add a token or two.
+        assert!((200..=205).contains(&received), "{received}");
+        assert_eq!(net.lock().stats.rate_limited, 250 - received);
     }
 
     #[test]
