@@ -7,6 +7,7 @@
 
 pub mod http;
 pub mod memory;
+pub mod pilot;
 
 use std::sync::{Arc, Mutex};
 
