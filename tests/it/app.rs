@@ -265,6 +265,11 @@ pub async fn leader_of(url: &str) -> Option<(String, u64)> {
     Some((v["leader"].as_str()?.to_string(), v["term"].as_u64()?))
 }
 
+pub async fn metrics_text(url: &str) -> String {
+    let resp = client().get(format!("{url}/metrics")).send().await;
+    resp.expect("metrics").text().await.expect("metrics text")
+}
+
 /// Status 0 when the node cannot be reached (yet).
 pub async fn get_json(url: &str) -> (u16, Value) {
     let Ok(resp) = client().get(url).send().await else {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::app::{get_json, post_json, serial, wait_for, Cluster, T, TOKEN};
+use crate::app::{get_json, metrics_text, post_json, serial, wait_for, Cluster, T, TOKEN};
 
 /// Start-up takes `T` (no node campaigns during its first `T`) plus staggers; generous for a
 /// loaded machine.
@@ -26,7 +26,10 @@ async fn hand_over(c: &Cluster, leader: &str, successor: &str) {
             )
             .await;
             match status {
-                202 => Some(body),
+                202 => {
+                    crate::contract::Spec::load().check("post", "/step-down", 202, &body);
+                    Some(body)
+                }
                 422 => None,
                 other => panic!("step-down answered {other}: {body}"),
             }
@@ -60,12 +63,43 @@ async fn crash_rejoin_handover(n: usize) -> Duration {
         "{n} nodes: failover from {leader} to {leader2} (term {term} -> {term2}) in {failover:?}"
     );
 
+    if n == 3 {
+        // Metrics scraped after the failover show it.
+        let text = metrics_text(&c.nodes[survivors[0]].url()).await;
+        let value = |prefix: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+        };
+        assert_eq!(value("pilot_election_term "), term2 as f64);
+        assert!(value("pilot_election_leader_transitions_total{reason=\"elected\"}") >= 2.0);
+        assert!(value("pilot_election_leader_transitions_total{reason=\"leader_timeout\"}") >= 1.0);
+        assert!(
+            value(
+                "pilot_election_messages_received_total{type=\"heartbeat\",outcome=\"accepted\"}"
+            ) > 0.0
+        );
+    }
+
     // The killed node restarts and follows, without raising the term.
     c.nodes[li].start();
     c.agreed(&all, Duration::from_secs(10), |l, t| {
         l == leader2 && t == term2
     })
     .await;
+    // Its history survived the crash.
+    let (_, h) = get_json(&format!("{}/history", c.nodes[li].url())).await;
+    crate::contract::Spec::load().check("get", "/history", 200, &h);
+    assert!(
+        h["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["term"] == json!(term) && t["leader"] == json!(leader)),
+        "history lost across the restart: {h}"
+    );
     if n == 3 {
         // Past the restarted node's start-up window: it still has not disrupted anything.
         tokio::time::sleep(T + Duration::from_secs(1)).await;
@@ -170,6 +204,7 @@ async fn events_on_a_follower_show_the_new_leader_after_a_step_down() {
         "current state first: {first}"
     );
     assert_eq!(first["term"], json!(term));
+    crate::contract::Spec::load().check_schema("LeaderEvent", &first);
 
     hand_over(&c, &leader, successor).await;
     let seen = tokio::time::timeout(Duration::from_secs(10), async {

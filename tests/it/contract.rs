@@ -77,6 +77,15 @@ impl Spec {
         );
     }
 
+    /// Panics when `v` breaks the named schema of `components/schemas`.
+    pub fn check_schema(&self, name: &str, v: &Value) {
+        let schema = &self.doc["components"]["schemas"][name];
+        assert!(schema.is_object(), "no schema {name}");
+        let mut errors = Vec::new();
+        self.validate(schema, v, "$", &mut errors);
+        assert!(errors.is_empty(), "{v} breaks {name}: {errors:?}");
+    }
+
     fn validate(&self, schema: &Value, v: &Value, at: &str, errors: &mut Vec<String>) {
         let schema = self.resolve(schema);
         let Some(obj) = schema.as_object() else {

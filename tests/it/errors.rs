@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 
 use pilot_election::api::ROUTES;
 
-use crate::app::{app, client, free_port, get_json, post_json, serial, wait_for, Cluster, TOKEN};
+use crate::app::{
+    app, client, free_port, get_json, metrics_text, post_json, serial, wait_for, Cluster, TOKEN,
+};
 use crate::contract::Spec;
 
 struct Case {
@@ -149,14 +151,7 @@ async fn bad_requests_get_json_errors_and_the_cluster_keeps_its_leader() {
         .await
         .unwrap();
     assert_eq!(head.status().as_u16(), 200);
-    let metrics = client()
-        .get(format!("{lu}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&lu).await;
     assert!(metrics.contains("pilot_election_is_leader 1"), "{metrics}");
     assert!(
         metrics.contains(&format!("pilot_election_term {term}")),

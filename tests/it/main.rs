@@ -5,7 +5,9 @@
 //! clusters at once would test the scheduler rather than the failover times.
 
 mod app;
+mod cli;
 mod cluster;
 mod contract;
 mod errors;
+mod memory;
 mod state;
