@@ -202,6 +202,16 @@ struct Guard {
     until: Instant,
 }
 
+/// A pre-vote we would grant but for a guard that is about to expire. Answering it the moment
+/// the guard expires saves the candidate a whole retry after a leader crash, when the voters
+/// heard the last heartbeat a few milliseconds after the candidate did.
+#[derive(Debug, Clone)]
+struct Deferred {
+    candidate: String,
+    priority: u32,
+    term: u64,
+}
+
 #[derive(Debug, Clone)]
 struct Round {
     term: u64,
@@ -219,6 +229,7 @@ struct PendingHeartbeat {
 
 #[derive(Debug, Clone)]
 struct Leadership {
+    since: Instant,
     lease_until: Instant,
     renewed_at: Instant,
     next_heartbeat: Instant,
@@ -269,6 +280,7 @@ pub struct Node {
 
     round: Option<Round>,
     leadership: Option<Leadership>,
+    deferred: Option<Deferred>,
 
     last_sent: Option<Instant>,
     seq: u64,
@@ -336,6 +348,7 @@ impl Node {
             campaign_at: None,
             round: None,
             leadership: None,
+            deferred: None,
             last_sent: None,
             seq: seq_start,
             pending_resign: None,
@@ -421,16 +434,16 @@ impl Node {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut at = |i: Instant| next = Some(next.map_or(i, |n| n.min(i)));
-        // Every node publishes at least every heartbeat interval.
-        at(self
-            .last_sent
-            .map_or(self.timer_base, |s| s + self.t.heartbeat));
+        at(self.next_presence());
         if let Some(l) = &self.leadership {
             at(l.next_heartbeat);
             at(l.lease_until);
         }
         if let Some(r) = &self.round {
             at(r.deadline);
+        }
+        if let (Some(_), Some(g)) = (&self.deferred, &self.guard) {
+            at(g.until);
         }
         if let Some(heard) = self.leader_heard_at {
             if self.leader.is_some() && self.role != Role::Leader {
@@ -509,14 +522,19 @@ impl Node {
                 self.send_heartbeat(now);
             }
         }
-        if self.role == Role::Follower && self.can_campaign(now) {
+        if self.deferred.is_some() {
+            self.answer_deferred(now);
+        }
+        // Our own vote counts like any other: never while it may be holding up someone's lease.
+        let own_vote_free = self.may_vote(now, &self.id);
+        if self.role == Role::Follower && self.can_campaign(now) && own_vote_free {
             if let Some(deadline) = self.election_deadline() {
                 if now >= deadline {
                     self.start_pre_vote(now);
                 }
             }
         }
-        if self.role != Role::Leader && self.last_sent.is_none_or(|s| now >= s + self.t.heartbeat) {
+        if self.role != Role::Leader && now >= self.next_presence() {
             if let Some((msg, left)) = self.pending_resign.take() {
                 if left > 0 && self.leader.is_none() && msg.term == self.term {
                     let mut again = msg.clone();
@@ -528,6 +546,17 @@ impl Node {
             }
             self.send_presence(now);
         }
+    }
+
+    /// Every node is heard at least every heartbeat interval: a follower through its acks, so
+    /// it only announces itself when the heartbeats it answers are late.
+    fn next_presence(&self) -> Instant {
+        let every = if self.leader.is_some() && self.role != Role::Leader {
+            self.t.heartbeat * 2
+        } else {
+            self.t.heartbeat
+        };
+        self.last_sent.map_or(self.timer_base, |s| s + every)
     }
 
     fn draw_jitter(&mut self) -> Duration {
@@ -543,12 +572,20 @@ impl Node {
         self.jitter = self.draw_jitter();
     }
 
+    /// After a failed round. Pre-votes change nothing anywhere, so retrying often is cheap.
     fn retry_wait(&self) -> Duration {
-        self.t.heartbeat * 2
+        self.t.heartbeat
     }
 
     fn counts_as_rival(&self, m: &Member, now: Instant) -> bool {
-        m.eligible && self.is_live(m, now) && self.resigned.as_ref().is_none_or(|(r, _)| *r != m.id)
+        m.eligible && self.is_live(m, now) && !self.resigned_in_this_term(&m.id)
+    }
+
+    /// A leader that resigned in our current term stays out of the ranking until a new term.
+    fn resigned_in_this_term(&self, id: &str) -> bool {
+        self.resigned
+            .as_ref()
+            .is_some_and(|(r, t)| r == id && *t == self.term)
     }
 
     /// When a follower campaigns, if nothing else happens first: `T` (or a shorter wait after a
@@ -570,7 +607,7 @@ impl Node {
         let mut expiries: Vec<Instant> = self
             .members
             .values()
-            .filter(|m| m.eligible && self.resigned.as_ref().is_none_or(|(r, _)| *r != m.id))
+            .filter(|m| m.eligible && !self.resigned_in_this_term(&m.id))
             .filter(|m| outranks((m.priority, &m.id), me))
             .map(|m| m.last_seen + self.t.election_timeout)
             .filter(|e| *e > base)
@@ -675,7 +712,11 @@ impl Node {
             while l.pending.front().is_some_and(|p| p.sent_at + lease <= now) {
                 l.pending.pop_front();
             }
-            l.next_heartbeat = now + interval;
+            // A lease that was not renewed by the previous heartbeat is at risk: retry at four
+            // times the rate until a quorum answers, so a few lost messages do not depose a
+            // healthy leader.
+            let at_risk = l.lease_until.saturating_duration_since(now) < interval * 2;
+            l.next_heartbeat = now + if at_risk { interval / 4 } else { interval };
         }
         self.publish(now, m);
     }
@@ -752,7 +793,7 @@ impl Node {
             term,
             grants,
             started: now,
-            deadline: now + self.t.election_timeout / 2,
+            deadline: now + self.t.heartbeat * 2,
         });
         self.campaign_at = None;
         if self.quorum <= 1 {
@@ -814,6 +855,7 @@ impl Node {
         self.guard = None;
         self.pending_resign = None;
         self.leadership = Some(Leadership {
+            since: now,
             lease_until,
             renewed_at: round.started,
             next_heartbeat: now,
@@ -950,11 +992,7 @@ impl Node {
             // Two leaders in one term cannot happen; never yield to an impostor of our term.
             return Outcome::Ignored;
         }
-        if self
-            .resigned
-            .as_ref()
-            .is_some_and(|(r, t)| r == from && *t == self.term)
-        {
+        if self.resigned_in_this_term(from) {
             // A heartbeat that was overtaken by its sender's resignation.
             return Outcome::Stale;
         }
@@ -964,6 +1002,7 @@ impl Node {
             }
         }
         self.round = None;
+        self.deferred = None;
         self.role = Role::Follower;
         self.leader_heard_at = Some(now);
         self.set_leader(now, Some(from.to_string()), Reason::Elected);
@@ -1059,19 +1098,50 @@ impl Node {
         if m.term <= self.term {
             return Outcome::Stale;
         }
-        let granted =
-            self.may_vote(now, candidate) && self.acceptable_candidate(now, candidate, priority);
-        if !granted {
-            return Outcome::Ignored;
+        if self.may_vote(now, candidate) && self.acceptable_candidate(now, candidate, priority) {
+            self.grant_pre_vote(now, candidate, m.term);
+            return Outcome::Accepted;
         }
+        // The silent leader still counts as live until the same moment its guard expires, so
+        // judge the candidate as of then.
+        if let Some(until) = self.guard.as_ref().map(|g| g.until) {
+            let defer = self.leadership.is_none()
+                && until >= self.boot_until
+                && until <= now + self.t.heartbeat
+                && self.acceptable_candidate(until, candidate, priority);
+            if defer {
+                self.deferred = Some(Deferred {
+                    candidate: candidate.to_string(),
+                    priority,
+                    term: m.term,
+                });
+            }
+        }
+        Outcome::Ignored
+    }
+
+    fn grant_pre_vote(&mut self, now: Instant, candidate: &str, term: u64) {
         let body = Body::Vote {
             candidate: candidate.to_string(),
             granted: true,
             pre_vote: true,
         };
-        let reply = self.message_for_term(m.term, body);
+        let reply = self.message_for_term(term, body);
         self.publish(now, reply);
-        Outcome::Accepted
+    }
+
+    fn answer_deferred(&mut self, now: Instant) {
+        if self.guard.as_ref().is_some_and(|g| now < g.until) {
+            return;
+        }
+        if let Some(d) = self.deferred.take() {
+            if d.term > self.term
+                && self.may_vote(now, &d.candidate)
+                && self.acceptable_candidate(now, &d.candidate, d.priority)
+            {
+                self.grant_pre_vote(now, &d.candidate, d.term);
+            }
+        }
     }
 
     fn on_vote_request(&mut self, now: Instant, candidate: &str, priority: u32) -> Outcome {
@@ -1113,11 +1183,7 @@ impl Node {
     }
 
     fn on_resign(&mut self, now: Instant, from: &str, successor: Option<String>) -> Outcome {
-        if self
-            .resigned
-            .as_ref()
-            .is_some_and(|(r, t)| r == from && *t == self.term)
-        {
+        if self.resigned_in_this_term(from) {
             return Outcome::Stale;
         }
         if self.role == Role::Leader {
@@ -1299,8 +1365,14 @@ impl Node {
             return;
         }
         let me = (self.priority, self.id.as_str());
-        // At least T, so the member is past its own start-up guard and can campaign at once.
+        // At least T, so the member is past its own start-up guard and can campaign at once; and
+        // counted from our own election too, so that a handover an operator asked for holds for
+        // at least that long.
         let wait = self.t.preempt_after.max(self.t.election_timeout);
+        let since = self.leadership.as_ref().map_or(now, |l| l.since);
+        if now < since + wait {
+            return;
+        }
         let best = self
             .members
             .values()

@@ -1,0 +1,443 @@
+//! Named protocol cases, each run through the simulator on several seeds so that timing
+//! coincidences do not hide a failure.
+
+use std::time::Duration;
+
+use pilot_election::election::{CommandError, Input, Outcome, Role, Timings};
+use pilot_election::sim::world::{core_factory, World, WorldConfig};
+
+const SEEDS: u64 = 12;
+
+fn t() -> Timings {
+    Timings::default()
+}
+
+/// A cluster whose node `i` has priority `100 + i`: the last one ranks highest.
+fn world(seed: u64, size: usize) -> World {
+    World::new(
+        WorldConfig {
+            seed,
+            group: "cases".into(),
+            timings: t(),
+            nodes: (0..size)
+                .map(|i| (format!("n{i}"), 100 + i as u32, true))
+                .collect(),
+            rates: (0..size).map(|i| 1.0 + 0.01 * i as f64).collect(),
+        },
+        core_factory(),
+    )
+}
+
+/// Runs in 10 ms steps until `cond` holds; the true time it took, or panics after `limit`.
+fn run_until_cond(
+    w: &mut World,
+    limit: Duration,
+    mut cond: impl FnMut(&World) -> bool,
+) -> Duration {
+    let start = w.now();
+    while w.now() < start + limit {
+        w.run_until(w.now() + Duration::from_millis(10));
+        if cond(w) {
+            return w.now() - start;
+        }
+    }
+    panic!("condition not met within {limit:?}: {}", w.describe());
+}
+
+fn elect(w: &mut World) -> (usize, u64) {
+    run_until_cond(w, Duration::from_secs(20), |w| w.agreed_leader().is_some());
+    w.agreed_leader().unwrap()
+}
+
+fn assert_safe(w: &World) {
+    assert!(
+        w.checker.violations.is_empty(),
+        "invariants broken: {:?}",
+        w.checker.violations
+    );
+}
+
+#[test]
+fn the_highest_priority_node_wins_a_fresh_election() {
+    for seed in 0..SEEDS {
+        for size in [1, 2, 3, 5, 7] {
+            let mut w = world(seed, size);
+            let (leader, term) = elect(&mut w);
+            assert_eq!(
+                leader,
+                size - 1,
+                "seed {seed} size {size}: {}",
+                w.describe()
+            );
+            assert_eq!(term, 1, "one election, one term");
+            assert_safe(&w);
+        }
+    }
+}
+
+#[test]
+fn an_isolated_leader_steps_down_within_its_lease_and_the_majority_elects() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        w.run_until(w.now() + Duration::from_millis(137 * seed));
+        w.partition(&[leader]);
+        let cut = w.now();
+        // Its last acknowledged heartbeat left no later than the cut: the lease (on a clock up
+        // to 2 % fast here) runs out within L of it.
+        w.run_until(cut + t().lease.mul_f64(1.03));
+        assert!(
+            !w.claims_leadership(leader),
+            "seed {seed}: {}",
+            w.describe()
+        );
+        let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        run_until_cond(&mut w, t().election_timeout * 2, |w| {
+            let views: Vec<_> = others.iter().map(|&i| w.view(i).unwrap()).collect();
+            let l = views[0].leader.clone();
+            l.is_some()
+                && views.iter().all(|v| v.leader == l && v.term > term)
+                && others.iter().any(|&i| w.claims_leadership(i))
+        });
+        w.heal();
+        let (after, _) = elect(&mut w);
+        assert_ne!(
+            after, leader,
+            "the healed old leader must not take over by force"
+        );
+        assert_eq!(w.role(leader), Some(Role::Follower));
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn a_minority_never_elects() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 5);
+        let (_, term) = elect(&mut w);
+        // The two top-ranked nodes (one of them the leader) end up in the minority.
+        w.partition(&[3, 4]);
+        let cut = w.now();
+        while w.now() < cut + Duration::from_secs(30) {
+            w.run_until(w.now() + Duration::from_millis(10));
+            if w.now() > cut + t().lease.mul_f64(1.05) {
+                assert!(
+                    !w.claims_leadership(3) && !w.claims_leadership(4),
+                    "seed {seed}: {}",
+                    w.describe()
+                );
+            }
+        }
+        for i in [3, 4] {
+            // Pre-vote: failed campaigns in the minority never raise the term.
+            assert_eq!(w.view(i).unwrap().term, term, "seed {seed}");
+        }
+        let majority_leader = (0..3).find(|&i| w.claims_leadership(i));
+        assert!(majority_leader.is_some(), "seed {seed}: {}", w.describe());
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn a_rejoining_node_does_not_raise_the_term() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        let loner = (leader + 1) % 3;
+        w.partition(&[loner]);
+        w.run_until(w.now() + Duration::from_secs(20));
+        w.heal();
+        w.run_until(w.now() + Duration::from_secs(10));
+        assert_eq!(
+            w.agreed_leader(),
+            Some((leader, term)),
+            "seed {seed}: {}",
+            w.describe()
+        );
+        for i in 0..3 {
+            assert_eq!(w.view(i).unwrap().term, term, "seed {seed}");
+        }
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn step_down_to_a_successor_elects_it() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        w.run_until(w.now() + Duration::from_secs(1));
+        let successor = 0; // the lowest-ranked node
+        let r = w.command(
+            leader,
+            Input::StepDown {
+                successor: Some("n0".into()),
+                expected_term: Some(term),
+            },
+        );
+        assert_eq!(
+            r,
+            Some(Ok(Outcome::SteppedDown {
+                term,
+                successor: Some("n0".into())
+            }))
+        );
+        assert!(
+            !w.claims_leadership(leader),
+            "stops leading before it says so"
+        );
+        let took = run_until_cond(&mut w, Duration::from_secs(2), |w| {
+            w.agreed_leader().is_some_and(|(l, _)| l == successor)
+        });
+        assert!(took < Duration::from_millis(300), "handover took {took:?}");
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn step_down_without_successor_goes_to_the_next_ranked() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 5);
+        let (leader, _) = elect(&mut w);
+        w.run_until(w.now() + Duration::from_secs(1));
+        let r = w.command(
+            leader,
+            Input::StepDown {
+                successor: None,
+                expected_term: None,
+            },
+        );
+        assert!(matches!(r, Some(Ok(Outcome::SteppedDown { .. }))));
+        let took = run_until_cond(&mut w, Duration::from_secs(5), |w| {
+            w.agreed_leader().is_some()
+        });
+        assert_eq!(
+            w.agreed_leader().unwrap().0,
+            3,
+            "seed {seed}: {}",
+            w.describe()
+        );
+        assert!(
+            took < t().election_timeout,
+            "no T wait after a resign: took {took:?}"
+        );
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn step_down_is_refused_with_reasons() {
+    let mut w = world(1, 3);
+    let (leader, term) = elect(&mut w);
+    let follower = (leader + 1) % 3;
+    assert!(matches!(
+        w.command(
+            follower,
+            Input::StepDown {
+                successor: None,
+                expected_term: None
+            }
+        ),
+        Some(Err(CommandError::NotLeader { .. }))
+    ));
+    assert_eq!(
+        w.command(
+            leader,
+            Input::StepDown {
+                successor: None,
+                expected_term: Some(term + 1)
+            }
+        ),
+        Some(Err(CommandError::TermMismatch {
+            expected: term + 1,
+            current: term
+        }))
+    );
+    for (who, reason) in [("nobody", "no such member"), ("n2", "this node")] {
+        let r = w.command(
+            leader,
+            Input::StepDown {
+                successor: Some(who.into()),
+                expected_term: None,
+            },
+        );
+        match r {
+            Some(Err(CommandError::SuccessorIneligible { reason: r, .. })) => {
+                assert!(r.contains(reason), "{r}")
+            }
+            other => panic!("{who}: {other:?}"),
+        }
+    }
+    w.command(
+        0,
+        Input::SetCandidacy {
+            eligible: false,
+            priority: None,
+        },
+    );
+    w.run_until(w.now() + Duration::from_secs(1));
+    match w.command(
+        leader,
+        Input::StepDown {
+            successor: Some("n0".into()),
+            expected_term: None,
+        },
+    ) {
+        Some(Err(CommandError::SuccessorIneligible { reason, .. })) => {
+            assert!(reason.contains("not a candidate"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    w.crash(1);
+    w.run_until(w.now() + t().election_timeout + Duration::from_millis(100));
+    match w.command(
+        leader,
+        Input::StepDown {
+            successor: Some("n1".into()),
+            expected_term: None,
+        },
+    ) {
+        Some(Err(CommandError::SuccessorIneligible { reason, .. })) => {
+            assert!(reason.contains("not heard from"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        w.agreed_leader().map(|l| l.0),
+        Some(leader),
+        "refusals change nothing"
+    );
+    assert_safe(&w);
+}
+
+#[test]
+fn a_paused_leader_that_wakes_after_its_lease_does_not_act_as_leader() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        let pause = t().lease * 3;
+        w.pause(leader, pause);
+        let start = w.now();
+        // While it sleeps, its lease runs out on its own clock and the others elect.
+        w.run_until(start + pause - Duration::from_millis(1));
+        assert!(!w.claims_leadership(leader));
+        w.run_until(start + pause + Duration::from_millis(1));
+        assert!(
+            !w.claims_leadership(leader),
+            "seed {seed}: {}",
+            w.describe()
+        );
+        assert_ne!(w.role(leader), Some(Role::Leader));
+        let (now_leader, now_term) = elect(&mut w);
+        assert!(now_term > term);
+        // Preemption may later hand back to the top-ranked old leader, but only in a new term.
+        let _ = now_leader;
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn a_cluster_of_one_leads_alone_and_of_two_needs_both() {
+    let mut one = world(3, 1);
+    assert_eq!(elect(&mut one), (0, 1));
+    for seed in 0..SEEDS {
+        let mut two = world(seed, 2);
+        let (leader, _) = elect(&mut two);
+        let other = 1 - leader;
+        two.crash(leader);
+        let crashed = two.now();
+        while two.now() < crashed + Duration::from_secs(20) {
+            two.run_until(two.now() + Duration::from_millis(10));
+            assert!(
+                !two.claims_leadership(other),
+                "a lone node of two must not lead"
+            );
+        }
+        two.restart(leader);
+        elect(&mut two);
+        assert_safe(&two);
+    }
+}
+
+#[test]
+fn a_restarted_node_keeps_its_term_and_vote() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        let follower = (leader + 1) % 3;
+        let before = w.persisted(follower).clone();
+        assert_eq!(before.term, term);
+        w.crash(follower);
+        w.run_until(w.now() + Duration::from_secs(2));
+        w.restart(follower);
+        assert_eq!(w.view(follower).unwrap().term, term);
+        assert_eq!(w.view(follower).unwrap().voted_for, before.voted_for);
+        w.run_until(w.now() + Duration::from_secs(10));
+        assert_eq!(w.agreed_leader(), Some((leader, term)), "seed {seed}");
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn a_better_node_that_joins_takes_over_after_preempt_after() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        w.crash(2);
+        let (leader, _) = elect(&mut w);
+        assert_eq!(leader, 1);
+        w.restart(2);
+        let back = w.now();
+        let took = run_until_cond(&mut w, Duration::from_secs(15), |w| {
+            w.agreed_leader().is_some_and(|(l, _)| l == 2)
+        });
+        let wait = t().preempt_after.max(t().election_timeout);
+        assert!(took >= wait, "preempted after {took:?}, before {wait:?}");
+        assert!(
+            w.now() - back < wait + Duration::from_secs(2),
+            "took {took:?}"
+        );
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn withdrawing_candidacy_hands_over_and_is_respected() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, _) = elect(&mut w);
+        assert_eq!(leader, 2);
+        w.command(
+            2,
+            Input::SetCandidacy {
+                eligible: false,
+                priority: None,
+            },
+        );
+        run_until_cond(&mut w, Duration::from_secs(5), |w| {
+            w.agreed_leader().is_some_and(|(l, _)| l == 1)
+        });
+        // It stays out for good, even past preempt-after.
+        w.run_until(w.now() + Duration::from_secs(15));
+        assert_eq!(w.agreed_leader().map(|l| l.0), Some(1), "seed {seed}");
+        assert_safe(&w);
+    }
+}
+
+#[test]
+fn shutdown_of_the_leader_hands_over_to_the_next_ranked() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, _) = elect(&mut w);
+        w.run_until(w.now() + Duration::from_secs(1));
+        w.command(leader, Input::Shutdown);
+        assert!(!w.claims_leadership(leader));
+        let took = run_until_cond(&mut w, Duration::from_secs(3), |w| {
+            (0..3).any(|i| i != leader && w.claims_leadership(i))
+        });
+        assert!(took < Duration::from_secs(1), "handover took {took:?}");
+        assert!((0..3)
+            .filter(|&i| i != leader)
+            .any(|i| w.claims_leadership(i) && i == 1));
+        assert_safe(&w);
+    }
+}
