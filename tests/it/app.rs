@@ -302,6 +302,30 @@ pub async fn term_of(url: &str, within: Duration) -> Option<u64> {
     .await
 }
 
+/// Waits until the node's HTTP API answers `/healthz` with 200.
+pub async fn wait_up(app: &App) {
+    let url = format!("{}/healthz", app.url());
+    let up = wait_for(Duration::from_secs(10), || {
+        let url = url.clone();
+        async move { (get_json(&url).await.0 == 200).then_some(()) }
+    })
+    .await;
+    assert!(up.is_some(), "{} did not come up:\n{}", app.id, app.log());
+}
+
+/// Short timings for in-process clusters, still safe by `Timings::validate`.
+pub fn fast_timings() -> pilot_election::election::Timings {
+    let t = pilot_election::election::Timings {
+        heartbeat: Duration::from_millis(100),
+        lease: Duration::from_millis(400),
+        election_timeout: Duration::from_millis(700),
+        stagger: Duration::from_millis(100),
+        ..Default::default()
+    };
+    t.validate().expect("safe timings");
+    t
+}
+
 /// Polls `f` until it returns `Some` or `within` passes.
 pub async fn wait_for<T, F, Fut>(within: Duration, mut f: F) -> Option<T>
 where

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use pilot_election::api::ROUTES;
 
 use crate::app::{
-    app, client, free_port, get_json, metrics_text, post_json, serial, wait_for, Cluster, TOKEN,
+    app, client, free_port, get_json, metrics_text, post_json, serial, wait_up, Cluster, TOKEN,
 };
 use crate::contract::Spec;
 
@@ -222,13 +222,8 @@ async fn without_a_token_mutations_are_refused_unless_explicitly_allowed() {
     let _serial = serial().await;
     let mut a = app("lonely", free_port(), &[], &[]);
     a.start();
+    wait_up(&a).await;
     let url = a.url();
-    let up = wait_for(Duration::from_secs(10), || {
-        let url = url.clone();
-        async move { (get_json(&format!("{url}/healthz")).await.0 == 200).then_some(()) }
-    })
-    .await;
-    assert!(up.is_some(), "{}", a.log());
     for path in ["/step-down", "/candidacy"] {
         let resp = client()
             .post(format!("{url}{path}"))

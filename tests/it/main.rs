@@ -9,5 +9,6 @@ mod cli;
 mod cluster;
 mod contract;
 mod errors;
+mod health;
 mod memory;
 mod state;

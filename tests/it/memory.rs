@@ -7,25 +7,18 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use pilot_election::election::{Config, Node, Timings};
+use pilot_election::election::{Config, Node};
 use pilot_election::metrics::Metrics;
 use pilot_election::runtime::{Runtime, Wiring};
 use pilot_election::store::Store;
 use pilot_election::transport::memory::Bus;
 use pilot_election::transport::INBOUND_CAPACITY;
 
-use crate::app::{wait_for, TempDir};
+use crate::app::{fast_timings, wait_for, TempDir};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_runtimes_on_a_memory_bus_agree_on_one_leader() {
-    let timings = Timings {
-        heartbeat: Duration::from_millis(100),
-        lease: Duration::from_millis(400),
-        election_timeout: Duration::from_millis(700),
-        stagger: Duration::from_millis(100),
-        ..Timings::default()
-    };
-    timings.validate().expect("safe timings");
+    let timings = fast_timings();
     let bus = Bus::new();
     let stop = CancellationToken::new();
     let mut views = Vec::new();
