@@ -247,6 +247,9 @@ async fn sigterm_on_the_leader_hands_over_within_a_second_and_exits_zero() {
     let status = c.nodes[li].wait_exit(Duration::from_secs(9)).await;
     assert!(status.success(), "exit status {status:?}\n{}", c.logs());
     assert!(c.nodes[li].log().contains("handed leadership over"));
+    // The history written before the exit records why it stopped leading.
+    let saved = std::fs::read_to_string(c.nodes[li].data_dir().join("history.json")).unwrap();
+    assert!(saved.contains("\"shutdown\""), "{saved}");
     let (_, body) = get_json(&format!("{}/history", c.nodes[survivors[0]].url())).await;
     assert!(body["transitions"]
         .as_array()
