@@ -77,6 +77,8 @@ pub struct Runtime {
     history: Arc<VecDeque<HistoryEntry>>,
     leaderless_since: Option<Instant>,
     role: Role,
+    /// The latest history for the writer task (see [`history_writer`]).
+    history_out: watch::Sender<Vec<HistoryEntry>>,
 }
 
 /// The channels a runtime is built from.
@@ -118,6 +120,7 @@ impl Runtime {
             history: Arc::new(history),
             leaderless_since: Some(now),
             role,
+            history_out: watch::Sender::new(Vec::new()),
         };
         (rt, rx, clock)
     }
@@ -126,7 +129,22 @@ impl Runtime {
     /// grace period ran out). An error means the state could not be made durable: the node must
     /// not go on.
     pub async fn run(mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
+        let result = self.drive(stop).await;
+        // The last transitions (a shutdown's, typically) must not be lost to the exit.
+        let list: Vec<_> = self.history.iter().cloned().collect();
+        let store = self.store.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.save_history(&list)).await {
+            tracing::warn!(error = %e, "could not save history");
+        }
+        result
+    }
+
+    async fn drive(&mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
         let h = self.node.timings().heartbeat;
+        tokio::spawn(history_writer(
+            self.store.clone(),
+            self.history_out.subscribe(),
+        ));
         let mut stopping: Option<(Instant, bool)> = None;
         loop {
             self.execute().await?;
@@ -259,14 +277,8 @@ impl Runtime {
         while history.len() > HISTORY_LIMIT {
             history.pop_front();
         }
-        let list: Vec<_> = history.iter().cloned().collect();
-        let store = self.store.clone();
-        // History is informational: it is written off the loop and a failure only logs.
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = store.save_history(&list) {
-                tracing::warn!(error = %e, "could not save history");
-            }
-        });
+        self.history_out
+            .send_replace(history.iter().cloned().collect());
     }
 
     fn on_state(&mut self, view: &View) {
@@ -293,6 +305,20 @@ impl Runtime {
             now,
         );
         self.snapshot.send_replace(snap);
+    }
+}
+
+/// Writes the history off the election loop, one write at a time and always the latest list,
+/// so two quick transitions can neither interleave their files nor land out of order. History is
+/// informational: a failed write only logs.
+async fn history_writer(store: Store, mut rx: watch::Receiver<Vec<HistoryEntry>>) {
+    while rx.changed().await.is_ok() {
+        let list = rx.borrow_and_update().clone();
+        let store = store.clone();
+        let written = tokio::task::spawn_blocking(move || store.save_history(&list)).await;
+        if let Ok(Err(e)) = written {
+            tracing::warn!(error = %e, "could not save history");
+        }
     }
 }
 

@@ -1,0 +1,133 @@
+//! Health that tells the truth: no quorum means no leader and not ready; a stuck election loop
+//! fails `/healthz` and stops claiming leadership when its lease runs out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use pilot_election::api::{router, AppState, Auth};
+use pilot_election::election::{Config, Node};
+use pilot_election::metrics::Metrics;
+use pilot_election::runtime::{Runtime, Wiring};
+use pilot_election::store::Store;
+use pilot_election::transport::memory::Bus;
+
+use crate::app::{
+    app, client, fast_timings, free_port, get_json, serial, wait_for, wait_up, TempDir,
+};
+use crate::contract::Spec;
+
+#[tokio::test]
+async fn without_a_quorum_there_is_no_leader_and_the_node_is_not_ready() {
+    let _serial = serial().await;
+    let spec = Spec::load();
+    // A 2-node cluster whose other node never answers: quorum 2 is out of reach.
+    let ghost = format!("ghost=http://127.0.0.1:{}", free_port());
+    let mut a = app("alone", free_port(), &[], &["--peer", &ghost]);
+    a.start();
+    wait_up(&a).await;
+    let url = a.url();
+
+    let resp = client().get(format!("{url}/leader")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "no_leader");
+    spec.check("get", "/leader", 503, &body);
+
+    // Readiness follows the transport: the peer is unreachable.
+    let ready = wait_for(Duration::from_secs(10), || {
+        let url = url.clone();
+        async move {
+            let (s, b) = get_json(&format!("{url}/readyz")).await;
+            (s == 503 && b["transport"]["last_error"].as_str().is_some()).then_some(b)
+        }
+    })
+    .await
+    .expect("readyz reports the unreachable peer");
+    spec.check("get", "/readyz", 503, &ready);
+    assert!(ready["transport"]["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("ghost"));
+    assert_eq!(get_json(&format!("{url}/role/leader")).await.0, 503);
+    assert_eq!(get_json(&format!("{url}/role/follower")).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_loop_fails_healthz_and_stops_claiming_leadership() {
+    let timings = fast_timings();
+    let dir = TempDir::new("stuck");
+    let loaded = Store::open(&dir.0, false).unwrap();
+    let node = Node::new(
+        Config {
+            node_id: "solo".into(),
+            group: "stuck".into(),
+            cluster_size: 1,
+            priority: 1,
+            eligible: true,
+            timings,
+        },
+        loaded.persistent,
+        Instant::now(),
+        1,
+        loaded.boot << 32,
+    );
+    let (in_tx, in_rx) = mpsc::channel(16);
+    let (cmd_tx, cmd_rx) = mpsc::channel(8);
+    let metrics = Arc::new(Metrics::new());
+    let (rt, snapshot, clock) = Runtime::new(
+        node,
+        loaded.store,
+        loaded.history,
+        Wiring {
+            transport: Arc::new(Bus::new().attach(in_tx.clone())),
+            inbound: in_rx,
+            commands: cmd_rx,
+            metrics: metrics.clone(),
+        },
+    );
+    let task = tokio::spawn(rt.run(CancellationToken::new()));
+    let app = router(AppState {
+        snapshot,
+        commands: cmd_tx,
+        ingress: in_tx,
+        clock,
+        metrics,
+        auth: Arc::new(Auth::default()),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let leading = wait_for(Duration::from_secs(10), || {
+        let url = url.clone();
+        async move { (get_json(&format!("{url}/role/leader")).await.0 == 200).then_some(()) }
+    })
+    .await;
+    assert!(leading.is_some(), "a single node leads");
+    assert_eq!(get_json(&format!("{url}/healthz")).await.0, 200);
+
+    // The loop stops dead (as if stuck): no resign, no step-down, nothing more from it.
+    task.abort();
+    let stopped = Instant::now();
+    let gone = wait_for(Duration::from_secs(5), || {
+        let url = url.clone();
+        async move { (get_json(&format!("{url}/role/leader")).await.0 == 503).then_some(()) }
+    })
+    .await;
+    assert!(gone.is_some(), "still claims leadership after its lease");
+    assert!(
+        stopped.elapsed() <= timings.lease + Duration::from_millis(300),
+        "claimed leadership {:?} after the loop stopped (lease {:?})",
+        stopped.elapsed(),
+        timings.lease
+    );
+    let (s, b) = get_json(&format!("{url}/healthz")).await;
+    assert_eq!(s, 503, "{b}");
+    let (s, _) = get_json(&format!("{url}/leader")).await;
+    assert_eq!(s, 503);
+}
