@@ -1,7 +1,7 @@
-//! The `pilot-election` binary: parse configuration, set up tracing, run.
+//! The `pilot-election` binary: everything lives in the library so that tests and the demo share
+//! it; this only turns its answer into the exit code.
 #![forbid(unsafe_code)]
 
 fn main() {
-    eprintln!("pilot-election: the service is not built yet; see README.md");
-    std::process::exit(64);
+    std::process::exit(pilot_election::cli::main());
 }

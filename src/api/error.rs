@@ -1,0 +1,133 @@
+//! The one error type of the API: every failure, including the framework's own rejections,
+//! renders as `{"error": "<snake_code>", "message": "..."}` so that clients need one parser.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("no leader is known in term {term}")]
+    NoLeader { term: u64 },
+    #[error("this node is not the leader (term {term})")]
+    NotLeader { term: u64, leader: Option<String> },
+    #[error("expected term {expected} but the current term is {current}")]
+    TermMismatch { expected: u64, current: u64 },
+    #[error("successor {successor} cannot lead: {reason}")]
+    SuccessorIneligible { successor: String, reason: String },
+    #[error("missing `Authorization: Bearer <admin token>` header")]
+    Unauthorized,
+    #[error("the admin token is wrong")]
+    Forbidden,
+    #[error(
+        "no admin token is configured (--admin-token-file or PILOT_ELECTION_ADMIN_TOKEN); \
+         start the node with --allow-unauthenticated to allow this without one"
+    )]
+    AdminTokenNotConfigured,
+    #[error("the body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("the body does not match the schema: {0}")]
+    InvalidBody(String),
+    #[error("the body must be sent with `Content-Type: application/json`")]
+    UnsupportedMediaType,
+    #[error("the body exceeds the {limit}-byte limit")]
+    PayloadTooLarge { limit: usize },
+    #[error("the body could not be read: {0}")]
+    BadRequest(String),
+    #[error("malformed wire message: {0}")]
+    MalformedMessage(String),
+    #[error("no route for {0}")]
+    NotFound(String),
+    #[error("method not allowed for this route")]
+    MethodNotAllowed,
+    #[error("the election loop is not running")]
+    LoopStopped,
+    #[error("too many messages queued; try again")]
+    Overloaded,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        use ApiError::*;
+        match self {
+            NoLeader { .. } | LoopStopped | Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            NotLeader { .. } | TermMismatch { .. } => StatusCode::CONFLICT,
+            SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            Forbidden | AdminTokenNotConfigured => StatusCode::FORBIDDEN,
+            InvalidJson(_) | BadRequest(_) | MalformedMessage(_) => StatusCode::BAD_REQUEST,
+            UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            NotFound(_) => StatusCode::NOT_FOUND,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        use ApiError::*;
+        match self {
+            NoLeader { .. } => "no_leader",
+            NotLeader { .. } => "not_leader",
+            TermMismatch { .. } => "term_mismatch",
+            SuccessorIneligible { .. } => "successor_ineligible",
+            Unauthorized => "unauthorized",
+            Forbidden => "forbidden",
+            AdminTokenNotConfigured => "admin_token_not_configured",
+            InvalidJson(_) => "invalid_json",
+            InvalidBody(_) => "invalid_body",
+            UnsupportedMediaType => "unsupported_media_type",
+            PayloadTooLarge { .. } => "payload_too_large",
+            BadRequest(_) => "bad_request",
+            MalformedMessage(_) => "malformed_message",
+            NotFound(_) => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            LoopStopped => "loop_stopped",
+            Overloaded => "overloaded",
+        }
+    }
+
+    /// Fields a client can act on without parsing the message.
+    fn extra(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        match self {
+            ApiError::NoLeader { term } => {
+                m.insert("term".into(), json!(term));
+            }
+            ApiError::NotLeader { term, leader } => {
+                m.insert("term".into(), json!(term));
+                m.insert("leader".into(), json!(leader));
+            }
+            ApiError::TermMismatch { expected, current } => {
+                m.insert("expected_term".into(), json!(expected));
+                m.insert("term".into(), json!(current));
+            }
+            ApiError::SuccessorIneligible { successor, reason } => {
+                m.insert("successor".into(), json!(successor));
+                m.insert("reason".into(), json!(reason));
+            }
+            _ => {}
+        }
+        m
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = self.extra();
+        body.insert("error".into(), json!(self.code()));
+        body.insert("message".into(), json!(self.to_string()));
+        let mut resp = (self.status(), axum::Json(Value::Object(body))).into_response();
+        match self {
+            ApiError::NoLeader { .. } | ApiError::LoopStopped | ApiError::Overloaded => {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::Unauthorized => {
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        resp
+    }
+}

@@ -1,0 +1,124 @@
+//! Extractors whose every rejection is an [`ApiError`], and the operator check.
+
+use std::net::SocketAddr;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
+use axum::http::{header, request::Parts};
+use serde::de::DeserializeOwned;
+use subtle::ConstantTimeEq;
+
+use super::{ApiError, AppState};
+
+/// Largest request body the API reads.
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// Reads at most `limit` bytes of the body; more is a 413, whatever `Content-Length` claims.
+pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|e| {
+            // axum exposes the limit error only through its text.
+            let too_large = format!("{e:?}").contains("LengthLimitError")
+                || e.to_string().contains("length limit");
+            if too_large {
+                ApiError::PayloadTooLarge { limit }
+            } else {
+                ApiError::BadRequest(e.to_string())
+            }
+        })
+}
+
+/// A JSON body: `application/json`, at most 64 KiB, no unknown fields (the target types deny
+/// them), every failure a JSON error.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+        if !is_json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = read_body(req, BODY_LIMIT).await?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value = T::deserialize(&mut de)
+            .and_then(|v| de.end().map(|_| v))
+            .map_err(|e| {
+                use serde_json::error::Category;
+                match e.classify() {
+                    Category::Data => ApiError::InvalidBody(e.to_string()),
+                    _ => ApiError::InvalidJson(e.to_string()),
+                }
+            })?;
+        Ok(JsonBody(value))
+    }
+}
+
+/// Operator credentials.
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    pub token: Option<String>,
+    pub allow_unauthenticated: bool,
+}
+
+impl Auth {
+    pub fn check(&self, header_value: Option<&str>) -> Result<(), ApiError> {
+        let Some(token) = &self.token else {
+            return if self.allow_unauthenticated {
+                Ok(())
+            } else {
+                Err(ApiError::AdminTokenNotConfigured)
+            };
+        };
+        let presented = header_value
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized)?;
+        if bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden)
+        }
+    }
+}
+
+/// Proof that the request comes from an operator. Runs before the body is read, and logs every
+/// decision with the source address (never the token).
+pub struct Admin {
+    pub source: String,
+}
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let source = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        match state.auth.check(header) {
+            Ok(()) => Ok(Admin { source }),
+            Err(e) => {
+                tracing::warn!(
+                    source = %source,
+                    method = %parts.method,
+                    path = parts.uri.path(),
+                    error = e.code(),
+                    "refused mutation"
+                );
+                Err(e)
+            }
+        }
+    }
+}

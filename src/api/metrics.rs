@@ -1,0 +1,36 @@
+//! `GET /metrics`: Prometheus text; ages are computed now, from the latest snapshot.
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use tokio::time::Instant;
+
+use super::AppState;
+
+pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
+    let snap = s.snapshot();
+    let now = Instant::now();
+    let m = &s.metrics;
+    m.is_leader.set(i64::from(snap.view.is_leader_at(now)));
+    m.term.set(snap.view.term as i64);
+    let hb_age = match (&snap.view.leader, snap.view.leader_heard_at) {
+        (Some(_), Some(at)) => now.saturating_duration_since(at).as_secs_f64(),
+        _ => -1.0,
+    };
+    m.last_heartbeat_age.set(hb_age);
+    for member in &snap.members {
+        m.member_last_seen_age
+            .get_or_create(&vec![("member", member.id.clone())])
+            .set(
+                now.saturating_duration_since(member.last_seen)
+                    .as_secs_f64(),
+            );
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        m.encode(),
+    )
+}

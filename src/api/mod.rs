@@ -1,0 +1,137 @@
+//! The HTTP API of DESIGN.md "HTTP API": one file per resource, all errors as [`ApiError`].
+//!
+//! Handlers only read the latest [`Snapshot`] or send a [`Command`] to the election loop; none of
+//! them can block it. Leadership is judged against the current time, not the snapshot's, so a
+//! stuck loop stops claiming leadership once its lease is over.
+
+mod error;
+mod events;
+mod extract;
+mod health;
+mod history;
+mod leader;
+mod membership;
+mod metrics;
+mod openapi;
+mod peer;
+mod role;
+mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{Method, Uri};
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+pub use error::ApiError;
+pub use extract::{Auth, BODY_LIMIT};
+pub use openapi::OPENAPI_YAML;
+
+use crate::election::{CommandError, Input, Outcome, View};
+use crate::metrics::Metrics;
+use crate::runtime::{Command, LoopClock, Snapshot};
+use crate::store::unix_ms_now;
+
+/// What every handler may use.
+#[derive(Clone)]
+pub struct AppState {
+    pub snapshot: watch::Receiver<Snapshot>,
+    pub commands: mpsc::Sender<Command>,
+    /// Where `/peer/messages` delivers (the HTTP transport's inbound side).
+    pub ingress: mpsc::Sender<Vec<u8>>,
+    pub clock: LoopClock,
+    pub metrics: Arc<Metrics>,
+    pub auth: Arc<Auth>,
+}
+
+impl AppState {
+    fn snapshot(&self) -> Snapshot {
+        self.snapshot.borrow().clone()
+    }
+
+    /// Sends a command and waits for the loop's answer.
+    async fn command(&self, input: Input) -> Result<Result<Outcome, CommandError>, ApiError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command { input, reply })
+            .await
+            .map_err(|_| ApiError::LoopStopped)?;
+        tokio::time::timeout(Duration::from_secs(5), rx)
+            .await
+            .map_err(|_| ApiError::LoopStopped)?
+            .map_err(|_| ApiError::LoopStopped)
+    }
+}
+
+/// Every route of the service. Pure: building it starts nothing.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/leader", get(leader::get_leader))
+        .route("/term", get(leader::get_term))
+        .route("/status", get(status::get_status))
+        .route("/candidacy", post(membership::post_candidacy))
+        .route("/step-down", post(membership::post_step_down))
+        .route("/events", get(events::get_events))
+        .route("/history", get(history::get_history))
+        .route("/role/leader", get(role::get_role_leader))
+        .route("/role/follower", get(role::get_role_follower))
+        .route("/healthz", get(health::get_healthz))
+        .route("/readyz", get(health::get_readyz))
+        .route("/metrics", get(metrics::get_metrics))
+        .route("/openapi.yaml", get(openapi::get_openapi))
+        .route("/peer/messages", post(peer::post_messages))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+}
+
+/// The paths `router` serves, for the contract test against the OpenAPI document.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/leader"),
+    ("get", "/term"),
+    ("get", "/status"),
+    ("post", "/candidacy"),
+    ("post", "/step-down"),
+    ("get", "/events"),
+    ("get", "/history"),
+    ("get", "/role/leader"),
+    ("head", "/role/leader"),
+    ("get", "/role/follower"),
+    ("head", "/role/follower"),
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("get", "/openapi.yaml"),
+    ("post", "/peer/messages"),
+];
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("{method} {}", uri.path()))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// The leader this node can vouch for now: itself only under an unexpired lease, another node
+/// only if heard within the election timeout.
+fn current_leader(view: &View, snap: &Snapshot, now: Instant) -> Option<String> {
+    if view.is_leader_at(now) {
+        return Some(view.node_id.clone());
+    }
+    let leader = view.leader.clone().filter(|l| *l != view.node_id)?;
+    let heard = view.leader_heard_at?;
+    (now < heard + snap.timings.election_timeout).then_some(leader)
+}
+
+fn age_ms(at: Instant, now: Instant) -> u64 {
+    now.saturating_duration_since(at).as_millis() as u64
+}
+
+/// Monotonic instants are shown as wall-clock time, for people only.
+fn wall_clock(at: Instant, now: Instant) -> String {
+    crate::store::rfc3339(unix_ms_now().saturating_sub(age_ms(at, now)))
+}

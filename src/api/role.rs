@@ -1,0 +1,48 @@
+//! `GET|HEAD /role/leader` and `/role/follower`: status codes for load balancers.
+//!
+//! The answer is judged against the current time: a leader whose loop is stuck stops answering
+//! 200 on `/role/leader` when its lease runs out, which is what keeps two backends from being
+//! "leader" at once.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::{current_leader, AppState};
+
+#[derive(Serialize)]
+pub struct RoleBody {
+    node: String,
+    role: &'static str,
+    term: u64,
+    leader: Option<String>,
+}
+
+/// 200 when this node's role (judged now) is the one asked for, 503 otherwise.
+fn answer(s: &AppState, want_leader: bool) -> (StatusCode, Json<RoleBody>) {
+    let snap = s.snapshot();
+    let now = Instant::now();
+    let leading = snap.view.is_leader_at(now);
+    let code = if leading == want_leader {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = RoleBody {
+        node: snap.view.node_id.clone(),
+        role: if leading { "leader" } else { "follower" },
+        term: snap.view.term,
+        leader: current_leader(&snap.view, &snap, now),
+    };
+    (code, Json(body))
+}
+
+pub async fn get_role_leader(State(s): State<AppState>) -> (StatusCode, Json<RoleBody>) {
+    answer(&s, true)
+}
+
+pub async fn get_role_follower(State(s): State<AppState>) -> (StatusCode, Json<RoleBody>) {
+    answer(&s, false)
+}

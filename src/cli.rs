@@ -1,0 +1,419 @@
+//! The command line: `run` (a node), the client commands against a running node, and `demo`.
+//!
+//! Exit codes, for scripts: 0 ok; 1 refused, not leader or no leader (and a node that stopped on
+//! an error); 2 the node could not be reached; 64 usage or invalid configuration.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+
+use crate::election::{default_priority, Timings};
+use crate::transport::http::Peer;
+use crate::NodeConfig;
+
+pub mod client;
+pub mod demo;
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_REFUSED: i32 = 1;
+pub const EXIT_UNREACHABLE: i32 = 2;
+pub const EXIT_USAGE: i32 = 64;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pilot-election",
+    version,
+    about = "Leader election for a cluster: one coordinator, automatic failover, no split brain"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one node.
+    Run(Box<RunArgs>),
+    /// Print who leads (exit 1 when no leader is known).
+    Leader(ClientArgs),
+    /// Print a node's view of the cluster.
+    Status(ClientArgs),
+    /// Ask the leader to step down, optionally naming its successor.
+    StepDown(StepDownArgs),
+    /// Announce or withdraw this node's candidacy.
+    Candidacy(CandidacyArgs),
+    /// Exit 0 when the node's election loop is alive (for Docker's HEALTHCHECK).
+    Healthcheck(ClientArgs),
+    /// Run a local 3-node cluster that elects, fails over and hands over, printing a timeline.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportKind {
+    Http,
+    Pilot,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// This node's id (required for the http transport).
+    #[arg(long, env = "PILOT_ELECTION_NODE_ID")]
+    pub node_id: Option<String>,
+    /// The election group; messages go to topic `election:<group>`.
+    #[arg(long, env = "PILOT_ELECTION_GROUP", default_value = "default")]
+    pub group: String,
+    /// Address of the HTTP API (and of the http transport's ingress).
+    #[arg(long, env = "PILOT_ELECTION_LISTEN", default_value = "127.0.0.1:7070")]
+    pub listen: String,
+    #[arg(
+        long,
+        env = "PILOT_ELECTION_TRANSPORT",
+        value_enum,
+        default_value = "http"
+    )]
+    pub transport: TransportKind,
+    /// Another member, as ID=URL (repeatable; http transport).
+    #[arg(long = "peer", env = "PILOT_ELECTION_PEERS", value_delimiter = ',')]
+    pub peers: Vec<String>,
+    /// Pilot broker(s) (pilot transport).
+    #[arg(long, env = "PILOT_ELECTION_BROKER")]
+    pub broker: Option<String>,
+    /// Path of the pilotctl binary (pilot transport).
+    #[arg(long, env = "PILOT_ELECTION_PILOTCTL")]
+    pub pilotctl: Option<PathBuf>,
+    /// Number of voting members (default: 1 + number of peers).
+    #[arg(long, env = "PILOT_ELECTION_CLUSTER_SIZE")]
+    pub cluster_size: Option<usize>,
+    /// Priority (default: POSIX cksum of the node id); higher wins.
+    #[arg(long, env = "PILOT_ELECTION_PRIORITY")]
+    pub priority: Option<u32>,
+    /// Start without candidacy: vote, never lead.
+    #[arg(long, env = "PILOT_ELECTION_NO_CANDIDATE")]
+    pub no_candidate: bool,
+    /// Where term, vote, boot counter and history are kept.
+    #[arg(long, env = "PILOT_ELECTION_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    #[arg(long, env = "PILOT_ELECTION_HEARTBEAT_INTERVAL", default_value = "500ms", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+    #[arg(long, env = "PILOT_ELECTION_LEASE", default_value = "2s", value_parser = parse_duration)]
+    pub lease: Duration,
+    #[arg(long, env = "PILOT_ELECTION_ELECTION_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
+    pub election_timeout: Duration,
+    /// How long a better-ranked node must be live before the leader hands over to it (0s: never).
+    #[arg(long, env = "PILOT_ELECTION_PREEMPT_AFTER", default_value = "5s", value_parser = parse_duration)]
+    pub preempt_after: Duration,
+    /// File holding the operator token for mutating endpoints.
+    #[arg(long, env = "PILOT_ELECTION_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// The operator token itself (prefer the file: environments leak).
+    #[arg(long = "admin-token", env = "PILOT_ELECTION_ADMIN_TOKEN", hide = true)]
+    pub admin_token: Option<String>,
+    /// Let anyone who can reach the API move leadership when no token is configured.
+    #[arg(long, env = "PILOT_ELECTION_ALLOW_UNAUTHENTICATED")]
+    pub allow_unauthenticated: bool,
+    /// Ignore the stored term and vote and start at term 0. Only for a state file that cannot
+    /// be repaired: a node that forgets its vote could vote twice in one term.
+    #[arg(long, env = "PILOT_ELECTION_RESET_STATE")]
+    pub reset_state: bool,
+    #[arg(
+        long,
+        env = "PILOT_ELECTION_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// Base URL of the node to ask.
+    #[arg(
+        long,
+        env = "PILOT_ELECTION_URL",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    pub url: String,
+    /// Print the node's JSON answer instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+    /// File holding the operator token (mutating commands).
+    #[arg(long, env = "PILOT_ELECTION_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    #[arg(long = "admin-token", env = "PILOT_ELECTION_ADMIN_TOKEN", hide = true)]
+    pub admin_token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StepDownArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Who should lead next.
+    #[arg(long)]
+    pub successor: Option<String>,
+    /// Refuse unless the leader is still in this term.
+    #[arg(long)]
+    pub expected_term: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct CandidacyArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub eligible: bool,
+    #[arg(long)]
+    pub priority: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// First of the three consecutive ports on 127.0.0.1.
+    #[arg(long, default_value_t = 7070)]
+    pub base_port: u16,
+    /// Exit by itself after this long once the timeline is done (default: serve until Ctrl-C).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+/// `500ms`, `2s`, `1m`: a number and a unit, nothing else (a bare number would be ambiguous).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .ok_or_else(|| format!("`{s}` needs a unit: ms, s or m (e.g. 500ms, 2s)"))?;
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 500ms, 2s)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+}
+
+fn read_token(file: &Option<PathBuf>, inline: &Option<String>) -> Result<Option<String>, String> {
+    let token = match (file, inline) {
+        (Some(path), _) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read admin token file {}: {e}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (None, Some(t)) => Some(t.trim().to_string()),
+        (None, None) => None,
+    };
+    if token.as_deref() == Some("") {
+        return Err("the admin token is empty".into());
+    }
+    Ok(token)
+}
+
+impl RunArgs {
+    /// Checks everything that can be checked before start-up; the error is one line.
+    pub fn to_config(&self) -> Result<NodeConfig, String> {
+        if self.transport == TransportKind::Pilot {
+            return Err(
+                "pilot transport not available in this build (use --transport http)".into(),
+            );
+        }
+        let node_id = self
+            .node_id
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or("--node-id is required with the http transport")?;
+        if node_id.len() > crate::election::MAX_ID_BYTES {
+            return Err("--node-id must be at most 256 bytes".into());
+        }
+        let mut peers: Vec<Peer> = Vec::new();
+        for p in &self.peers {
+            let (id, url) = p.split_once('=').ok_or_else(|| {
+                format!("--peer `{p}` must be ID=URL (e.g. b=http://10.0.0.2:7070)")
+            })?;
+            if id.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "--peer `{p}` must be ID=URL with an http:// or https:// URL"
+                ));
+            }
+            if id == node_id {
+                return Err(format!("--peer `{p}` names this node itself"));
+            }
+            if peers.iter().any(|q| q.id == id) {
+                return Err(format!("--peer `{id}` is given twice"));
+            }
+            peers.push(Peer {
+                id: id.to_string(),
+                url: url.to_string(),
+            });
+        }
+        let cluster_size = self.cluster_size.unwrap_or(peers.len() + 1);
+        if cluster_size < peers.len() + 1 {
+            return Err(format!(
+                "--cluster-size {cluster_size} is smaller than this node plus its {} peers",
+                peers.len()
+            ));
+        }
+        let timings = Timings {
+            heartbeat: self.heartbeat_interval,
+            lease: self.lease,
+            election_timeout: self.election_timeout,
+            preempt_after: self.preempt_after,
+            ..Timings::default()
+        };
+        timings.validate().map_err(|e| e.to_string())?;
+        let admin_token = read_token(&self.admin_token_file, &self.admin_token)?;
+        Ok(NodeConfig {
+            priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
+            data_dir: self
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("pilot-election-data").join(&node_id)),
+            node_id,
+            group: self.group.clone(),
+            peers,
+            cluster_size,
+            eligible: !self.no_candidate,
+            timings,
+            admin_token,
+            allow_unauthenticated: self.allow_unauthenticated,
+            reset_state: self.reset_state,
+        })
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PILOT_ELECTION_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+/// The whole program; returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    EXIT_USAGE
+                } else {
+                    EXIT_OK
+                };
+            }
+            let text = e.render().to_string();
+            let line = text.lines().next().unwrap_or("invalid arguments");
+            eprintln!("pilot-election: {}", line.trim_start_matches("error: "));
+            return EXIT_USAGE;
+        }
+    };
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pilot-election: cannot start the async runtime: {e}");
+            return EXIT_REFUSED;
+        }
+    };
+    match cli.command {
+        Command::Run(args) => {
+            let config = match args.to_config() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("pilot-election: {e}");
+                    return EXIT_USAGE;
+                }
+            };
+            init_tracing(args.log_format);
+            rt.block_on(run_node(config, args.listen.clone()))
+        }
+        Command::Leader(a) => rt.block_on(client::leader(&a)),
+        Command::Status(a) => rt.block_on(client::status(&a)),
+        Command::StepDown(a) => rt.block_on(client::step_down(&a)),
+        Command::Candidacy(a) => rt.block_on(client::candidacy(&a)),
+        Command::Healthcheck(a) => rt.block_on(client::healthcheck(&a)),
+        Command::Demo(a) => rt.block_on(demo::demo(&a)),
+    }
+}
+
+async fn run_node(config: NodeConfig, listen: String) -> i32 {
+    if config.admin_token.is_none() {
+        if config.allow_unauthenticated {
+            tracing::warn!("no admin token and --allow-unauthenticated: anyone who can reach the API can move leadership");
+        } else {
+            tracing::info!("no admin token configured: candidacy and step-down are refused (403)");
+        }
+    }
+    let listener = match tokio::net::TcpListener::bind(&listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("pilot-election: cannot listen on {listen}: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    match crate::run(config, listener, shutdown_signal()).await {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            tracing::error!(error = %e, "stopped");
+            eprintln!("pilot-election: {e}");
+            EXIT_REFUSED
+        }
+    }
+}
+
+/// The `error` and `message` of an API error body, for people.
+pub(crate) fn error_line(body: &Value) -> String {
+    match (body.get("error"), body.get("message")) {
+        (Some(e), Some(m)) => format!("{}: {}", e.as_str().unwrap_or(""), m.as_str().unwrap_or("")),
+        _ => body.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("ms").is_err());
+    }
+}

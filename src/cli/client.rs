@@ -1,0 +1,178 @@
+//! Client commands: one request to a running node, a sentence (or `--json`), a trustworthy exit
+//! code.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{
+    error_line, read_token, CandidacyArgs, ClientArgs, StepDownArgs, EXIT_OK, EXIT_REFUSED,
+    EXIT_UNREACHABLE, EXIT_USAGE,
+};
+
+enum Reply {
+    Answer(u16, Value),
+    Unreachable(String),
+}
+
+async fn call(
+    args: &ClientArgs,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Reply {
+    let client = match reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => return Reply::Unreachable(e.to_string()),
+    };
+    let url = format!("{}{path}", args.url.trim_end_matches('/'));
+    let mut req = client.request(method, &url);
+    if let Some(b) = body {
+        req = req.json(&b);
+        if let Ok(Some(token)) = read_token(&args.admin_token_file, &args.admin_token) {
+            req = req.bearer_auth(token);
+        }
+    }
+    match req.send().await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let value = resp.json::<Value>().await.unwrap_or(Value::Null);
+            Reply::Answer(status, value)
+        }
+        Err(e) => Reply::Unreachable(format!("{url}: {e}")),
+    }
+}
+
+/// Prints and maps to an exit code; `ok` renders a success body for people.
+fn finish(args: &ClientArgs, reply: Reply, ok: impl Fn(&Value) -> String) -> i32 {
+    match reply {
+        Reply::Unreachable(e) => {
+            eprintln!("pilot-election: cannot reach the node: {e}");
+            EXIT_UNREACHABLE
+        }
+        Reply::Answer(status, body) => {
+            let success = (200..300).contains(&status);
+            if args.json {
+                println!("{body}");
+            } else if success {
+                println!("{}", ok(&body));
+            } else {
+                eprintln!("{}", error_line(&body));
+            }
+            if success {
+                EXIT_OK
+            } else {
+                EXIT_REFUSED
+            }
+        }
+    }
+}
+
+fn s(v: &Value, k: &str) -> String {
+    match v.get(k) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => "-".into(),
+        Some(other) => other.to_string(),
+    }
+}
+
+pub async fn leader(args: &ClientArgs) -> i32 {
+    let reply = call(args, reqwest::Method::GET, "/leader", None).await;
+    finish(args, reply, |b| {
+        format!(
+            "leader {} (term {}){}",
+            s(b, "leader"),
+            s(b, "term"),
+            if b["is_self"] == json!(true) {
+                ", this node"
+            } else {
+                ""
+            }
+        )
+    })
+}
+
+pub async fn status(args: &ClientArgs) -> i32 {
+    let reply = call(args, reqwest::Method::GET, "/status", None).await;
+    finish(args, reply, |b| {
+        let mut out = format!(
+            "node {} is {} in term {}; leader {}; priority {}, eligible {}; transport {} healthy={}",
+            s(b, "node"),
+            s(b, "role"),
+            s(b, "term"),
+            s(b, "leader"),
+            s(b, "priority"),
+            s(b, "eligible"),
+            s(&b["transport"], "kind"),
+            s(&b["transport"], "healthy"),
+        );
+        for m in b["members"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "\n  member {} rank {} priority {} eligible {} last seen {} ms ago",
+                s(m, "id"),
+                s(m, "rank"),
+                s(m, "priority"),
+                s(m, "eligible"),
+                s(m, "last_seen_ms")
+            ));
+        }
+        out
+    })
+}
+
+pub async fn step_down(a: &StepDownArgs) -> i32 {
+    if let Err(e) = read_token(&a.client.admin_token_file, &a.client.admin_token) {
+        eprintln!("pilot-election: {e}");
+        return EXIT_USAGE;
+    }
+    let mut body = serde_json::Map::new();
+    if let Some(succ) = &a.successor {
+        body.insert("successor".into(), json!(succ));
+    }
+    if let Some(t) = a.expected_term {
+        body.insert("expected_term".into(), json!(t));
+    }
+    let reply = call(
+        &a.client,
+        reqwest::Method::POST,
+        "/step-down",
+        Some(Value::Object(body)),
+    )
+    .await;
+    finish(&a.client, reply, |b| {
+        format!(
+            "stepped down from term {}; successor {}",
+            s(b, "term"),
+            s(b, "successor")
+        )
+    })
+}
+
+pub async fn candidacy(a: &CandidacyArgs) -> i32 {
+    if let Err(e) = read_token(&a.client.admin_token_file, &a.client.admin_token) {
+        eprintln!("pilot-election: {e}");
+        return EXIT_USAGE;
+    }
+    let mut body = json!({"eligible": a.eligible});
+    if let Some(p) = a.priority {
+        body["priority"] = json!(p);
+    }
+    let reply = call(&a.client, reqwest::Method::POST, "/candidacy", Some(body)).await;
+    finish(&a.client, reply, |b| {
+        format!(
+            "candidacy: eligible {}, priority {}",
+            s(b, "eligible"),
+            s(b, "priority")
+        )
+    })
+}
+
+pub async fn healthcheck(args: &ClientArgs) -> i32 {
+    let reply = call(args, reqwest::Method::GET, "/healthz", None).await;
+    finish(args, reply, |b| {
+        format!("healthy (election loop ran {} ms ago)", s(b, "loop_age_ms"))
+    })
+}

@@ -1,0 +1,253 @@
+//! `pilot-election demo`: three real node processes on 127.0.0.1 and a timeline of what they do.
+//!
+//! Real processes, so that "the leader crashed" is a `kill -9` and not a simulation of one.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::{Child, Command};
+use tokio::time::{sleep, Instant};
+
+use super::{DemoArgs, EXIT_OK, EXIT_REFUSED};
+
+const IDS: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+struct Demo {
+    exe: PathBuf,
+    dir: PathBuf,
+    ports: [u16; 3],
+    children: [Option<Child>; 3],
+    client: reqwest::Client,
+    start: Instant,
+}
+
+impl Demo {
+    fn url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    fn spawn(&mut self, i: usize) -> std::io::Result<()> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("run")
+            .arg("--node-id")
+            .arg(IDS[i])
+            .arg("--group")
+            .arg("demo")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.ports[i]))
+            .arg("--data-dir")
+            .arg(self.dir.join(IDS[i]))
+            .arg("--allow-unauthenticated");
+        for j in (0..3).filter(|j| *j != i) {
+            cmd.arg("--peer").arg(format!("{}={}", IDS[j], self.url(j)));
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{}.log", IDS[i])))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true);
+        self.children[i] = Some(cmd.spawn()?);
+        Ok(())
+    }
+
+    fn say(&self, what: &str) {
+        println!("[{:>7.3}s] {what}", self.start.elapsed().as_secs_f64());
+    }
+
+    async fn leader_of(&self, i: usize) -> Option<(String, u64)> {
+        let resp = self
+            .client
+            .get(format!("{}/leader", self.url(i)))
+            .send()
+            .await
+            .ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let v: Value = resp.json().await.ok()?;
+        Some((v["leader"].as_str()?.to_string(), v["term"].as_u64()?))
+    }
+
+    /// Waits until every node in `nodes` names the same leader satisfying `accept`.
+    async fn agreed(
+        &self,
+        nodes: &[usize],
+        within: Duration,
+        accept: impl Fn(&str, u64) -> bool,
+    ) -> Option<(String, u64)> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let mut seen = Vec::new();
+            for &i in nodes {
+                seen.push(self.leader_of(i).await);
+            }
+            if let Some(Some(first)) = seen.first() {
+                if seen.iter().all(|s| s.as_ref() == Some(first)) && accept(&first.0, first.1) {
+                    return Some(first.clone());
+                }
+            }
+            sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+fn index_of(id: &str) -> usize {
+    IDS.iter().position(|i| *i == id).unwrap_or(0)
+}
+
+pub async fn demo(args: &DemoArgs) -> i32 {
+    match run_demo(args).await {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            eprintln!("pilot-election demo: {e}");
+            EXIT_REFUSED
+        }
+    }
+}
+
+async fn run_demo(args: &DemoArgs) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("pilot-election-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let base = args.base_port;
+    let ports = [base, base + 1, base + 2];
+    let mut d = Demo {
+        exe,
+        dir: dir.clone(),
+        ports,
+        children: [None, None, None],
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_millis(500))
+            .build()
+            .map_err(|e| e.to_string())?,
+        start: Instant::now(),
+    };
+    println!(
+        "pilot-election demo: 3 nodes on 127.0.0.1 ports {}-{} over the built-in http transport",
+        ports[0], ports[2]
+    );
+    println!("  started with --allow-unauthenticated: anyone on this machine may move leadership (demo only)");
+    println!("  logs and data in {}", dir.display());
+    let result = timeline(&mut d, args).await;
+    for c in d.children.iter_mut().flatten() {
+        let _ = c.start_kill();
+        let _ = c.wait().await;
+    }
+    remove_dir(&dir);
+    result
+}
+
+fn remove_dir(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
+    for (i, id) in IDS.iter().enumerate() {
+        d.spawn(i).map_err(|e| format!("cannot start {id}: {e}"))?;
+    }
+    d.say("started node-a, node-b, node-c");
+    let t0 = Instant::now();
+    let (first, term) = d
+        .agreed(&[0, 1, 2], Duration::from_secs(20), |_, _| true)
+        .await
+        .ok_or("no leader agreed within 20 s")?;
+    d.say(&format!(
+        "first leader: {first} in term {term}, agreed by all 3 after {} ms",
+        t0.elapsed().as_millis()
+    ));
+
+    let li = index_of(&first);
+    if let Some(c) = d.children[li].as_mut() {
+        let _ = c.start_kill();
+        let _ = c.wait().await;
+    }
+    let crashed = Instant::now();
+    d.say(&format!("{first} crashed (kill -9)"));
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != li).collect();
+    let (second, term2) = d
+        .agreed(&survivors, Duration::from_secs(20), |l, t| {
+            l != first && t > term
+        })
+        .await
+        .ok_or("the survivors did not agree on a new leader within 20 s")?;
+    d.say(&format!(
+        "failover: {second} leads in term {term2}, {} ms after the crash",
+        crashed.elapsed().as_millis()
+    ));
+
+    d.spawn(li)
+        .map_err(|e| format!("cannot restart {first}: {e}"))?;
+    let (again, term3) = d
+        .agreed(&[0, 1, 2], Duration::from_secs(20), |l, _| l == second)
+        .await
+        .ok_or("the restarted node did not rejoin within 20 s")?;
+    d.say(&format!(
+        "{first} restarted and follows {again} in term {term3} (no new term)"
+    ));
+
+    let si = survivors
+        .iter()
+        .copied()
+        .find(|i| IDS[*i] != second)
+        .unwrap_or(li);
+    let successor = IDS[si];
+    let asked = Instant::now();
+    let deadline = asked + Duration::from_secs(10);
+    loop {
+        let resp = d
+            .client
+            .post(format!("{}/step-down", d.url(index_of(&second))))
+            .json(&serde_json::json!({"successor": successor}))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if resp.status().as_u16() == 202 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "step-down refused: {}",
+                resp.text().await.unwrap_or_default()
+            ));
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+    let asked = Instant::now();
+    d.say(&format!(
+        "asked {second} to step down in favour of {successor}"
+    ));
+    let (third, term4) = d
+        .agreed(&[0, 1, 2], Duration::from_secs(20), |l, t| {
+            l == successor && t > term3
+        })
+        .await
+        .ok_or("the successor did not take over within 20 s")?;
+    d.say(&format!(
+        "handover: {third} leads in term {term4}, {} ms after the step-down",
+        asked.elapsed().as_millis()
+    ));
+    match args.duration {
+        Some(dur) => {
+            d.say(&format!("serving for {} s more", dur.as_secs_f64()));
+            tokio::select! {
+                _ = sleep(dur) => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        None => {
+            d.say(&format!(
+                "serving until Ctrl-C; try: curl -s {}/leader",
+                d.url(0)
+            ));
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    d.say("stopping");
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! Prometheus metrics, shared by the runtime, the transport and the API.
+//!
+//! Ages (last heartbeat, member last seen) are set at scrape time from the published view, so a
+//! stuck election loop shows as a growing age rather than a frozen one.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub term: Gauge,
+    pub is_leader: Gauge,
+    pub transitions: Family<Labels, Counter>,
+    pub elections: Family<Labels, Counter>,
+    pub leaderless_seconds: Counter<f64, AtomicU64>,
+    pub last_heartbeat_age: Gauge<f64, AtomicU64>,
+    pub member_last_seen_age: Family<Labels, Gauge<f64, AtomicU64>>,
+    pub received: Family<Labels, Counter>,
+    pub publish_failures: Counter,
+    pub publish_latency: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let m = Metrics {
+            registry: Mutex::new(Registry::with_prefix("pilot_election")),
+            term: Gauge::default(),
+            is_leader: Gauge::default(),
+            transitions: Family::default(),
+            elections: Family::default(),
+            leaderless_seconds: Counter::default(),
+            last_heartbeat_age: Gauge::default(),
+            member_last_seen_age: Family::default(),
+            received: Family::default(),
+            publish_failures: Counter::default(),
+            publish_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 12)),
+        };
+        {
+            let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
+            r.register(
+                "term",
+                "Current election term (the fencing token)",
+                m.term.clone(),
+            );
+            r.register(
+                "is_leader",
+                "1 while this node leads with an unexpired lease",
+                m.is_leader.clone(),
+            );
+            r.register(
+                "leader_transitions",
+                "Changes of the known leader, by reason",
+                m.transitions.clone(),
+            );
+            r.register(
+                "elections",
+                "Elections this node started, won and lost",
+                m.elections.clone(),
+            );
+            r.register(
+                "leaderless_seconds",
+                "Time this node knew no leader",
+                m.leaderless_seconds.clone(),
+            );
+            r.register(
+                "last_heartbeat_age_seconds",
+                "Time since the leader was last heard (-1 when no leader is known)",
+                m.last_heartbeat_age.clone(),
+            );
+            r.register(
+                "member_last_seen_age_seconds",
+                "Time since each member was last heard",
+                m.member_last_seen_age.clone(),
+            );
+            r.register(
+                "messages_received",
+                "Wire messages received, by type and outcome",
+                m.received.clone(),
+            );
+            r.register(
+                "publish_failures",
+                "Messages that did not reach a peer",
+                m.publish_failures.clone(),
+            );
+            r.register(
+                "publish_latency_seconds",
+                "Time to deliver one message to one peer",
+                m.publish_latency.clone(),
+            );
+        }
+        m
+    }
+
+    pub fn received(&self, kind: &str, outcome: &str) {
+        self.received
+            .get_or_create(&vec![
+                ("type", kind.to_string()),
+                ("outcome", outcome.to_string()),
+            ])
+            .inc();
+    }
+
+    pub fn transition(&self, reason: &str) {
+        self.transitions
+            .get_or_create(&vec![("reason", reason.to_string())])
+            .inc();
+    }
+
+    pub fn election(&self, result: &str) {
+        self.elections
+            .get_or_create(&vec![("result", result.to_string())])
+            .inc();
+    }
+
+    pub fn publish_failed(&self) {
+        self.publish_failures.inc();
+    }
+
+    pub fn observe_publish(&self, d: Duration) {
+        self.publish_latency.observe(d.as_secs_f64());
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &r);
+        out
+    }
+}

@@ -1,0 +1,324 @@
+//! The tokio task that drives the election core: it is the only place where time, the network
+//! and the disk meet the state machine.
+//!
+//! Actions are executed strictly in the order the core emits them, and a `Persist` is durable
+//! before any later `Publish` leaves, so a vote or candidacy is never visible to peers before it
+//! would survive a crash. Everything the API shows comes from one [`Snapshot`] published through a
+//! `watch` channel after each step, so readers never lock the loop.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::election::{
+    Action, CommandError, Input, Message, Node, Outcome, Role, Timings, Transition, View,
+};
+use crate::metrics::Metrics;
+use crate::store::{rfc3339, unix_ms_now, HistoryEntry, Store, StoreError, HISTORY_LIMIT};
+use crate::transport::{Health, Transport};
+
+/// How long a stopping leader waits for its successor before it leaves anyway; below Docker's
+/// default 10 s stop timeout, with room for the HTTP server to close.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// An operator command from the API, answered once its actions have been carried out.
+#[derive(Debug)]
+pub struct Command {
+    pub input: Input,
+    pub reply: oneshot::Sender<Result<Outcome, CommandError>>,
+}
+
+/// Another member as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: String,
+    pub priority: u32,
+    pub eligible: bool,
+    pub last_seen: Instant,
+    pub live: bool,
+}
+
+/// Everything the API reads, as of the loop's last step.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub view: View,
+    pub members: Vec<MemberInfo>,
+    pub transport: Health,
+    pub history: Arc<VecDeque<HistoryEntry>>,
+    pub timings: Timings,
+    pub cluster_size: usize,
+    pub quorum: usize,
+    /// When the loop last ran; `/healthz` compares it with the lease.
+    pub loop_at: Instant,
+}
+
+/// The loop's heartbeat, readable without waiting for a snapshot.
+pub type LoopClock = Arc<Mutex<Instant>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub struct Runtime {
+    node: Node,
+    store: Store,
+    transport: Arc<dyn Transport>,
+    inbound: mpsc::Receiver<Vec<u8>>,
+    commands: mpsc::Receiver<Command>,
+    snapshot: watch::Sender<Snapshot>,
+    clock: LoopClock,
+    metrics: Arc<Metrics>,
+    history: Arc<VecDeque<HistoryEntry>>,
+    leaderless_since: Option<Instant>,
+    role: Role,
+}
+
+/// The channels a runtime is built from.
+pub struct Wiring {
+    pub transport: Arc<dyn Transport>,
+    pub inbound: mpsc::Receiver<Vec<u8>>,
+    pub commands: mpsc::Receiver<Command>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Runtime {
+    /// Returns the runtime, the snapshot receiver for the API and the loop clock.
+    pub fn new(
+        node: Node,
+        store: Store,
+        history: Vec<HistoryEntry>,
+        wiring: Wiring,
+    ) -> (Runtime, watch::Receiver<Snapshot>, LoopClock) {
+        let now = Instant::now();
+        let clock = Arc::new(Mutex::new(now));
+        let history: VecDeque<_> = history.into_iter().collect();
+        let role = node.role();
+        let first = snapshot_of(
+            &node,
+            wiring.transport.health(),
+            Arc::new(history.clone()),
+            now,
+        );
+        let (tx, rx) = watch::channel(first);
+        let rt = Runtime {
+            node,
+            store,
+            transport: wiring.transport,
+            inbound: wiring.inbound,
+            commands: wiring.commands,
+            snapshot: tx,
+            clock: clock.clone(),
+            metrics: wiring.metrics,
+            history: Arc::new(history),
+            leaderless_since: Some(now),
+            role,
+        };
+        (rt, rx, clock)
+    }
+
+    /// Runs until `stop` is cancelled and, if this node led, its successor is known (or the
+    /// grace period ran out). An error means the state could not be made durable: the node must
+    /// not go on.
+    pub async fn run(mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
+        let h = self.node.timings().heartbeat;
+        let mut stopping: Option<(Instant, bool)> = None;
+        loop {
+            self.execute().await?;
+            let now = Instant::now();
+            *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
+            self.publish_snapshot(now);
+            if let Some((since, was_leader)) = stopping {
+                let view = self.node.view(now);
+                let successor = view.leader.filter(|l| *l != view.node_id);
+                if let (true, Some(s)) = (was_leader, &successor) {
+                    tracing::info!(
+                        successor = %s,
+                        term = view.term,
+                        handover_ms = (now - since).as_millis() as u64,
+                        "handed leadership over; exiting"
+                    );
+                    return Ok(());
+                }
+                if !was_leader {
+                    return Ok(());
+                }
+                if now >= since + SHUTDOWN_GRACE {
+                    tracing::warn!(
+                        grace_ms = SHUTDOWN_GRACE.as_millis() as u64,
+                        "no successor known within the grace period; exiting"
+                    );
+                    return Ok(());
+                }
+            }
+            let mut deadline = self.node.poll_timeout().unwrap_or(now + h);
+            if let Some((since, _)) = stopping {
+                deadline = deadline.min(since + SHUTDOWN_GRACE);
+            }
+            tokio::select! {
+                _ = sleep_until(deadline) => {
+                    let _ = self.node.handle(Instant::now(), Input::Tick);
+                }
+                Some(bytes) = self.inbound.recv() => self.on_bytes(&bytes),
+                Some(cmd) = self.commands.recv() => {
+                    let result = self.node.handle(Instant::now(), cmd.input);
+                    self.execute().await?;
+                    let _ = cmd.reply.send(result);
+                }
+                _ = stop.cancelled(), if stopping.is_none() => {
+                    let now = Instant::now();
+                    let was_leader = self.node.view(now).is_leader_at(now);
+                    tracing::info!(was_leader, "shutting down");
+                    let _ = self.node.handle(now, Input::Shutdown);
+                    stopping = Some((now, was_leader));
+                }
+            }
+        }
+    }
+
+    fn on_bytes(&mut self, bytes: &[u8]) {
+        match Message::parse(bytes) {
+            Ok(msg) => {
+                let kind = msg.body.kind();
+                let outcome = match self.node.handle(Instant::now(), Input::Message(msg)) {
+                    Ok(Outcome::Stale) => "stale",
+                    Ok(Outcome::Ignored) => "ignored",
+                    _ => "accepted",
+                };
+                self.metrics.received(kind, outcome);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "dropped a malformed message");
+                self.metrics.received("unknown", "malformed");
+            }
+        }
+    }
+
+    /// Carries out the core's actions in order.
+    async fn execute(&mut self) -> Result<(), RuntimeError> {
+        while let Some(action) = self.node.poll_action() {
+            match action {
+                Action::Persist(p) => {
+                    let store = self.store.clone();
+                    tokio::task::spawn_blocking(move || store.persist(&p))
+                        .await
+                        .expect("the persist task does not panic")?;
+                }
+                Action::Publish(mut msg) => {
+                    msg.stamp(unix_ms_now());
+                    let bytes: Arc<[u8]> = msg.to_json().into_bytes().into();
+                    self.transport.publish(bytes);
+                }
+                Action::Transition(t) => self.on_transition(t),
+                Action::StateChanged(view) => self.on_state(&view),
+            }
+        }
+        Ok(())
+    }
+
+    fn on_transition(&mut self, t: Transition) {
+        let now = Instant::now();
+        let leaderless_ms = match (&t.leader, self.leaderless_since) {
+            (Some(_), Some(since)) => Some((now - since).as_millis() as u64),
+            _ => None,
+        };
+        match &t.leader {
+            Some(_) => {
+                if let Some(ms) = leaderless_ms {
+                    self.metrics.leaderless_seconds.inc_by(ms as f64 / 1000.0);
+                }
+                self.leaderless_since = None;
+            }
+            None => self.leaderless_since = Some(now),
+        }
+        let reason = t.reason.as_str();
+        self.metrics.transition(reason);
+        tracing::info!(
+            term = t.term,
+            leader = t.leader.as_deref().unwrap_or(""),
+            previous = t.previous.as_deref().unwrap_or(""),
+            reason,
+            leaderless_ms,
+            "leader transition"
+        );
+        let entry = HistoryEntry {
+            term: t.term,
+            leader: t.leader,
+            previous: t.previous,
+            reason: reason.to_string(),
+            at: rfc3339(unix_ms_now()),
+            leaderless_ms,
+        };
+        let history = Arc::make_mut(&mut self.history);
+        history.push_back(entry);
+        while history.len() > HISTORY_LIMIT {
+            history.pop_front();
+        }
+        let list: Vec<_> = history.iter().cloned().collect();
+        let store = self.store.clone();
+        // History is informational: it is written off the loop and a failure only logs.
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = store.save_history(&list) {
+                tracing::warn!(error = %e, "could not save history");
+            }
+        });
+    }
+
+    fn on_state(&mut self, view: &View) {
+        self.metrics.term.set(view.term as i64);
+        match (self.role, view.role) {
+            (Role::Follower, Role::PreCandidate | Role::Candidate) => {
+                self.metrics.election("started")
+            }
+            (Role::PreCandidate | Role::Candidate, Role::Leader) => self.metrics.election("won"),
+            (Role::PreCandidate | Role::Candidate, Role::Follower) => self.metrics.election("lost"),
+            _ => {}
+        }
+        if self.role != view.role {
+            tracing::info!(term = view.term, role = ?view.role, "role changed");
+        }
+        self.role = view.role;
+    }
+
+    fn publish_snapshot(&self, now: Instant) {
+        let snap = snapshot_of(
+            &self.node,
+            self.transport.health(),
+            self.history.clone(),
+            now,
+        );
+        self.snapshot.send_replace(snap);
+    }
+}
+
+fn snapshot_of(
+    node: &Node,
+    transport: Health,
+    history: Arc<VecDeque<HistoryEntry>>,
+    now: Instant,
+) -> Snapshot {
+    Snapshot {
+        view: node.view(now),
+        members: node
+            .members()
+            .map(|m| MemberInfo {
+                id: m.id.clone(),
+                priority: m.priority,
+                eligible: m.eligible,
+                last_seen: m.last_seen,
+                live: node.is_live(m, now),
+            })
+            .collect(),
+        transport,
+        history,
+        timings: *node.timings(),
+        cluster_size: node.cluster_size(),
+        quorum: node.quorum(),
+        loop_at: now,
+    }
+}

@@ -1,0 +1,209 @@
+//! What a node keeps in `--data-dir`: its term and vote (the state file), a boot counter, and the
+//! recent leader transitions.
+//!
+//! The state file is what stops a restarted node from voting twice in one term, so it is written
+//! atomically and durably, and a file that cannot be read stops start-up instead of being
+//! silently replaced.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::election::Persistent;
+
+pub const STATE_FILE: &str = "state.json";
+pub const HISTORY_FILE: &str = "history.json";
+/// Transitions kept in memory and on disk.
+pub const HISTORY_LIMIT: usize = 200;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateFile {
+    term: u64,
+    voted_for: Option<String>,
+    /// Incremented at every start; the high half of every sequence number, so that a restarted
+    /// node never reuses one.
+    boot: u64,
+}
+
+/// One change of the known leader, as `/history` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub term: u64,
+    pub leader: Option<String>,
+    pub previous: Option<String>,
+    pub reason: String,
+    /// Wall-clock time, RFC 3339 UTC.
+    pub at: String,
+    /// For a new leader: how long this node knew none before it.
+    pub leaderless_ms: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "cannot use state file {path}: {reason}; it holds this node's term and vote, so start-up \
+         stops rather than risk voting twice. Repair or remove it, or start once with \
+         --reset-state to begin again at term 0"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot create data directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The data directory of one node.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+    boot: u64,
+}
+
+/// What a node starts from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub store: Store,
+    pub persistent: Persistent,
+    pub boot: u64,
+    pub history: Vec<HistoryEntry>,
+}
+
+impl Store {
+    /// Reads the state, counts this boot and writes it back before anything is sent.
+    pub fn open(dir: &Path, reset: bool) -> Result<Loaded, StoreError> {
+        fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let path = dir.join(STATE_FILE);
+        let mut state = if reset {
+            StateFile::default()
+        } else {
+            match fs::read(&path) {
+                Ok(bytes) => serde_json::from_slice::<StateFile>(&bytes).map_err(|e| {
+                    StoreError::Corrupt {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    }
+                })?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => StateFile::default(),
+                Err(e) => {
+                    return Err(StoreError::Corrupt {
+                        path,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        };
+        state.boot += 1;
+        let store = Store {
+            dir: dir.to_path_buf(),
+            boot: state.boot,
+        };
+        store.write_state(&state)?;
+        // History is informational: a damaged file costs the list, never start-up.
+        let history = fs::read(dir.join(HISTORY_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Vec<HistoryEntry>>(&b).ok())
+            .unwrap_or_default();
+        Ok(Loaded {
+            persistent: Persistent {
+                term: state.term,
+                voted_for: state.voted_for,
+            },
+            boot: state.boot,
+            store,
+            history,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn persist(&self, p: &Persistent) -> Result<(), StoreError> {
+        self.write_state(&StateFile {
+            term: p.term,
+            voted_for: p.voted_for.clone(),
+            boot: self.boot,
+        })
+    }
+
+    fn write_state(&self, s: &StateFile) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec_pretty(s).expect("state serializes");
+        write_atomic(&self.dir, STATE_FILE, &bytes)
+    }
+
+    pub fn save_history(&self, h: &[HistoryEntry]) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(h).expect("history serializes");
+        write_atomic(&self.dir, HISTORY_FILE, &bytes)
+    }
+}
+
+/// Temp file, fsync, rename, fsync the directory: after a crash the file is either the old one
+/// or the new one, and once this returns the new one survives a power cut.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let err = |source| StoreError::Write {
+        path: path.clone(),
+        source,
+    };
+    let mut f = File::create(&tmp).map_err(err)?;
+    f.write_all(bytes).map_err(err)?;
+    f.sync_all().map_err(err)?;
+    drop(f);
+    fs::rename(&tmp, &path).map_err(err)?;
+    File::open(dir).and_then(|d| d.sync_all()).map_err(err)?;
+    Ok(())
+}
+
+/// RFC 3339 (UTC, milliseconds) without a date crate: days to civil date after H. Hinnant.
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        unix_ms % 1000
+    )
+}
+
+pub fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_709_210_096_789), "2024-02-29T12:34:56.789Z");
+    }
+}

@@ -1,0 +1,69 @@
+//! How wire messages leave and reach a node.
+//!
+//! The runtime never waits on a transport: `publish` hands bytes over and returns at once, because
+//! a slow peer (or a `pilotctl` process that hangs) must never delay a heartbeat or a lease check.
+//! Inbound messages arrive as raw bytes on a channel so that parsing, size limits and counting
+//! happen in one place, the runtime, whatever the transport.
+
+pub mod http;
+pub mod memory;
+
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+/// How many received messages may wait for the election loop before new ones are dropped. The
+/// protocol tolerates loss; an unbounded queue under a flood would not be tolerated by memory.
+pub const INBOUND_CAPACITY: usize = 1024;
+
+/// The sending half a transport (or the HTTP ingress route) pushes received bytes into.
+pub type Inbound = mpsc::Sender<Vec<u8>>;
+
+/// What `/readyz` and `/status` report about the transport.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Health {
+    pub kind: &'static str,
+    pub healthy: bool,
+    pub last_error: Option<String>,
+}
+
+/// A way to publish to the group.
+pub trait Transport: Send + Sync + 'static {
+    /// Fire and forget: must return without waiting on the network or a child process.
+    fn publish(&self, bytes: Arc<[u8]>);
+    fn health(&self) -> Health;
+}
+
+/// Health shared between a transport's background tasks and its `health()`.
+#[derive(Debug)]
+pub(crate) struct HealthCell {
+    kind: &'static str,
+    inner: Mutex<(bool, Option<String>)>,
+}
+
+impl HealthCell {
+    pub(crate) fn new(kind: &'static str, healthy: bool) -> Self {
+        HealthCell {
+            kind,
+            inner: Mutex::new((healthy, None)),
+        }
+    }
+
+    pub(crate) fn set(&self, healthy: bool, error: Option<String>) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 = healthy;
+        if error.is_some() {
+            g.1 = error;
+        }
+    }
+
+    pub(crate) fn get(&self) -> Health {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        Health {
+            kind: self.kind,
+            healthy: g.0,
+            last_error: g.1.clone(),
+        }
+    }
+}
