@@ -73,6 +73,16 @@ fn require_image() {
     );
 }
 
+/// A prefix for everything one cluster makes: unique to this process and cluster, so that two
+/// runs on one engine never touch each other's containers.
+fn unique_name(kind: &str) -> String {
+    format!(
+        "{kind}-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
 /// One HTTP/1.1 GET with `Connection: close`; (status, body). Enough for the API's JSON answers,
 /// and it keeps a blocking HTTP client out of the crate's dependencies.
 fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
@@ -171,11 +181,7 @@ struct Cluster {
 impl Cluster {
     fn start() -> Cluster {
         require_image();
-        let run = format!(
-            "pe-test-{}-{}",
-            std::process::id(),
-            RUN.fetch_add(1, Ordering::SeqCst)
-        );
+        let run = unique_name("pe-test");
         let label = format!("org.pilot-election.test={run}");
         let mut cluster = Cluster {
             election_net: String::new(),
@@ -302,55 +308,17 @@ impl Cluster {
         format!("{ip}:7070").parse().ok()
     }
 
-    fn view_at(addr: SocketAddr) -> Option<View> {
-        let (status, body) = get_json(addr, "/leader")?;
-        match status {
-            200 => Some(View {
-                leader: body["leader"].as_str().map(str::to_string),
-                term: body["term"].as_u64()?,
-                is_self: body["is_self"].as_bool()?,
-            }),
-            503 => Some(View {
-                leader: None,
-                term: body["term"].as_u64().unwrap_or(0),
-                is_self: false,
-            }),
-            _ => None,
-        }
-    }
-
-    fn views(
-        &self,
-        ids: &[&'static str],
-        addrs: &[SocketAddr],
-    ) -> Vec<(&'static str, Option<View>)> {
-        ids.iter()
-            .zip(addrs)
-            .map(|(id, a)| (*id, Self::view_at(*a)))
-            .collect()
-    }
-
     fn addrs(&self, ids: &[&'static str]) -> Vec<SocketAddr> {
         ids.iter().map(|id| self.api(id)).collect()
     }
 
-    /// Waits until every node in `ids` names the same leader in the same term, above
-    /// `above_term`, and only that leader (if it is among them) says it is itself; checks on
-    /// every sampling round that no two of them claim to lead.
     fn agreed_leader(
         &self,
         ids: &[&'static str],
         above_term: u64,
         limit: Duration,
     ) -> (String, u64, Duration) {
-        let addrs = self.addrs(ids);
-        let what = format!("{ids:?} agree on one leader above term {above_term}");
-        let ((leader, term), took) = wait_for(limit, &what, || {
-            let views = self.views(ids, &addrs);
-            assert_at_most_one_self_leader(&views);
-            agreement(&views, above_term).ok_or(format!("{views:?}"))
-        });
-        (leader, term, took)
+        agreed_leader(ids, &self.addrs(ids), above_term, limit)
     }
 
     fn health(&self, id: &str) -> String {
@@ -377,6 +345,48 @@ impl Cluster {
             body["voted_for"].as_str().map(str::to_string),
         )
     }
+}
+
+fn view_at(addr: SocketAddr) -> Option<View> {
+    let (status, body) = get_json(addr, "/leader")?;
+    match status {
+        200 => Some(View {
+            leader: body["leader"].as_str().map(str::to_string),
+            term: body["term"].as_u64()?,
+            is_self: body["is_self"].as_bool()?,
+        }),
+        503 => Some(View {
+            leader: None,
+            term: body["term"].as_u64().unwrap_or(0),
+            is_self: false,
+        }),
+        _ => None,
+    }
+}
+
+fn views(ids: &[&'static str], addrs: &[SocketAddr]) -> Vec<(&'static str, Option<View>)> {
+    ids.iter()
+        .zip(addrs)
+        .map(|(id, a)| (*id, view_at(*a)))
+        .collect()
+}
+
+/// Waits until every node in `ids` names the same leader in the same term, above `above_term`,
+/// and only that leader (if it is among them) says it is itself; checks on every sampling round
+/// that no two of them claim to lead.
+fn agreed_leader(
+    ids: &[&'static str],
+    addrs: &[SocketAddr],
+    above_term: u64,
+    limit: Duration,
+) -> (String, u64, Duration) {
+    let what = format!("{ids:?} agree on one leader above term {above_term}");
+    let ((leader, term), took) = wait_for(limit, &what, || {
+        let views = views(ids, addrs);
+        assert_at_most_one_self_leader(&views);
+        agreement(&views, above_term).ok_or(format!("{views:?}"))
+    });
+    (leader, term, took)
 }
 
 /// The leader and term that every view names, if they all name the same one above `above_term`
@@ -498,8 +508,8 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
         SETUP_DEADLINE,
         &format!("the cut-off leader {leader} stops reporting itself leader"),
         || {
-            assert_at_most_one_self_leader(&cluster.views(&NODES, &all));
-            match Cluster::view_at(old) {
+            assert_at_most_one_self_leader(&views(&NODES, &all));
+            match view_at(old) {
                 Some(v) if !v.is_self => Ok(()),
                 v => Err(format!("{v:?}")),
             }
@@ -518,7 +528,7 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
     eprintln!("containers: {survivors:?} elected {next} in term {next_term} {took:?} after the old leader stepped down");
     assert_ne!(next, leader);
     assert!(
-        Cluster::view_at(old).is_some_and(|v| !v.is_self),
+        view_at(old).is_some_and(|v| !v.is_self),
         "the cut-off node must not lead"
     );
 
@@ -537,7 +547,7 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
     // Agreement was reached; it must also last: watch a few heartbeats for a second claimant.
     let watch = Instant::now();
     while watch.elapsed() < LEASE {
-        let views = cluster.views(&NODES, &all);
+        let views = views(&NODES, &all);
         assert_at_most_one_self_leader(&views);
         thread::sleep(POLL);
     }
@@ -562,7 +572,7 @@ fn docker_stop_of_the_leader_hands_over_within_1s_and_exits_0() {
         SETUP_DEADLINE,
         &format!("a survivor of {leader} leads after docker stop"),
         || {
-            let views = cluster.views(&survivors, &addrs);
+            let views = views(&survivors, &addrs);
             views
                 .iter()
                 .find(|(_, v)| v.as_ref().is_some_and(|v| v.is_self && v.term > term))
@@ -627,4 +637,135 @@ fn docker_restart_keeps_the_term_and_vote_from_the_volume() {
         after_recreate, before,
         "a new container on the same volume lost the term or the vote"
     );
+}
+
+/// `compose.yaml` itself, brought up under a project name of its own with the test image, free
+/// loopback ports and a throw-away admin token; taken down by container id, then by project.
+struct Compose {
+    project: String,
+    dir: std::path::PathBuf,
+    env: Vec<(String, String)>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Compose {
+    fn up() -> Compose {
+        require_image();
+        let project = unique_name("pe-compose");
+        let dir = std::env::temp_dir().join(&project);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let token = dir.join("admin-token");
+        std::fs::write(&token, "compose-test-token\n").expect("token");
+        // The node runs as uid 10001 and reads the secret through a bind mount.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+        let addrs: Vec<SocketAddr> = (0..NODES.len())
+            .map(|_| {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+                l.local_addr().expect("port")
+            })
+            .collect();
+        let mut env = vec![
+            ("PILOT_ELECTION_IMAGE".to_string(), IMAGE.to_string()),
+            (
+                "PILOT_ELECTION_ADMIN_TOKEN_PATH".to_string(),
+                token.display().to_string(),
+            ),
+        ];
+        for (suffix, addr) in ["A", "B", "C"].iter().zip(&addrs) {
+            env.push((
+                format!("PILOT_ELECTION_PORT_{suffix}"),
+                addr.port().to_string(),
+            ));
+        }
+        let compose = Compose {
+            project,
+            dir,
+            env,
+            addrs,
+        };
+        compose.run(&["up", "--detach", "--no-build"]);
+        compose
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/compose.yaml");
+        let mut c = Command::new("docker-compose");
+        c.args(["--file", file, "--project-name", &self.project])
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().unwrap_or_else(|e| {
+            panic!("cannot run docker-compose ({e}): install Debian's docker-compose package")
+        });
+        assert!(
+            out.status.success(),
+            "`docker-compose {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn container(&self, service: &str) -> String {
+        self.run(&["ps", "--quiet", service])
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        if let Ok(out) = self.command(&["ps", "--quiet"]).output() {
+            let ids = String::from_utf8_lossy(&out.stdout).to_string();
+            let mut args = vec!["rm", "--force", "--volumes"];
+            args.extend(ids.split_whitespace());
+            if args.len() > 3 {
+                let _ = docker_output(&args);
+            }
+        }
+        // Now only the project's network and named volumes are left.
+        let _ = self.command(&["down", "--volumes"]).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn the_compose_cluster_elects_one_leader_turns_healthy_and_hands_over_on_stop() {
+    let _serial = serial();
+    let compose = Compose::up();
+    let (leader, term, took) = agreed_leader(&NODES, &compose.addrs, 0, SETUP_DEADLINE);
+    eprintln!("compose: {leader} leads term {term}, agreed {took:?} after up");
+    for id in NODES {
+        let container = compose.container(id);
+        wait_for(SETUP_DEADLINE, &format!("compose {id} healthy"), || {
+            let health = docker(&[
+                "inspect",
+                "--format",
+                "{{.State.Health.Status}}",
+                &container,
+            ]);
+            if health == "healthy" {
+                Ok(())
+            } else {
+                Err(health)
+            }
+        });
+    }
+
+    let container = compose.container(&leader);
+    compose.run(&["stop", &leader]);
+    let exit = docker(&["inspect", "--format", "{{.State.ExitCode}}", &container]);
+    assert_eq!(exit, "0", "the stopped leader must exit 0");
+    let survivors = Cluster::others(&leader);
+    let idx: Vec<usize> = survivors
+        .iter()
+        .map(|s| NODES.iter().position(|n| n == s).expect("node"))
+        .collect();
+    let addrs: Vec<SocketAddr> = idx.iter().map(|i| compose.addrs[*i]).collect();
+    let (next, next_term, _) = agreed_leader(&survivors, &addrs, term, SETUP_DEADLINE);
+    eprintln!("compose: stop {leader} -> {next} leads term {next_term}");
+    assert_ne!(next, leader);
 }
