@@ -57,8 +57,8 @@ FROM ${ARTIFACTS} AS artifacts
 FROM ${RUNTIME_BASE} AS runtime
 # A fixed uid so that a bind-mounted data dir can be chowned to it ahead of time.
 ARG UID=10001
-RUN groupadd --system --gid "${UID}" pilot \
-    && useradd --system --uid "${UID}" --gid pilot --home-dir /var/lib/pilot-election \
+RUN groupadd --gid "${UID}" pilot \
+    && useradd --uid "${UID}" --gid pilot --home-dir /var/lib/pilot-election \
         --no-create-home --shell /usr/sbin/nologin pilot \
     && mkdir -p /var/lib/pilot-election \
     && chown pilot:pilot /var/lib/pilot-election \

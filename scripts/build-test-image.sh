@@ -81,28 +81,8 @@ if [ -z "$BINARY" ]; then
     BINARY="${CARGO_TARGET_DIR:-target}/release/pilot-election"
 fi
 [ -x "$BINARY" ] || die "${BINARY} is not an executable"
-# scripts/fetch-pilotctl.sh (from the devnet branch) owns the pin once it is merged; until then
-# the same pin is fetched and checked here.
-if [ -x scripts/fetch-pilotctl.sh ]; then
-    PILOTCTL="$(scripts/fetch-pilotctl.sh)"
-else
-    PILOTCTL=".tools/pilot/pilotctl"
-    wheel="pilotprotocol-1.18.0-py3-none-manylinux_2_34_x86_64.manylinux_2_35_x86_64.whl"
-    sha="08c19477e96934097313c95cb6b018fc32e328c20f5efbff9353e2e82db4a319"
-    mkdir -p .tools/pilot
-    if ! echo "${sha}  .tools/pilot/${wheel}" | sha256sum --check --status 2>/dev/null; then
-        step "pip download pilotprotocol==1.18.0"
-        rm -f ".tools/pilot/${wheel}"
-        python3 -m pip download --quiet --no-deps --only-binary=:all: --dest .tools/pilot \
-            "pilotprotocol==1.18.0" >&2 || die "pip download pilotprotocol==1.18.0 failed"
-        echo "${sha}  .tools/pilot/${wheel}" | sha256sum --check --status \
-            || die "SHA256 MISMATCH for ${wheel}; refusing to use it"
-    fi
-    python3 -c 'import os, sys, zipfile
-open(sys.argv[2] + ".tmp", "wb").write(zipfile.ZipFile(sys.argv[1]).read("pilotprotocol/bin/pilotctl"))
-os.chmod(sys.argv[2] + ".tmp", 0o755); os.replace(sys.argv[2] + ".tmp", sys.argv[2])' \
-        ".tools/pilot/${wheel}" "$PILOTCTL" || die "cannot extract pilotctl"
-fi
+# fetch-pilotctl.sh owns the pin (PILOT.md) and checks the wheel's sha256; it prints the path.
+PILOTCTL="$(scripts/fetch-pilotctl.sh)"
 "$PILOTCTL" version | grep -qF 1.18.0 || die "${PILOTCTL} is not pilotctl 1.18.0"
 
 # The Dockerfile's ARTIFACTS: an image holding only /out/, made without a Dockerfile so that no

@@ -5,6 +5,9 @@
 //!   timings, default priority).
 //! - [`sim`]: a seeded discrete-event simulator that runs whole clusters of cores through faults
 //!   and checks the safety invariants after every step.
+//! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
+//! - [`pilotctl`]: a typed async wrapper around the real `pilotctl` CLI (info, publish,
+//!   subscribe, JSON error codes, process-group timeouts) for the pilot transport.
 //! - [`runtime`]: the tokio task that drives the core: timers, messages, commands, durable state.
 //! - [`store`]: the data directory (state file with term, vote and boot counter; history).
 //! - [`transport`]: how messages leave and arrive (`http` built in, `memory` for tests).
@@ -18,7 +21,9 @@ pub mod api;
 pub mod cli;
 pub mod election;
 pub mod metrics;
+pub mod pilotctl;
 pub mod runtime;
+pub mod signing;
 pub mod sim;
 pub mod store;
 pub mod transport;

@@ -47,16 +47,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
             return Err(ApiError::UnsupportedMediaType);
         }
         let bytes = read_body(req, BODY_LIMIT).await?;
-        let mut de = serde_json::Deserializer::from_slice(&bytes);
-        let value = T::deserialize(&mut de)
-            .and_then(|v| de.end().map(|_| v))
-            .map_err(|e| {
-                use serde_json::error::Category;
-                match e.classify() {
-                    Category::Data => ApiError::InvalidBody(e.to_string()),
-                    _ => ApiError::InvalidJson(e.to_string()),
-                }
-            })?;
+        // Syntax first (400), then shape (422), so the status does not depend on which error
+        // the parser happens to meet first.
+        let raw: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+        let value = T::deserialize(raw).map_err(|e| ApiError::InvalidBody(e.to_string()))?;
         Ok(JsonBody(value))
     }
 }

@@ -415,6 +415,17 @@ impl World {
 
     fn send(&mut self, from: usize, m: Message) {
         self.stats.published += 1;
+        // Through the wire format, as in production: what the core emits must parse back.
+        let m = match Message::parse(m.to_json().as_bytes()) {
+            Ok(back) => back,
+            Err(e) => {
+                self.checker.violate(
+                    self.now,
+                    format!("node {from} sent an unparsable message: {e}"),
+                );
+                return;
+            }
+        };
         for to in 0..self.size() {
             if to == from || self.blocked.contains(&(from, to)) {
                 continue;

@@ -1,0 +1,171 @@
+//! One node's daemon IPC: length-prefixed frames on a unix socket, as pilotctl 1.18.0 speaks
+//! them. Only the commands that `info`, `publish`, `subscribe` and `handshake` use are served;
+//! anything else gets an error frame so the CLI fails loudly instead of hanging.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use crate::net::{encode_frame, ClientTx, DialError, Net, Outbound, SendError};
+
+const CMD_DIAL: u8 = 0x03;
+const CMD_DIAL_OK: u8 = 0x04;
+const CMD_SEND: u8 = 0x06;
+const CMD_CLOSE: u8 = 0x08;
+const CMD_ERROR: u8 = 0x0A;
+const CMD_INFO: u8 = 0x0D;
+const CMD_INFO_OK: u8 = 0x0E;
+const CMD_TRUST: u8 = 0x0F;
+const CMD_TRUST_OK: u8 = 0x10;
+const CMD_RESOLVE: u8 = 0x11;
+const CMD_RESOLVE_OK: u8 = 0x12;
+
+/// pilotctl refuses frames over 64 MiB; a larger length from a client means a broken stream.
+const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+pub async fn serve_node(net: Arc<Net>, node: usize, listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_client(net.clone(), node, stream));
+            }
+            Err(e) => {
+                eprintln!("pilot-devnet: accept on {}: {e}", net.nodes[node].name);
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Writes queued frames in order, each no earlier than its release instant: a constant delay
+/// then keeps per-connection order, as the real broker does.
+async fn write_loop(mut writer: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Outbound>) {
+    while let Some(out) = rx.recv().await {
+        tokio::time::sleep_until(out.at).await;
+        if writer.write_all(&out.frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn reply(tx: &ClientTx, cmd: u8, payload: &[u8]) {
+    let _ = tx.send(Outbound {
+        at: tokio::time::Instant::now(),
+        frame: encode_frame(cmd, payload),
+    });
+}
+
+fn reply_error(tx: &ClientTx, code: u16, text: &str) {
+    let mut payload = code.to_be_bytes().to_vec();
+    payload.extend_from_slice(text.as_bytes());
+    reply(tx, CMD_ERROR, &payload);
+}
+
+async fn serve_client(net: Arc<Net>, node: usize, stream: UnixStream) {
+    let client = net.new_client();
+    let (mut reader, writer) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let writer_task = tokio::spawn(write_loop(writer, rx));
+    loop {
+        let mut len = [0u8; 4];
+        if reader.read_exact(&mut len).await.is_err() {
+            break;
+        }
+        let len = u32::from_be_bytes(len) as usize;
+        if len == 0 || len > MAX_FRAME {
+            break;
+        }
+        let mut body = vec![0u8; len];
+        if reader.read_exact(&mut body).await.is_err() {
+            break;
+        }
+        // A stalled daemon reads but never answers: the way to make pilotctl hang for tests.
+        if net.is_stalled(node) {
+            continue;
+        }
+        handle(&net, node, client, &tx, body[0], &body[1..]);
+    }
+    net.client_gone(client);
+    drop(tx);
+    let _ = writer_task.await;
+}
+
+fn handle(net: &Net, node: usize, client: u64, tx: &ClientTx, cmd: u8, payload: &[u8]) {
+    let me = &net.nodes[node];
+    match cmd {
+        CMD_INFO => {
+            let info = serde_json::json!({
+                "node_id": me.node_id,
+                "address": me.address,
+                "hostname": me.hostname,
+                "version": "1.18.0",
+                "emulated": true,
+            });
+            reply(tx, CMD_INFO_OK, info.to_string().as_bytes());
+        }
+        CMD_RESOLVE => {
+            let name = String::from_utf8_lossy(payload);
+            match net.nodes.iter().find(|n| n.hostname == name) {
+                Some(n) => {
+                    let found = serde_json::json!({"node_id": n.node_id, "address": n.address});
+                    reply(tx, CMD_RESOLVE_OK, found.to_string().as_bytes());
+                }
+                None => reply_error(tx, 2, &format!("hostname {name:?} not found")),
+            }
+        }
+        // Trust requests carry a sub-operation byte and a u32 node id; every emulated node
+        // trusts every other, so each one answers the same.
+        CMD_TRUST => {
+            let node_id = payload
+                .get(1..5)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                .unwrap_or(0);
+            let ok = serde_json::json!({"trusted": true, "node_id": node_id});
+            reply(tx, CMD_TRUST_OK, ok.to_string().as_bytes());
+        }
+        CMD_DIAL => {
+            if payload.len() < 8 {
+                return reply_error(tx, 1, "malformed dial");
+            }
+            let network = u16::from_be_bytes([payload[0], payload[1]]);
+            let node_id = u32::from_be_bytes([payload[2], payload[3], payload[4], payload[5]]);
+            let port = u16::from_be_bytes([payload[6], payload[7]]);
+            if network != 0 {
+                return reply_error(tx, 3, "no route to network");
+            }
+            match net.dial(client, node, node_id, port, tx) {
+                Ok(conn) => reply(tx, CMD_DIAL_OK, &conn.to_be_bytes()),
+                Err(DialError::NoSuchNode) => reply_error(tx, 3, "no such node"),
+                Err(DialError::PortClosed) => reply_error(tx, 4, "connection refused"),
+                Err(DialError::Unreachable) => reply_error(tx, 5, "dial timeout: peer unreachable"),
+            }
+        }
+        CMD_SEND => {
+            let Some(conn) = conn_id(payload) else {
+                return reply_error(tx, 1, "malformed send");
+            };
+            if let Err(SendError::UnknownConnection) = net.send(client, conn, &payload[4..]) {
+                reply_error(tx, 6, "connection not found");
+            }
+        }
+        CMD_CLOSE => {
+            if let Some(conn) = conn_id(payload) {
+                net.close(client, conn);
+            }
+        }
+        other => reply_error(
+            tx,
+            1,
+            &format!("pilot-devnet does not emulate command 0x{other:02X}"),
+        ),
+    }
+}
+
+fn conn_id(payload: &[u8]) -> Option<u32> {
+    payload
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}

@@ -1,0 +1,630 @@
+//! A typed async wrapper around the real `pilotctl` binary (Pilot Protocol 1.18.0), for the pilot
+//! transport.
+//!
+//! We drive the CLI instead of speaking the daemon protocol ourselves: pilotctl is AGPL, and the
+//! CLI's `--json` output is its documented, stable surface (see PILOT.md). Every child runs in
+//! its own process group so that a timeout can kill it together with anything it spawned: the
+//! pip console script, for one, is a Python wrapper whose Go child would otherwise outlive it.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::task::JoinHandle;
+
+/// The longest NDJSON line a subscription accepts. An election message is far smaller; a line
+/// past this is garbage or an attack, and buffering it would let the broker exhaust our memory.
+pub const DEFAULT_MAX_LINE: usize = 256 * 1024;
+
+/// How much of a child's stderr we keep: enough for pilotctl's one-line JSON error, bounded so a
+/// chatty child cannot grow it without end.
+const MAX_STDERR: usize = 64 * 1024;
+
+/// The `code` of a pilotctl `--json` error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidArgument,
+    NotFound,
+    AlreadyExists,
+    NotRunning,
+    ConnectionFailed,
+    Timeout,
+    PermissionDenied,
+    Internal,
+    /// A code outside the documented list; 1.18.0 also emits `trust_required`.
+    Other(String),
+}
+
+impl ErrorCode {
+    pub fn parse(code: &str) -> ErrorCode {
+        match code {
+            "invalid_argument" => ErrorCode::InvalidArgument,
+            "not_found" => ErrorCode::NotFound,
+            "already_exists" => ErrorCode::AlreadyExists,
+            "not_running" => ErrorCode::NotRunning,
+            "connection_failed" => ErrorCode::ConnectionFailed,
+            "timeout" => ErrorCode::Timeout,
+            "permission_denied" => ErrorCode::PermissionDenied,
+            "internal" => ErrorCode::Internal,
+            other => ErrorCode::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            ErrorCode::InvalidArgument => "invalid_argument",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::NotRunning => "not_running",
+            ErrorCode::ConnectionFailed => "connection_failed",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::PermissionDenied => "permission_denied",
+            ErrorCode::Internal => "internal",
+            ErrorCode::Other(code) => code,
+        }
+    }
+
+    /// Transient conditions (daemon restarting, link down, slow peer) that a later attempt may
+    /// get past; everything else would fail the same way again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ErrorCode::ConnectionFailed | ErrorCode::Timeout | ErrorCode::NotRunning
+        )
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PilotctlError {
+    /// Distinct from every runtime failure: the operator has to install or point at the
+    /// binary, and the CLI maps this to exit 69 (EX_UNAVAILABLE).
+    #[error("pilotctl not usable at {}: {reason}", path.display())]
+    Unavailable { path: PathBuf, reason: String },
+    #[error("spawning {}: {source}", path.display())]
+    Spawn { path: PathBuf, source: io::Error },
+    /// pilotctl ran and reported an error in its `--json` envelope on stderr.
+    #[error("pilotctl {command}: {code}: {message}")]
+    Cli {
+        command: &'static str,
+        code: ErrorCode,
+        message: String,
+        hint: Option<String>,
+    },
+    /// Our own deadline passed; the child's whole process group was killed.
+    #[error("pilotctl {command} did not finish within {after:?}; process group {pgid} killed")]
+    TimedOut {
+        command: &'static str,
+        after: Duration,
+        pgid: u32,
+    },
+    /// pilotctl exited without the JSON we expect (a crash, a different version, a wrapper).
+    #[error("pilotctl {command}: unexpected output ({status}): {detail}")]
+    Unexpected {
+        command: &'static str,
+        status: String,
+        detail: String,
+    },
+    #[error("reading pilotctl {command} output: {source}")]
+    Io {
+        command: &'static str,
+        source: io::Error,
+    },
+}
+
+impl PilotctlError {
+    pub fn code(&self) -> Option<&ErrorCode> {
+        match self {
+            PilotctlError::Cli { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// Whether the transport should try again later. Our own timeout counts as pilotctl's
+    /// `timeout`; a missing binary or garbled output will not fix itself.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PilotctlError::Cli { code, .. } => code.is_retryable(),
+            PilotctlError::TimedOut { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// `pilotctl --json info` → `.data`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub node_id: u64,
+    pub address: String,
+    #[serde(default)]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+/// `pilotctl --json publish` → `.data`. Only says the bytes were written to the broker.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct PublishReceipt {
+    pub bytes: u64,
+    pub target: String,
+    pub topic: String,
+}
+
+#[derive(Deserialize)]
+struct Envelope<T> {
+    status: String,
+    data: Option<T>,
+}
+
+#[derive(Deserialize)]
+struct ErrorEnvelope {
+    code: String,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    hint: Option<String>,
+}
+
+/// One line of `pilotctl --json subscribe` without `--count`: no envelope.
+#[derive(Deserialize)]
+struct EventLine {
+    data: String,
+}
+
+/// How to run pilotctl: which binary, which daemon socket, how long a one-shot command may take.
+#[derive(Debug, Clone)]
+pub struct Pilotctl {
+    path: PathBuf,
+    socket: Option<PathBuf>,
+    timeout: Duration,
+}
+
+impl Pilotctl {
+    /// Checks up front that `path` is an executable file, so a misconfiguration is reported
+    /// once, by path, rather than as a spawn failure on every message.
+    pub fn new(path: impl Into<PathBuf>) -> Result<Pilotctl, PilotctlError> {
+        let path = path.into();
+        check_executable(&path)?;
+        Ok(Pilotctl {
+            path,
+            socket: None,
+            timeout: Duration::from_secs(5),
+        })
+    }
+
+    /// The daemon socket, passed as `PILOT_SOCKET`; without it pilotctl uses its default.
+    pub fn with_socket(mut self, socket: impl Into<PathBuf>) -> Pilotctl {
+        self.socket = Some(socket.into());
+        self
+    }
+
+    /// The deadline for one-shot commands (`info`, `publish`).
+    pub fn with_timeout(mut self, timeout: Duration) -> Pilotctl {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.path);
+        cmd.arg("--json")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(socket) = &self.socket {
+            cmd.env("PILOT_SOCKET", socket);
+        }
+        cmd
+    }
+
+    fn spawn(&self, args: &[&str]) -> Result<Child, PilotctlError> {
+        self.command(args)
+            .spawn()
+            .map_err(|source| match source.kind() {
+                io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => {
+                    PilotctlError::Unavailable {
+                        path: self.path.clone(),
+                        reason: source.to_string(),
+                    }
+                }
+                _ => PilotctlError::Spawn {
+                    path: self.path.clone(),
+                    source,
+                },
+            })
+    }
+
+    /// Runs a one-shot command to completion under the deadline and returns its `.data`.
+    async fn run<T: for<'de> Deserialize<'de>>(
+        &self,
+        command: &'static str,
+        args: &[&str],
+    ) -> Result<T, PilotctlError> {
+        let child = self.spawn(args)?;
+        let pgid = child.id().unwrap_or(0);
+        let output = child.wait_with_output();
+        tokio::pin!(output);
+        let output = match tokio::time::timeout(self.timeout, &mut output).await {
+            Ok(result) => result.map_err(|source| PilotctlError::Io { command, source })?,
+            Err(_) => {
+                // Signal the group while the leader is still unreaped, so its id cannot have
+                // been reused; then let the wait reap it.
+                kill_group(pgid);
+                let _ = tokio::time::timeout(Duration::from_secs(2), &mut output).await;
+                return Err(PilotctlError::TimedOut {
+                    command,
+                    after: self.timeout,
+                    pgid,
+                });
+            }
+        };
+        if !output.status.success() {
+            return Err(failure(command, output.status, &output.stderr));
+        }
+        let line = String::from_utf8_lossy(&output.stdout);
+        match serde_json::from_str::<Envelope<T>>(line.trim()) {
+            Ok(Envelope {
+                status,
+                data: Some(data),
+            }) if status == "ok" => Ok(data),
+            Ok(_) => Err(unexpected(
+                command,
+                output.status,
+                "envelope without ok data",
+            )),
+            Err(e) => Err(unexpected(command, output.status, &format!("{e}: {line}"))),
+        }
+    }
+
+    /// `pilotctl --json info`: this node's id (a number at `.data.node_id`) and address.
+    pub async fn info(&self) -> Result<NodeInfo, PilotctlError> {
+        self.run("info", &["info"]).await
+    }
+
+    /// Publishes one event through `broker` (a hostname or address). The payload goes as a
+    /// single `--data=` token so that text starting with `--` is never read as a flag.
+    pub async fn publish(
+        &self,
+        broker: &str,
+        topic: &str,
+        data: &str,
+    ) -> Result<PublishReceipt, PilotctlError> {
+        let data_arg = format!("--data={data}");
+        self.run("publish", &["publish", broker, topic, &data_arg])
+            .await
+    }
+
+    /// Starts a long-lived `pilotctl --json subscribe`; events arrive only while it runs.
+    pub fn subscribe(&self, broker: &str, topic: &str) -> Result<Subscription, PilotctlError> {
+        let mut child = self.spawn(&["subscribe", broker, topic])?;
+        let pgid = child.id().unwrap_or(0);
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            kill_group(pgid);
+            return Err(PilotctlError::Spawn {
+                path: self.path.clone(),
+                source: io::Error::other("child pipes missing"),
+            });
+        };
+        Ok(Subscription {
+            lines: LineReader::new(stdout, DEFAULT_MAX_LINE),
+            stderr: Some(tokio::spawn(read_bounded(stderr, MAX_STDERR))),
+            child,
+            pgid,
+            garbage_lines: 0,
+            oversized_lines: 0,
+            finished: false,
+        })
+    }
+}
+
+/// Verifies that `path` names an executable regular file.
+pub fn check_executable(path: &Path) -> Result<(), PilotctlError> {
+    let unavailable = |reason: String| PilotctlError::Unavailable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(path).map_err(|e| unavailable(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(unavailable("not a regular file".into()));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(unavailable("not executable".into()));
+    }
+    Ok(())
+}
+
+fn kill_group(pgid: u32) {
+    let Ok(raw) = i32::try_from(pgid) else {
+        return;
+    };
+    if raw > 1 {
+        // ESRCH only means the group is already gone.
+        let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
+    }
+}
+
+fn unexpected(command: &'static str, status: ExitStatus, detail: &str) -> PilotctlError {
+    PilotctlError::Unexpected {
+        command,
+        status: status.to_string(),
+        detail: detail.chars().take(512).collect(),
+    }
+}
+
+/// Classifies a failed run by the JSON error pilotctl prints on stderr.
+fn failure(command: &'static str, status: ExitStatus, stderr: &[u8]) -> PilotctlError {
+    let text = String::from_utf8_lossy(stderr);
+    let parsed = text
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str::<ErrorEnvelope>(line.trim()).ok());
+    match parsed {
+        Some(e) => PilotctlError::Cli {
+            command,
+            code: ErrorCode::parse(&e.code),
+            message: e.message.or(e.error).unwrap_or_default(),
+            hint: e.hint,
+        },
+        None => unexpected(command, status, text.trim()),
+    }
+}
+
+async fn read_bounded<R: AsyncRead + Unpin>(reader: R, max: usize) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let _ = reader.take(max as u64).read_to_end(&mut kept).await;
+    kept
+}
+
+/// What one read from a line-oriented stream produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Text(Vec<u8>),
+    /// A line longer than the limit; its bytes were discarded up to the next newline.
+    Oversized,
+    Eof,
+}
+
+/// Reads newline-terminated lines while never holding more than `max` bytes of one line.
+pub struct LineReader<R> {
+    inner: BufReader<R>,
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    pub fn new(inner: R, max: usize) -> LineReader<R> {
+        LineReader {
+            inner: BufReader::new(inner),
+            max,
+        }
+    }
+
+    pub async fn next_line(&mut self) -> io::Result<Line> {
+        let mut line = Vec::new();
+        let mut oversized = false;
+        loop {
+            let buf = self.inner.fill_buf().await?;
+            if buf.is_empty() {
+                // A last line without a newline still counts; an empty tail is the end.
+                return Ok(match (oversized, line.is_empty()) {
+                    (true, _) => Line::Oversized,
+                    (false, true) => Line::Eof,
+                    (false, false) => Line::Text(line),
+                });
+            }
+            let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], Some(i + 1)),
+                None => (buf, None),
+            };
+            if !oversized {
+                if line.len() + chunk.len() > self.max {
+                    oversized = true;
+                    line = Vec::new();
+                } else {
+                    line.extend_from_slice(chunk);
+                }
+            }
+            let used = done.unwrap_or(buf.len());
+            self.inner.consume(used);
+            if done.is_some() {
+                return Ok(if oversized {
+                    Line::Oversized
+                } else {
+                    Line::Text(line)
+                });
+            }
+        }
+    }
+}
+
+/// A running `pilotctl subscribe`. Dropping it kills the child's process group.
+pub struct Subscription {
+    child: Child,
+    pgid: u32,
+    lines: LineReader<ChildStdout>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
+    garbage_lines: u64,
+    oversized_lines: u64,
+    finished: bool,
+}
+
+impl Subscription {
+    /// The next event's `data` string. `Some(Err(..))` reports how the child ended (pilotctl
+    /// exits with `connection_failed` when the broker connection drops); `None` follows it, or
+    /// a clean exit. Lines that are not events are counted and skipped.
+    pub async fn next(&mut self) -> Option<Result<String, PilotctlError>> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            match self.lines.next_line().await {
+                Ok(Line::Text(bytes)) => match serde_json::from_slice::<EventLine>(&bytes) {
+                    Ok(event) => return Some(Ok(event.data)),
+                    Err(_) => {
+                        self.garbage_lines += 1;
+                        tracing::warn!(
+                            line = %String::from_utf8_lossy(&bytes[..bytes.len().min(200)]),
+                            "skipping a pilotctl subscribe line that is not an event"
+                        );
+                    }
+                },
+                Ok(Line::Oversized) => {
+                    self.oversized_lines += 1;
+                    tracing::warn!(
+                        max = self.lines.max,
+                        "skipping an oversized pilotctl subscribe line"
+                    );
+                }
+                Ok(Line::Eof) => {
+                    self.finished = true;
+                    return self.exit().await.err().map(Err);
+                }
+                Err(source) => {
+                    self.finished = true;
+                    kill_group(self.pgid);
+                    return Some(Err(PilotctlError::Io {
+                        command: "subscribe",
+                        source,
+                    }));
+                }
+            }
+        }
+    }
+
+    async fn exit(&mut self) -> Result<(), PilotctlError> {
+        let status = self
+            .child
+            .wait()
+            .await
+            .map_err(|source| PilotctlError::Io {
+                command: "subscribe",
+                source,
+            })?;
+        let stderr = match self.stderr.take() {
+            Some(task) => task.await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if status.success() {
+            Ok(())
+        } else {
+            Err(failure("subscribe", status, &stderr))
+        }
+    }
+
+    /// Lines that were not JSON events (skipped).
+    pub fn garbage_lines(&self) -> u64 {
+        self.garbage_lines
+    }
+
+    /// Lines longer than the limit (skipped).
+    pub fn oversized_lines(&self) -> u64 {
+        self.oversized_lines
+    }
+
+    /// The child's process id, which is also its process group id.
+    pub fn pid(&self) -> u32 {
+        self.pgid
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if !self.finished {
+            kill_group(self.pgid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_retry_policy() {
+        for code in [
+            "invalid_argument",
+            "not_found",
+            "already_exists",
+            "not_running",
+            "connection_failed",
+            "timeout",
+            "permission_denied",
+            "internal",
+            "trust_required",
+        ] {
+            assert_eq!(ErrorCode::parse(code).as_str(), code);
+        }
+        let retryable: Vec<&str> = ["connection_failed", "timeout", "not_running"].to_vec();
+        for code in [
+            "invalid_argument",
+            "not_found",
+            "internal",
+            "trust_required",
+        ] {
+            assert!(!ErrorCode::parse(code).is_retryable(), "{code}");
+        }
+        for code in retryable {
+            assert!(ErrorCode::parse(code).is_retryable(), "{code}");
+        }
+    }
+
+    #[test]
+    fn stderr_json_is_classified() {
+        let stderr = br#"{"code":"connection_failed","error":"recv: EOF","message":"recv: EOF","status":"error"}"#;
+        let status = std::process::ExitStatus::from_raw(256);
+        let err = failure("subscribe", status, stderr);
+        assert_eq!(err.code(), Some(&ErrorCode::ConnectionFailed));
+        assert!(err.is_retryable());
+        let err = failure("publish", status, b"segfault\n");
+        assert!(matches!(err, PilotctlError::Unexpected { .. }));
+        assert!(!err.is_retryable());
+    }
+
+    use std::os::unix::process::ExitStatusExt as _;
+
+    #[tokio::test]
+    async fn line_reader_bounds_lines() {
+        let input: &[u8] = b"short\n0123456789abcdef\nok\ntail";
+        let mut reader = LineReader::new(input, 8);
+        assert_eq!(
+            reader.next_line().await.unwrap(),
+            Line::Text(b"short".to_vec())
+        );
+        assert_eq!(reader.next_line().await.unwrap(), Line::Oversized);
+        assert_eq!(
+            reader.next_line().await.unwrap(),
+            Line::Text(b"ok".to_vec())
+        );
+        assert_eq!(
+            reader.next_line().await.unwrap(),
+            Line::Text(b"tail".to_vec())
+        );
+        assert_eq!(reader.next_line().await.unwrap(), Line::Eof);
+    }
+
+    #[test]
+    fn missing_binary_names_the_path() {
+        let err = Pilotctl::new("/nonexistent/pilotctl").unwrap_err();
+        assert!(matches!(err, PilotctlError::Unavailable { .. }));
+        assert!(err.to_string().contains("/nonexistent/pilotctl"));
+    }
+}

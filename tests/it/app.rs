@@ -1,0 +1,321 @@
+//! `spawn_app`-style helpers: free ports, temporary data dirs, processes killed on drop, and
+//! waiting on conditions with deadlines instead of fixed sleeps.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::time::Instant;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_pilot-election");
+pub const TOKEN: &str = "s3cret-admin-token";
+/// Default election timeout `T` of the binary.
+pub const T: Duration = Duration::from_secs(3);
+
+/// Holds clusters to one at a time.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "pilot-election-it-{}-{tag}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).expect("temp dir");
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One node process.
+pub struct App {
+    pub id: String,
+    pub port: u16,
+    pub dir: TempDir,
+    pub args: Vec<String>,
+    pub child: Option<Child>,
+}
+
+impl App {
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.0.join("data")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("node.log")).unwrap_or_default()
+    }
+
+    /// Starts (or restarts) the process with the same arguments and data dir.
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.0.join("node.log"))
+            .expect("log file");
+        let child = Command::new(BIN)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn pilot-election");
+        self.child = Some(child);
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn sigterm(&self) {
+        let pid = self.child.as_ref().expect("running").id();
+        let ok = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -TERM {pid}");
+    }
+
+    /// Waits for the process to exit by itself.
+    pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            let c = self.child.as_mut().expect("running");
+            if let Some(status) = c.try_wait().expect("try_wait") {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit within {within:?}",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Arguments for one node of a cluster; `extra` is appended.
+pub fn node_args(
+    id: &str,
+    port: u16,
+    data: &Path,
+    peers: &[(String, u16)],
+    extra: &[&str],
+) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "run".into(),
+        "--node-id".into(),
+        id.into(),
+        "--group".into(),
+        "it".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--data-dir".into(),
+        data.display().to_string(),
+    ];
+    for (pid, pport) in peers.iter().filter(|(p, _)| p != id) {
+        a.push("--peer".into());
+        a.push(format!("{pid}=http://127.0.0.1:{pport}"));
+    }
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+/// A new, not yet started node.
+pub fn app(id: &str, port: u16, peers: &[(String, u16)], extra: &[&str]) -> App {
+    let dir = TempDir::new(id);
+    let args = node_args(id, port, &dir.0.join("data"), peers, extra);
+    App {
+        id: id.into(),
+        port,
+        dir,
+        args,
+        child: None,
+    }
+}
+
+/// `n` started nodes `n1..nN` that know each other, with an admin token.
+pub struct Cluster {
+    pub nodes: Vec<App>,
+    /// Kept so that the token file lives as long as the nodes that read it.
+    pub _token_file: TempDir,
+}
+
+impl Cluster {
+    pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        let token_file = TempDir::new("token");
+        let tf = token_file.0.join("token");
+        std::fs::write(&tf, format!("{TOKEN}\n")).expect("token file");
+        let peers: Vec<(String, u16)> = (1..=n).map(|i| (format!("n{i}"), free_port())).collect();
+        let tf = tf.display().to_string();
+        let mut all_extra = vec!["--admin-token-file", tf.as_str()];
+        all_extra.extend_from_slice(extra);
+        let mut nodes: Vec<App> = peers
+            .iter()
+            .map(|(id, port)| app(id, *port, &peers, &all_extra))
+            .collect();
+        for n in &mut nodes {
+            n.start();
+        }
+        Cluster {
+            nodes,
+            _token_file: token_file,
+        }
+    }
+
+    pub fn index(&self, id: &str) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.id == id)
+            .expect("known node")
+    }
+
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| format!("==== {}\n{}", n.id, n.log()))
+            .collect()
+    }
+
+    /// Waits until every node in `which` names the same leader, accepted by `accept`.
+    pub async fn agreed(
+        &self,
+        which: &[usize],
+        within: Duration,
+        accept: impl Fn(&str, u64) -> bool,
+    ) -> (String, u64) {
+        let urls: Vec<String> = which.iter().map(|i| self.nodes[*i].url()).collect();
+        let res = wait_for(within, || {
+            let urls = urls.clone();
+            let accept = &accept;
+            async move {
+                let mut seen = Vec::new();
+                for u in &urls {
+                    seen.push(leader_of(u).await);
+                }
+                let first = seen.first()?.clone()?;
+                (seen.iter().all(|s| s.as_ref() == Some(&first)) && accept(&first.0, first.1))
+                    .then_some(first)
+            }
+        })
+        .await;
+        match res {
+            Some(r) => r,
+            None => panic!(
+                "nodes {which:?} did not agree on an acceptable leader within {within:?}\n{}",
+                self.logs()
+            ),
+        }
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client")
+}
+
+/// `(leader, term)` as a node reports it, if it knows one.
+pub async fn leader_of(url: &str) -> Option<(String, u64)> {
+    let resp = client().get(format!("{url}/leader")).send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let v: Value = resp.json().await.ok()?;
+    Some((v["leader"].as_str()?.to_string(), v["term"].as_u64()?))
+}
+
+pub async fn metrics_text(url: &str) -> String {
+    let resp = client().get(format!("{url}/metrics")).send().await;
+    resp.expect("metrics").text().await.expect("metrics text")
+}
+
+/// Status 0 when the node cannot be reached (yet).
+pub async fn get_json(url: &str) -> (u16, Value) {
+    let Ok(resp) = client().get(url).send().await else {
+        return (0, Value::Null);
+    };
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+pub async fn post_json(url: &str, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+    let mut req = client().post(format!("{url}{path}")).json(body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The term a node reports, once it answers.
+pub async fn term_of(url: &str, within: Duration) -> Option<u64> {
+    let url = format!("{url}/term");
+    wait_for(within, || {
+        let url = url.clone();
+        async move {
+            let (s, b) = get_json(&url).await;
+            (s == 200).then(|| b["term"].as_u64()).flatten()
+        }
+    })
+    .await
+}
+
+/// Polls `f` until it returns `Some` or `within` passes.
+pub async fn wait_for<T, F, Fut>(within: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

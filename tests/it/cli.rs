@@ -1,0 +1,173 @@
+//! The binary as scripts see it: exit codes, one-line configuration errors, client commands,
+//! JSON logs, and the demo.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::app::{app, free_port, serial, wait_for, TempDir, BIN, TOKEN};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("PILOT_ELECTION_ADMIN_TOKEN")
+        .output()
+        .expect("run pilot-election")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn invalid_configuration_exits_64_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "--node-id", "a", "--lease", "3s"],
+            "unsafe timings",
+        ),
+        (
+            &["run", "--node-id", "a", "--transport", "pilot"],
+            "pilot transport not available",
+        ),
+        (&["run"], "--node-id is required"),
+        (&["run", "--node-id", "a", "--peer", "b"], "must be ID=URL"),
+        (&["run", "--node-id", "a", "--lease", "2"], "needs a unit"),
+        (
+            &[
+                "run",
+                "--node-id",
+                "a",
+                "--cluster-size",
+                "1",
+                "--peer",
+                "b=http://x:1",
+            ],
+            "smaller than",
+        ),
+        (&["no-such-command"], "unrecognized subcommand"),
+    ];
+    for (args, needle) in cases {
+        let o = run(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(64), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line, got {err}"
+        );
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn an_unreachable_node_is_exit_2() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    for cmd in ["leader", "status", "healthcheck"] {
+        let o = run(&[cmd, "--url", &url]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+    }
+}
+
+#[tokio::test]
+async fn client_commands_against_a_single_node() {
+    let _serial = serial().await;
+    let tokens = TempDir::new("tok");
+    let tf = tokens.0.join("token");
+    std::fs::write(&tf, TOKEN).unwrap();
+    let tf = tf.display().to_string();
+    let mut a = app(
+        "single",
+        free_port(),
+        &[],
+        &["--admin-token-file", &tf, "--log-format", "json"],
+    );
+    a.start();
+    let url = a.url();
+    // Until it has waited out its start-up window there is no leader: exit 1.
+    let early = run(&["leader", "--url", &url]);
+    assert!(matches!(early.status.code(), Some(1) | Some(2)));
+    let led = wait_for(Duration::from_secs(15), || {
+        let url = url.clone();
+        async move {
+            let o = tokio::task::spawn_blocking(move || run(&["leader", "--url", &url]))
+                .await
+                .unwrap();
+            (o.status.code() == Some(0)).then_some(o)
+        }
+    })
+    .await
+    .expect("a leader");
+    let line = String::from_utf8_lossy(&led.stdout);
+    assert!(line.contains("leader single"), "{line}");
+
+    let o = run(&["status", "--url", &url, "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("--json prints JSON");
+    assert_eq!(v["role"], "leader");
+    assert_eq!(run(&["healthcheck", "--url", &url]).status.code(), Some(0));
+
+    // Mutations: refused without the token (exit 1), done with it.
+    let o = run(&["candidacy", "--url", &url, "--eligible", "true"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("unauthorized"), "{}", stderr(&o));
+    let o = run(&[
+        "step-down",
+        "--url",
+        &url,
+        "--expected-term",
+        "999",
+        "--admin-token-file",
+        &tf,
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("term_mismatch"), "{}", stderr(&o));
+    let o = run(&[
+        "candidacy",
+        "--url",
+        &url,
+        "--eligible",
+        "true",
+        "--priority",
+        "5",
+        "--admin-token-file",
+        &tf,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // --log-format json: every log line is one JSON object; the token never appears.
+    let log = a.log();
+    let first = log.lines().next().expect("some log");
+    let parsed: Value = serde_json::from_str(first).expect("JSON log line");
+    assert!(parsed.get("fields").is_some(), "{first}");
+    assert!(!log.contains(TOKEN));
+}
+
+#[tokio::test]
+async fn the_demo_elects_fails_over_and_hands_over() {
+    let _serial = serial().await;
+    // Three consecutive free ports: try a few random bases.
+    let base = (0..50)
+        .map(|i| 20_000 + ((std::process::id() as u16).wrapping_mul(7) % 20_000) + i * 97)
+        .find(|b| (0..3).all(|k| std::net::TcpListener::bind(("127.0.0.1", b + k)).is_ok()))
+        .expect("three free ports");
+    let base = base.to_string();
+    let o = tokio::task::spawn_blocking(move || {
+        run(&["demo", "--base-port", &base, "--duration", "0s"])
+    })
+    .await
+    .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{}", stderr(&o));
+    for needle in [
+        "first leader",
+        "crashed",
+        "failover:",
+        "no new term",
+        "handover:",
+        "allow-unauthenticated",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+}

@@ -1,0 +1,254 @@
+//! Whole clusters: election, crash failover, rejoin, step-down, SSE, graceful shutdown.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::app::{get_json, metrics_text, post_json, serial, wait_for, Cluster, T, TOKEN};
+
+/// Start-up takes `T` (no node campaigns during its first `T`) plus staggers; generous for a
+/// loaded machine.
+const FIRST_LEADER: Duration = Duration::from_secs(20);
+
+/// Asks the leader to hand over to `successor`, retrying while the successor is not yet known
+/// to be eligible (it may have just started).
+async fn hand_over(c: &Cluster, leader: &str, successor: &str) {
+    let url = c.nodes[c.index(leader)].url();
+    let done = wait_for(Duration::from_secs(10), || {
+        let url = url.clone();
+        async move {
+            let (status, body) = post_json(
+                &url,
+                "/step-down",
+                Some(TOKEN),
+                &json!({"successor": successor}),
+            )
+            .await;
+            match status {
+                202 => {
+                    crate::contract::Spec::load().check("post", "/step-down", 202, &body);
+                    Some(body)
+                }
+                422 => None,
+                other => panic!("step-down answered {other}: {body}"),
+            }
+        }
+    })
+    .await;
+    assert!(
+        done.is_some(),
+        "step-down to {successor} kept being refused"
+    );
+}
+
+/// The whole story on `n` nodes; returns the measured failover time.
+async fn crash_rejoin_handover(n: usize) -> Duration {
+    let mut c = Cluster::start(n, &[]);
+    let all: Vec<usize> = (0..n).collect();
+    let (leader, term) = c.agreed(&all, FIRST_LEADER, |_, _| true).await;
+
+    // kill -9 of the leader: the survivors agree on a new leader with a higher term.
+    let li = c.index(&leader);
+    c.nodes[li].kill9();
+    let killed = Instant::now();
+    let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != li).collect();
+    let (leader2, term2) = c
+        .agreed(&survivors, T + Duration::from_secs(2), |l, t| {
+            l != leader && t > term
+        })
+        .await;
+    let failover = killed.elapsed();
+    eprintln!(
+        "{n} nodes: failover from {leader} to {leader2} (term {term} -> {term2}) in {failover:?}"
+    );
+
+    if n == 3 {
+        // Metrics scraped after the failover show it.
+        let text = metrics_text(&c.nodes[survivors[0]].url()).await;
+        let value = |prefix: &str| -> f64 {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+        };
+        assert_eq!(value("pilot_election_term "), term2 as f64);
+        assert!(value("pilot_election_leader_transitions_total{reason=\"elected\"}") >= 2.0);
+        assert!(value("pilot_election_leader_transitions_total{reason=\"leader_timeout\"}") >= 1.0);
+        assert!(
+            value(
+                "pilot_election_messages_received_total{type=\"heartbeat\",outcome=\"accepted\"}"
+            ) > 0.0
+        );
+    }
+
+    // The killed node restarts and follows, without raising the term.
+    c.nodes[li].start();
+    c.agreed(&all, Duration::from_secs(10), |l, t| {
+        l == leader2 && t == term2
+    })
+    .await;
+    // Its history survived the crash.
+    let (_, h) = get_json(&format!("{}/history", c.nodes[li].url())).await;
+    crate::contract::Spec::load().check("get", "/history", 200, &h);
+    assert!(
+        h["transitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["term"] == json!(term) && t["leader"] == json!(leader)),
+        "history lost across the restart: {h}"
+    );
+    if n == 3 {
+        // Past the restarted node's start-up window: it still has not disrupted anything.
+        tokio::time::sleep(T + Duration::from_secs(1)).await;
+        c.agreed(&all, Duration::from_secs(5), |l, t| {
+            l == leader2 && t == term2
+        })
+        .await;
+    }
+
+    // A step-down to a named successor makes that successor lead.
+    let successor = survivors
+        .iter()
+        .map(|i| c.nodes[*i].id.clone())
+        .find(|id| *id != leader2)
+        .expect("another survivor");
+    hand_over(&c, &leader2, &successor).await;
+    let asked = Instant::now();
+    let (leader3, term3) = c
+        .agreed(&all, Duration::from_secs(10), |l, t| {
+            l == successor && t > term2
+        })
+        .await;
+    eprintln!(
+        "{n} nodes: handover to {leader3} (term {term3}) in {:?}",
+        asked.elapsed()
+    );
+    failover
+}
+
+#[tokio::test]
+async fn three_nodes_elect_fail_over_rejoin_and_hand_over() {
+    let _serial = serial().await;
+    crash_rejoin_handover(3).await;
+}
+
+#[tokio::test]
+async fn five_nodes_elect_fail_over_rejoin_and_hand_over() {
+    let _serial = serial().await;
+    crash_rejoin_handover(5).await;
+}
+
+/// Reads SSE events (`data:` payloads) from a streaming response.
+struct Events {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl Events {
+    async fn next(&mut self) -> Option<Value> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let data: String = block
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim)
+                    .collect();
+                if !data.is_empty() {
+                    return serde_json::from_str(&data).ok();
+                }
+                continue;
+            }
+            let chunk = self.resp.chunk().await.ok()??;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+#[tokio::test]
+async fn events_on_a_follower_show_the_new_leader_after_a_step_down() {
+    let _serial = serial().await;
+    let c = Cluster::start(3, &[]);
+    let (leader, term) = c.agreed(&[0, 1, 2], FIRST_LEADER, |_, _| true).await;
+    let followers: Vec<String> = c
+        .nodes
+        .iter()
+        .map(|n| n.id.clone())
+        .filter(|id| *id != leader)
+        .collect();
+    let (watcher, successor) = (&followers[0], &followers[1]);
+    let resp = reqwest::Client::new()
+        .get(format!("{}/events", c.nodes[c.index(watcher)].url()))
+        .send()
+        .await
+        .expect("events");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut events = Events {
+        resp,
+        buf: String::new(),
+    };
+    let first = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("a first event at once")
+        .expect("an event");
+    assert_eq!(
+        first["leader"],
+        json!(leader),
+        "current state first: {first}"
+    );
+    assert_eq!(first["term"], json!(term));
+    crate::contract::Spec::load().check_schema("LeaderEvent", &first);
+
+    hand_over(&c, &leader, successor).await;
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(ev) = events.next().await {
+            if ev["leader"] == json!(successor) {
+                return Some(ev);
+            }
+        }
+        None
+    })
+    .await
+    .expect("the new leader within 10 s")
+    .expect("stream still open");
+    assert!(seen["term"].as_u64().unwrap() > term, "{seen}");
+}
+
+#[tokio::test]
+async fn sigterm_on_the_leader_hands_over_within_a_second_and_exits_zero() {
+    let _serial = serial().await;
+    let mut c = Cluster::start(3, &[]);
+    let (leader, term) = c.agreed(&[0, 1, 2], FIRST_LEADER, |_, _| true).await;
+    // Let every member be known live to the leader, so that it has a successor to name.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let li = c.index(&leader);
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != li).collect();
+    c.nodes[li].sigterm();
+    let sent = Instant::now();
+    let (new, term2) = c
+        .agreed(&survivors, Duration::from_secs(5), |l, t| {
+            l != leader && t > term
+        })
+        .await;
+    let handover = sent.elapsed();
+    eprintln!("SIGTERM handover from {leader} to {new} (term {term2}) in {handover:?}");
+    assert!(
+        handover < Duration::from_secs(1),
+        "handover took {handover:?}\n{}",
+        c.logs()
+    );
+    let status = c.nodes[li].wait_exit(Duration::from_secs(9)).await;
+    assert!(status.success(), "exit status {status:?}\n{}", c.logs());
+    assert!(c.nodes[li].log().contains("handed leadership over"));
+    let (_, body) = get_json(&format!("{}/history", c.nodes[survivors[0]].url())).await;
+    assert!(body["transitions"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty()));
+}

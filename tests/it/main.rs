@@ -1,0 +1,13 @@
+//! Integration tests: real `pilot-election` processes on 127.0.0.1 talking over the built-in
+//! http transport.
+//!
+//! Clusters run one test at a time (see [`app::serial`]): on a loaded 2-core machine, several
+//! clusters at once would test the scheduler rather than the failover times.
+
+mod app;
+mod cli;
+mod cluster;
+mod contract;
+mod errors;
+mod memory;
+mod state;

@@ -1,0 +1,468 @@
+//! The pilotctl wrapper against the REAL pilotctl 1.18.0 talking to pilot-devnet's emulated
+//! daemons. Nothing here is mocked except where a test needs a misbehaving binary on purpose.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use pilot_election::pilotctl::{ErrorCode, Pilotctl, PilotctlError, Subscription};
+use serde_json::{json, Value};
+
+/// Generous: two other engineers compile on the same two cores.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn pilotctl_path() -> PathBuf {
+    let path = match std::env::var_os("PILOTCTL") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/pilot/pilotctl"),
+    };
+    assert!(
+        path.is_file(),
+        "the real pilotctl is missing at {}: run scripts/fetch-pilotctl.sh (or set PILOTCTL)",
+        path.display()
+    );
+    path
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "pdn-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A running pilot-devnet, killed by PID when dropped.
+struct Devnet {
+    child: Child,
+    dir: PathBuf,
+    control: String,
+    nodes: Vec<Value>,
+    http: reqwest::Client,
+}
+
+impl Devnet {
+    fn start(nodes: u32) -> Devnet {
+        let dir = temp_dir("net");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-devnet"))
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--nodes")
+            .arg(nodes.to_string())
+            .arg("--exit-on-stdin-eof")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn pilot-devnet");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(DEADLINE)
+            .expect("pilot-devnet printed no startup line");
+        let announce: Value = serde_json::from_str(&line).expect("startup line is JSON");
+        Devnet {
+            child,
+            dir,
+            control: announce["control"].as_str().unwrap().to_string(),
+            nodes: announce["nodes"].as_array().unwrap().clone(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn socket(&self, name: &str) -> PathBuf {
+        let node = self.nodes.iter().find(|n| n["hostname"] == name).unwrap();
+        PathBuf::from(node["socket"].as_str().unwrap())
+    }
+
+    fn ctl(&self, name: &str) -> Pilotctl {
+        Pilotctl::new(pilotctl_path())
+            .unwrap()
+            .with_socket(self.socket(name))
+            .with_timeout(DEADLINE)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.control))
+            .json(&body)
+            .send()
+            .await
+            .expect("control API");
+        assert!(resp.status().is_success(), "{path}: {}", resp.status());
+        resp.json().await.unwrap()
+    }
+
+    async fn status(&self) -> Value {
+        let resp = self
+            .http
+            .get(format!("{}/status", self.control))
+            .send()
+            .await
+            .expect("control API");
+        resp.json().await.unwrap()
+    }
+
+    /// Subscription frames reach the broker some time after the child starts; publishing
+    /// before that would be (correctly) lost, so tests wait for the broker to see them.
+    async fn wait_subscribers(&self, n: u64) {
+        let start = Instant::now();
+        loop {
+            let status = self.status().await;
+            if status["subscribed_connections"].as_u64() == Some(n) {
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "broker never saw {n} subscribers: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Devnet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+async fn next_event(sub: &mut Subscription) -> String {
+    match tokio::time::timeout(DEADLINE, sub.next()).await {
+        Ok(Some(Ok(data))) => data,
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+async fn subscribe(net: &Devnet, node: &str, broker: &str, topic: &str) -> Subscription {
+    net.ctl(node).subscribe(broker, topic).expect("subscribe")
+}
+
+/// Publishes through the real CLI and insists it succeeds.
+async fn publish(net: &Devnet, from: &str, broker: &str, topic: &str, data: &str) {
+    if let Err(e) = net.ctl(from).publish(broker, topic, data).await {
+        panic!("publish from {from} via {broker}: {e}");
+    }
+}
+
+/// Publishes through the real CLI and insists it fails, returning the parsed error.
+async fn publish_err(net: &Devnet, from: &str, broker: &str) -> PilotctlError {
+    match net.ctl(from).publish(broker, "election:g1", "x").await {
+        Ok(r) => panic!("publish from {from} via {broker} succeeded: {r:?}"),
+        Err(e) => e,
+    }
+}
+
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie has already died; only its parent has not collected it yet.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+async fn wait_gone(pid: u32) {
+    let start = Instant::now();
+    while !process_gone(pid) {
+        assert!(start.elapsed() < DEADLINE, "process {pid} still alive");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_reports_the_numeric_node_id() {
+    let net = Devnet::start(3);
+    let info = net.ctl("n2").info().await.expect("info");
+    assert_eq!(info.node_id, 2);
+    assert_eq!(info.address, "0:0000.0000.0002");
+    assert_eq!(info.hostname.as_deref(), Some("n2"));
+    assert_eq!(info.version.as_deref(), Some("1.18.0"));
+    // The startup line announces the same identity pilotctl reports.
+    let announced = &net.nodes[1];
+    assert_eq!(announced["node_id"], 2);
+    assert_eq!(announced["hostname"], "n2");
+    assert_eq!(announced["address"], info.address.as_str());
+    assert_eq!(announced["socket"], net.socket("n2").to_str().unwrap());
+    // Addresses are accepted where hostnames are.
+    publish(&net, "n1", "0:0000.0000.0002", "t", "by address").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_reaches_every_current_subscriber_and_never_replays() {
+    let net = Devnet::start(3);
+    let mut on_n1 = subscribe(&net, "n1", "n2", "election:g1").await;
+    let mut on_n2 = subscribe(&net, "n2", "n2", "election:g1").await;
+    let mut other_topic = subscribe(&net, "n1", "n2", "election:other").await;
+    net.wait_subscribers(3).await;
+
+    let receipt = net
+        .ctl("n3")
+        .publish("n2", "election:g1", r#"{"type":"heartbeat","term":1}"#)
+        .await
+        .expect("publish");
+    assert_eq!(receipt.target, "0:0000.0000.0002");
+    assert_eq!(receipt.topic, "election:g1");
+    assert_eq!(
+        next_event(&mut on_n1).await,
+        r#"{"type":"heartbeat","term":1}"#
+    );
+    assert_eq!(
+        next_event(&mut on_n2).await,
+        r#"{"type":"heartbeat","term":1}"#
+    );
+
+    // The broker's own node hears its own publish; a payload starting with `--` stays data.
+    publish(&net, "n2", "n2", "election:g1", "--own").await;
+    assert_eq!(next_event(&mut on_n2).await, "--own");
+    assert_eq!(next_event(&mut on_n1).await, "--own");
+
+    // A late subscriber sees only what is published after it joined.
+    let mut late = subscribe(&net, "n3", "n2", "election:g1").await;
+    net.wait_subscribers(4).await;
+    publish(&net, "n1", "n2", "election:g1", "after").await;
+    assert_eq!(next_event(&mut late).await, "after");
+    assert_eq!(next_event(&mut on_n1).await, "after");
+
+    // Exact topics only: the other subscription never saw any of it.
+    publish(&net, "n1", "n2", "election:other", "mine").await;
+    assert_eq!(next_event(&mut other_topic).await, "mine");
+    assert_eq!(net.status().await["stats"]["published"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_daemon_is_not_running_and_retryable() {
+    let dir = temp_dir("nodaemon");
+    let ctl = Pilotctl::new(pilotctl_path())
+        .unwrap()
+        .with_socket(dir.join("absent.sock"));
+    let err = ctl.info().await.expect_err("no daemon");
+    assert_eq!(err.code(), Some(&ErrorCode::NotRunning), "{err}");
+    assert!(err.is_retryable());
+    let err = ctl.publish("n2", "t", "x").await.expect_err("no daemon");
+    assert_eq!(err.code(), Some(&ErrorCode::NotRunning), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_link_fails_publish_with_connection_failed() {
+    let net = Devnet::start(3);
+    net.post("/cut", json!({"a": "n1", "b": "n2"})).await;
+    let err = publish_err(&net, "n1", "n2").await;
+    assert_eq!(err.code(), Some(&ErrorCode::ConnectionFailed), "{err}");
+    assert!(err.is_retryable());
+    // Other links still work, and restoring the link brings it back.
+    publish(&net, "n3", "n2", "election:g1", "x").await;
+    net.post("/restore", json!({"a": "n1", "b": "n2"})).await;
+    publish(&net, "n1", "n2", "election:g1", "x").await;
+
+    // An unknown hostname is not retryable.
+    let err = publish_err(&net, "n1", "nobody").await;
+    assert_eq!(err.code(), Some(&ErrorCode::NotFound), "{err}");
+    assert!(!err.is_retryable());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_exits_connection_failed_when_its_link_is_cut() {
+    let net = Devnet::start(3);
+    let mut sub = subscribe(&net, "n1", "n2", "election:g1").await;
+    let mut survivor = subscribe(&net, "n3", "n2", "election:g1").await;
+    net.wait_subscribers(2).await;
+    let closed = net.post("/isolate", json!({"node": "n1"})).await;
+    assert_eq!(closed["closed"], 1);
+    match tokio::time::timeout(DEADLINE, sub.next()).await {
+        Ok(Some(Err(err))) => {
+            assert_eq!(err.code(), Some(&ErrorCode::ConnectionFailed), "{err}")
+        }
+        other => panic!("expected the subscriber to fail, got {other:?}"),
+    }
+    assert!(sub.next().await.is_none());
+    publish(&net, "n2", "n2", "election:g1", "still here").await;
+    assert_eq!(next_event(&mut survivor).await, "still here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_and_delay_faults_shape_delivery() {
+    let net = Devnet::start(2);
+    let mut sub = subscribe(&net, "n1", "n2", "t").await;
+    net.wait_subscribers(1).await;
+    net.post("/drop", json!({"fraction": 1.0, "seed": 7})).await;
+    publish(&net, "n2", "n2", "t", "lost").await;
+    assert_eq!(net.status().await["stats"]["dropped"], 1);
+    net.post("/heal", json!({})).await;
+    net.post("/delay", json!({"ms": 300})).await;
+    let start = Instant::now();
+    publish(&net, "n2", "n2", "t", "late").await;
+    assert_eq!(next_event(&mut sub).await, "late");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+}
+
+/// A wrapper that runs the real pilotctl as a grandchild, like the pip console script does:
+/// killing only our direct child would leave pilotctl running.
+fn wrapper_script(dir: &Path) -> (PathBuf, PathBuf) {
+    let script = dir.join("pilotctl-wrapper.sh");
+    let pidfile = dir.join("grandchild.pid");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\"{}\" \"$@\" &\necho $! > \"{}\"\nwait\n",
+            pilotctl_path().display(),
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, pidfile)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_timeout_kills_the_whole_process_group() {
+    let net = Devnet::start(2);
+    // A stalled daemon reads requests and never answers; pilotctl has no deadline of its own.
+    net.post("/stall", json!({"node": "n1"})).await;
+    let (script, pidfile) = wrapper_script(&net.dir);
+    let ctl = Pilotctl::new(&script)
+        .unwrap()
+        .with_socket(net.socket("n1"))
+        .with_timeout(Duration::from_millis(1500));
+    let err = ctl
+        .publish("n2", "t", "x")
+        .await
+        .expect_err("must time out");
+    assert!(err.is_retryable());
+    let pgid = match err {
+        PilotctlError::TimedOut { pgid, .. } => pgid,
+        other => panic!("expected a timeout, got {other}"),
+    };
+    let grandchild: u32 = std::fs::read_to_string(&pidfile)
+        .expect("the wrapper started pilotctl")
+        .trim()
+        .parse()
+        .unwrap();
+    wait_gone(pgid).await;
+    wait_gone(grandchild).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_non_executable_binary_is_unavailable() {
+    let dir = temp_dir("nobin");
+    let missing = dir.join("pilotctl");
+    let err = Pilotctl::new(&missing).unwrap_err();
+    assert!(matches!(err, PilotctlError::Unavailable { .. }));
+    assert!(err.to_string().contains(&missing.display().to_string()));
+    std::fs::write(&missing, "not a program").unwrap();
+    let err = Pilotctl::new(&missing).unwrap_err();
+    assert!(matches!(err, PilotctlError::Unavailable { .. }), "{err}");
+    assert!(!err.is_retryable());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_oversized_lines_are_counted_and_skipped() {
+    let dir = temp_dir("garbage");
+    let script = dir.join("noisy-pilotctl");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n\
+         echo 'not json'\n\
+         head -c 300000 /dev/zero | tr '\\0' 'x'; echo\n\
+         echo '{\"bytes\":2,\"data\":\"ok\",\"topic\":\"t\"}'\n\
+         echo '{\"code\":\"connection_failed\",\"error\":\"recv: EOF\",\"message\":\"recv: EOF\",\"status\":\"error\"}' >&2\n\
+         exit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut sub = Pilotctl::new(&script).unwrap().subscribe("b", "t").unwrap();
+    assert_eq!(next_event(&mut sub).await, "ok");
+    let end = sub.next().await;
+    assert!(
+        matches!(&end, Some(Err(e)) if e.code() == Some(&ErrorCode::ConnectionFailed)),
+        "{end:?}"
+    );
+    assert_eq!(sub.garbage_lines(), 1);
+    assert_eq!(sub.oversized_lines(), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// Publish latency through the real CLI: each publish is a new pilotctl process, so this is
+/// mostly process start-up. Run with `--nocapture` to see the figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_latency_through_pilotctl() {
+    const N: usize = 200;
+    let net = Devnet::start(3);
+    let mut sub = subscribe(&net, "n1", "n2", "lat").await;
+    net.wait_subscribers(1).await;
+    let ctl = net.ctl("n3");
+    let mut publish = Vec::with_capacity(N);
+    let mut delivered = Vec::with_capacity(N);
+    for i in 0..N {
+        let start = Instant::now();
+        ctl.publish("n2", "lat", &i.to_string()).await.unwrap();
+        publish.push(start.elapsed());
+        assert_eq!(next_event(&mut sub).await, i.to_string());
+        delivered.push(start.elapsed());
+    }
+    publish.sort();
+    delivered.sort();
+    println!(
+        "pilotctl publish latency over {N}: p50 {:?} p99 {:?} max {:?}; publish→subscriber p50 {:?} p99 {:?}",
+        percentile(&publish, 0.5),
+        percentile(&publish, 0.99),
+        publish[N - 1],
+        percentile(&delivered, 0.5),
+        percentile(&delivered, 0.99),
+    );
+}
+
+impl Devnet {
+    /// Waits for the emulator to exit on its own, returning its exit status.
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < DEADLINE, "pilot-devnet did not stop");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+#[test]
+fn the_devnet_stops_cleanly_on_sigterm_and_on_stdin_eof() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let mut net = Devnet::start(2);
+    let socket = net.socket("n1");
+    assert!(socket.exists());
+    kill(Pid::from_raw(net.child.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(net.wait_exit().success());
+    assert!(!socket.exists(), "sockets are removed on a clean stop");
+
+    let mut net = Devnet::start(1);
+    drop(net.child.stdin.take());
+    assert!(net.wait_exit().success());
+}
