@@ -4,7 +4,8 @@
 //! Each test gets two private bridge networks: `election` carries the nodes' own traffic (peers
 //! are addressed by an alias that exists only there), `control` is how the test reaches each API
 //! from the host. Cutting a node off `election` thus partitions it while the test can still ask it
-//! whether it believes it leads. Nothing is published on the host's interfaces.
+//! whether it believes it leads. Nothing is published on the host's interfaces; the one test that
+//! brings `compose.yaml` up publishes its ports on 127.0.0.1 only, as the file does.
 //!
 //! The tests run one at a time: the timing bounds are the service's promises, and two clusters
 //! electing at once on a 2-core machine would measure the machine.
