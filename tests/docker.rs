@@ -1,0 +1,772 @@
+//! The image `pilot-election:test` (made by `scripts/build-test-image.sh`) run as three containers
+//! and hurt the way Docker users hurt it: `kill`, `network disconnect`, `stop`, `restart`.
+//!
+//! Each test gets two private bridge networks: `election` carries the nodes' own traffic (peers
+//! are addressed by an alias that exists only there), `control` is how the test reaches each API
+//! from the host. Cutting a node off `election` thus partitions it while the test can still ask it
+//! whether it believes it leads. Nothing is published on the host's interfaces; the one test that
+//! brings `compose.yaml` up publishes its ports on 127.0.0.1 only, as the file does.
+//!
+//! The tests run one at a time: the timing bounds are the service's promises, and two clusters
+//! electing at once on a 2-core machine would measure the machine.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const IMAGE: &str = "pilot-election:test";
+/// The service's defaults, which the containers run with.
+const LEASE: Duration = Duration::from_secs(2);
+const ELECTION_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often the tests look; well below the bounds they check.
+const POLL: Duration = Duration::from_millis(50);
+/// One sampling round asks three nodes in turn; this much slack covers the round and the HTTP
+/// latency of a loaded machine, so a measured time is at most this much late.
+const SAMPLING_SLACK: Duration = Duration::from_millis(500);
+/// For waits that bound nothing (start-up, a container's health), generous for a loaded machine.
+const SETUP_DEADLINE: Duration = Duration::from_secs(60);
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+static SERIAL: Mutex<()> = Mutex::new(());
+static RUN: AtomicUsize = AtomicUsize::new(0);
+
+fn serial() -> MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the next one must still run.
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn docker_output(args: &[&str]) -> Output {
+    Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run `docker` ({e}): the container tests need the Docker CLI and engine")
+        })
+}
+
+/// Runs a docker command that must succeed; its trimmed stdout.
+fn docker(args: &[&str]) -> String {
+    let out = docker_output(args);
+    assert!(
+        out.status.success(),
+        "`docker {}` failed ({}): {}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A missing image must fail loudly: a skipped container test would pass CI having shown nothing.
+fn require_image() {
+    let out = docker_output(&["image", "inspect", "--format", "{{.Id}}", IMAGE]);
+    assert!(
+        out.status.success(),
+        "the image {IMAGE} is missing: run scripts/build-test-image.sh first (docker said: {})",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
+/// A prefix for everything one cluster makes: unique to this process and cluster, so that two
+/// runs on one engine never touch each other's containers.
+fn unique_name(kind: &str) -> String {
+    format!(
+        "{kind}-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// One HTTP/1.1 GET with `Connection: close`; (status, body). Enough for the API's JSON answers,
+/// and it keeps a blocking HTTP client out of the crate's dependencies.
+fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let timeout = Duration::from_secs(1);
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, text.to_string());
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(bad)?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Ok((
+        status,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
+    ))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn get_json(addr: SocketAddr, path: &str) -> Option<(u16, Value)> {
+    let (status, body) = http_get(addr, path).ok()?;
+    Some((status, serde_json::from_str(&body).ok()?))
+}
+
+/// What one node answers on `GET /leader`: `None` when it could not be asked.
+#[derive(Debug, Clone, PartialEq)]
+struct View {
+    leader: Option<String>,
+    term: u64,
+    is_self: bool,
+}
+
+/// Polls `probe` until it yields a value, or panics after `limit` naming `what` and the last
+/// observation.
+fn wait_for<T>(
+    limit: Duration,
+    what: &str,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> (T, Duration) {
+    let start = Instant::now();
+    loop {
+        match probe() {
+            Ok(v) => return (v, start.elapsed()),
+            Err(last) if start.elapsed() >= limit => {
+                panic!("{what}: not within {limit:?}; last seen: {last}")
+            }
+            Err(_) => thread::sleep(POLL),
+        }
+    }
+}
+
+struct Node {
+    id: &'static str,
+    container: String,
+    volume: String,
+    /// Looked up once per container start: `docker inspect` is too slow to sit inside a
+    /// measured wait.
+    api: Option<SocketAddr>,
+}
+
+/// Three containers on two private networks; everything it made is removed when it drops, by id.
+struct Cluster {
+    election_net: String,
+    control_net: String,
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        require_image();
+        let run = unique_name("pe-test");
+        let label = format!("org.pilot-election.test={run}");
+        let mut cluster = Cluster {
+            election_net: String::new(),
+            control_net: String::new(),
+            nodes: Vec::new(),
+        };
+        cluster.election_net = docker(&[
+            "network",
+            "create",
+            "--label",
+            &label,
+            &format!("{run}-election"),
+        ]);
+        cluster.control_net = docker(&[
+            "network",
+            "create",
+            "--label",
+            &label,
+            &format!("{run}-control"),
+        ]);
+        for id in NODES {
+            let volume = docker(&[
+                "volume",
+                "create",
+                "--label",
+                &label,
+                &format!("{run}-{id}"),
+            ]);
+            // The volume is recorded before the container so that Drop removes it even if
+            // `docker run` fails.
+            cluster.nodes.push(Node {
+                id,
+                container: String::new(),
+                volume,
+                api: None,
+            });
+            let container = cluster.run_container(id, &label, &format!("{run}-{id}"));
+            cluster.nodes.last_mut().unwrap().container = container;
+            cluster.refresh_api(id);
+        }
+        cluster
+    }
+
+    /// A started cluster once all three agree on a leader: where every scenario begins.
+    fn with_leader() -> (Cluster, String, u64) {
+        let cluster = Cluster::start();
+        let (leader, term, took) = cluster.agreed_leader(&NODES, 0, SETUP_DEADLINE);
+        eprintln!("containers: {leader} leads term {term}, agreed {took:?} after start");
+        (cluster, leader, term)
+    }
+
+    fn node_mut(&mut self, id: &str) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .expect("known node")
+    }
+
+    /// After a container (re)starts: it may have another address on the control network.
+    fn refresh_api(&mut self, id: &str) {
+        let (addr, _) = wait_for(SETUP_DEADLINE, &format!("{id} has an address"), || {
+            self.lookup_api(id).ok_or_else(|| "none yet".to_string())
+        });
+        self.node_mut(id).api = Some(addr);
+    }
+
+    fn run_container(&self, id: &str, label: &str, name: &str) -> String {
+        let node = self.node(id);
+        let peers: Vec<String> = NODES
+            .iter()
+            .filter(|p| **p != id)
+            .map(|p| format!("{p}=http://{p}:7070"))
+            .collect();
+        let container = docker(&[
+            "run",
+            "--detach",
+            "--name",
+            name,
+            "--label",
+            label,
+            "--network",
+            &self.election_net,
+            "--network-alias",
+            id,
+            "--volume",
+            &format!("{}:/var/lib/pilot-election", node.volume),
+            "--env",
+            &format!("PILOT_ELECTION_NODE_ID={id}"),
+            "--env",
+            &format!("PILOT_ELECTION_PEERS={}", peers.join(",")),
+            IMAGE,
+        ]);
+        docker(&["network", "connect", &self.control_net, &container]);
+        container
+    }
+
+    fn node(&self, id: &str) -> &Node {
+        self.nodes.iter().find(|n| n.id == id).expect("known node")
+    }
+
+    fn container(&self, id: &str) -> &str {
+        &self.node(id).container
+    }
+
+    fn api(&self, id: &str) -> SocketAddr {
+        self.node(id).api.expect("address looked up at start")
+    }
+
+    fn lookup_api(&self, id: &str) -> Option<SocketAddr> {
+        let nets = docker_output(&[
+            "inspect",
+            "--format",
+            "{{json .NetworkSettings.Networks}}",
+            self.container(id),
+        ]);
+        let nets: Value = serde_json::from_slice(&nets.stdout).ok()?;
+        let ip = nets
+            .as_object()?
+            .iter()
+            .find(|(_, v)| v["NetworkID"].as_str() == Some(self.control_net.as_str()))?
+            .1["IPAddress"]
+            .as_str()?
+            .to_string();
+        format!("{ip}:7070").parse().ok()
+    }
+
+    fn addrs(&self, ids: &[&'static str]) -> Vec<SocketAddr> {
+        ids.iter().map(|id| self.api(id)).collect()
+    }
+
+    fn agreed_leader(
+        &self,
+        ids: &[&'static str],
+        above_term: u64,
+        limit: Duration,
+    ) -> (String, u64, Duration) {
+        agreed_leader(ids, &self.addrs(ids), above_term, limit)
+    }
+
+    fn health(&self, id: &str) -> String {
+        docker(&[
+            "inspect",
+            "--format",
+            "{{if .State.Health}}{{.State.Health.Status}}{{end}}",
+            self.container(id),
+        ])
+    }
+
+    fn others(leader: &str) -> Vec<&'static str> {
+        NODES.iter().copied().filter(|n| *n != leader).collect()
+    }
+
+    fn term_file(&self, id: &str) -> (u64, Option<String>) {
+        let addr = self.api(id);
+        let (_, body) = wait_for(SETUP_DEADLINE, &format!("{id} answers /term"), || {
+            get_json(addr, "/term").ok_or_else(|| "no answer".to_string())
+        })
+        .0;
+        (
+            body["term"].as_u64().expect("term"),
+            body["voted_for"].as_str().map(str::to_string),
+        )
+    }
+}
+
+fn view_at(addr: SocketAddr) -> Option<View> {
+    let (status, body) = get_json(addr, "/leader")?;
+    match status {
+        200 => Some(View {
+            leader: body["leader"].as_str().map(str::to_string),
+            term: body["term"].as_u64()?,
+            is_self: body["is_self"].as_bool()?,
+        }),
+        503 => Some(View {
+            leader: None,
+            term: body["term"].as_u64().unwrap_or(0),
+            is_self: false,
+        }),
+        _ => None,
+    }
+}
+
+fn views(ids: &[&'static str], addrs: &[SocketAddr]) -> Vec<(&'static str, Option<View>)> {
+    ids.iter()
+        .zip(addrs)
+        .map(|(id, a)| (*id, view_at(*a)))
+        .collect()
+}
+
+/// Waits until every node in `ids` names the same leader in the same term, above `above_term`,
+/// and only that leader (if it is among them) says it is itself; checks on every sampling round
+/// that no two of them claim to lead.
+fn agreed_leader(
+    ids: &[&'static str],
+    addrs: &[SocketAddr],
+    above_term: u64,
+    limit: Duration,
+) -> (String, u64, Duration) {
+    let what = format!("{ids:?} agree on one leader above term {above_term}");
+    let ((leader, term), took) = wait_for(limit, &what, || {
+        let views = views(ids, addrs);
+        assert_at_most_one_self_leader(&views);
+        agreement(&views, above_term).ok_or(format!("{views:?}"))
+    });
+    (leader, term, took)
+}
+
+/// The leader and term that every view names, if they all name the same one above `above_term`
+/// and each node's `is_self` is true exactly when it is that leader.
+fn agreement(views: &[(&str, Option<View>)], above_term: u64) -> Option<(String, u64)> {
+    let first = views.first()?.1.as_ref()?;
+    let leader = first.leader.clone()?;
+    let consistent = views.iter().all(|(id, v)| {
+        v.as_ref().is_some_and(|v| {
+            v.leader.as_deref() == Some(leader.as_str())
+                && v.term == first.term
+                && v.is_self == (*id == leader)
+        })
+    });
+    (consistent && first.term > above_term).then_some((leader, first.term))
+}
+
+fn assert_at_most_one_self_leader(views: &[(&str, Option<View>)]) {
+    let leaders: Vec<&str> = views
+        .iter()
+        .filter(|(_, v)| v.as_ref().is_some_and(|v| v.is_self))
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        leaders.len() <= 1,
+        "split brain: {leaders:?} each report themselves leader in one sampling round: {views:?}"
+    );
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let mut ids: Vec<&str> = self
+            .nodes
+            .iter()
+            .map(|n| n.container.as_str())
+            .filter(|c| !c.is_empty())
+            .collect();
+        if !ids.is_empty() {
+            ids.splice(0..0, ["rm", "--force", "--volumes"]);
+            let _ = docker_output(&ids);
+        }
+        for n in &self.nodes {
+            let _ = docker_output(&["volume", "rm", "--force", &n.volume]);
+        }
+        for net in [&self.election_net, &self.control_net] {
+            if !net.is_empty() {
+                let _ = docker_output(&["network", "rm", net]);
+            }
+        }
+    }
+}
+
+#[test]
+fn three_containers_agree_on_one_leader_turn_healthy_and_run_as_non_root() {
+    let _serial = serial();
+    let (cluster, leader, term) = Cluster::with_leader();
+    assert!(term >= 1);
+    assert!(NODES.contains(&leader.as_str()));
+
+    for id in NODES {
+        let (status, took) = wait_for(SETUP_DEADLINE, &format!("{id} healthy"), || {
+            match cluster.health(id).as_str() {
+                "healthy" => Ok("healthy".to_string()),
+                other => Err(other.to_string()),
+            }
+        });
+        assert_eq!(status, "healthy");
+        eprintln!("containers: {id} healthy {took:?} later");
+
+        let uid = docker(&["exec", cluster.container(id), "id", "-u"]);
+        assert_ne!(uid, "0", "{id}: `id -u` in the container says root");
+        let status = docker(&["exec", cluster.container(id), "cat", "/proc/1/status"]);
+        let uid_line = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .expect("Uid line");
+        assert!(
+            uid_line.split_whitespace().skip(1).all(|u| u == "10001"),
+            "{id}: the node process (pid 1) must run as uid 10001 (real, effective, saved, fs): {uid_line}"
+        );
+    }
+}
+
+#[test]
+fn killing_the_leader_container_elects_a_new_leader_within_t_plus_2s() {
+    let _serial = serial();
+    let (cluster, leader, term) = Cluster::with_leader();
+
+    let start = Instant::now();
+    docker(&["kill", cluster.container(&leader)]);
+    let survivors = Cluster::others(&leader);
+    let limit = ELECTION_TIMEOUT + Duration::from_secs(2);
+    let (next, next_term, _) = cluster.agreed_leader(&survivors, term, SETUP_DEADLINE);
+    let took = start.elapsed();
+    eprintln!("containers: docker kill {leader} (term {term}) -> {next} leads term {next_term} after {took:?}");
+    assert_ne!(next, leader);
+    assert!(
+        took <= limit + SAMPLING_SLACK,
+        "failover took {took:?}, more than T + 2 s"
+    );
+}
+
+#[test]
+fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_after_reconnect() {
+    let _serial = serial();
+    let (cluster, leader, term) = Cluster::with_leader();
+    let old = cluster.api(&leader);
+    let all = cluster.addrs(&NODES);
+
+    let start = Instant::now();
+    docker(&[
+        "network",
+        "disconnect",
+        &cluster.election_net,
+        cluster.container(&leader),
+    ]);
+    let cut = start.elapsed();
+    wait_for(
+        SETUP_DEADLINE,
+        &format!("the cut-off leader {leader} stops reporting itself leader"),
+        || {
+            assert_at_most_one_self_leader(&views(&NODES, &all));
+            match view_at(old) {
+                Some(v) if !v.is_self => Ok(()),
+                v => Err(format!("{v:?}")),
+            }
+        },
+    );
+    // Measured from before the command: the cut happens somewhere inside it.
+    let stepped_down = start.elapsed();
+    eprintln!("containers: {leader} cut off (the command took {cut:?}); it stopped reporting itself leader {stepped_down:?} after the command began");
+    assert!(
+        stepped_down <= LEASE + SAMPLING_SLACK,
+        "the cut-off leader kept reporting itself leader for {stepped_down:?}, longer than the lease"
+    );
+
+    let survivors = Cluster::others(&leader);
+    let (next, next_term, took) = cluster.agreed_leader(&survivors, term, SETUP_DEADLINE);
+    eprintln!("containers: {survivors:?} elected {next} in term {next_term} {took:?} after the old leader stepped down");
+    assert_ne!(next, leader);
+    assert!(
+        view_at(old).is_some_and(|v| !v.is_self),
+        "the cut-off node must not lead"
+    );
+
+    let alias = leader.clone();
+    docker(&[
+        "network",
+        "connect",
+        "--alias",
+        &alias,
+        &cluster.election_net,
+        cluster.container(&leader),
+    ]);
+    let (after, after_term, took) = cluster.agreed_leader(&NODES, term, SETUP_DEADLINE);
+    eprintln!("containers: reconnected {leader}; all three agree on {after} in term {after_term} after {took:?}");
+    assert!(after_term >= next_term);
+    // Agreement was reached; it must also last: watch a few heartbeats for a second claimant.
+    let watch = Instant::now();
+    while watch.elapsed() < LEASE {
+        let views = views(&NODES, &all);
+        assert_at_most_one_self_leader(&views);
+        thread::sleep(POLL);
+    }
+}
+
+#[test]
+fn docker_stop_of_the_leader_hands_over_within_1s_and_exits_0() {
+    let _serial = serial();
+    let (cluster, leader, term) = Cluster::with_leader();
+    let survivors = Cluster::others(&leader);
+    let addrs = cluster.addrs(&survivors);
+
+    let start = Instant::now();
+    let mut stop = Command::new("docker")
+        .args(["stop", cluster.container(&leader)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("docker stop");
+    let limit = Duration::from_secs(1);
+    let (next, handover) = wait_for(
+        SETUP_DEADLINE,
+        &format!("a survivor of {leader} leads after docker stop"),
+        || {
+            let views = views(&survivors, &addrs);
+            views
+                .iter()
+                .find(|(_, v)| v.as_ref().is_some_and(|v| v.is_self && v.term > term))
+                .map(|(id, _)| id.to_string())
+                .ok_or(format!("{views:?}"))
+        },
+    );
+    let status = stop.wait().expect("docker stop");
+    let stopped = start.elapsed();
+    assert!(status.success(), "docker stop failed: {status}");
+    let exit = docker(&[
+        "inspect",
+        "--format",
+        "{{.State.ExitCode}}",
+        cluster.container(&leader),
+    ]);
+    eprintln!("containers: docker stop {leader}: {next} leads after {handover:?}; container exited {exit} after {stopped:?}");
+    assert_eq!(
+        exit, "0",
+        "the stopped leader must exit 0 (137 means Docker had to SIGKILL it)"
+    );
+    assert!(
+        handover <= limit + SAMPLING_SLACK,
+        "hand-over took {handover:?}"
+    );
+    let (agreed, _, _) = cluster.agreed_leader(&survivors, term, SETUP_DEADLINE);
+    assert_eq!(agreed, next);
+}
+
+#[test]
+fn docker_restart_keeps_the_term_and_vote_from_the_volume() {
+    let _serial = serial();
+    let (mut cluster, leader, _) = Cluster::with_leader();
+    // With the others gone nobody can tell the restarted node the term: it must read it back.
+    for id in Cluster::others(&leader) {
+        docker(&["stop", cluster.container(id)]);
+    }
+    let before = cluster.term_file(&leader);
+    assert!(
+        before.0 >= 1,
+        "an election happened, so the term is at least 1: {before:?}"
+    );
+
+    docker(&["restart", cluster.container(&leader)]);
+    cluster.refresh_api(&leader);
+    let after_restart = cluster.term_file(&leader);
+    eprintln!("containers: {leader} term/vote before restart {before:?}, after {after_restart:?}");
+    assert_eq!(
+        after_restart, before,
+        "docker restart lost the term or the vote"
+    );
+
+    // A new container on the same volume (an upgrade) keeps them too.
+    docker(&["rm", "--force", cluster.container(&leader)]);
+    let label = format!("org.pilot-election.test=recreated-{}", std::process::id());
+    let name = format!("{}-recreated", cluster.node(&leader).volume);
+    let container = cluster.run_container(&leader, &label, &name);
+    cluster.node_mut(&leader).container = container;
+    cluster.refresh_api(&leader);
+    let after_recreate = cluster.term_file(&leader);
+    assert_eq!(
+        after_recreate, before,
+        "a new container on the same volume lost the term or the vote"
+    );
+}
+
+/// `compose.yaml` itself, brought up under a project name of its own with the test image, free
+/// loopback ports and a throw-away admin token; taken down by container id, then by project.
+struct Compose {
+    project: String,
+    dir: std::path::PathBuf,
+    env: Vec<(String, String)>,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Compose {
+    fn up() -> Compose {
+        require_image();
+        let project = unique_name("pe-compose");
+        let dir = std::env::temp_dir().join(&project);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let token = dir.join("admin-token");
+        std::fs::write(&token, "compose-test-token\n").expect("token");
+        // The node runs as uid 10001 and reads the secret through a bind mount.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+        let addrs: Vec<SocketAddr> = (0..NODES.len())
+            .map(|_| {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+                l.local_addr().expect("port")
+            })
+            .collect();
+        let mut env = vec![
+            ("PILOT_ELECTION_IMAGE".to_string(), IMAGE.to_string()),
+            (
+                "PILOT_ELECTION_ADMIN_TOKEN_PATH".to_string(),
+                token.display().to_string(),
+            ),
+        ];
+        for (suffix, addr) in ["A", "B", "C"].iter().zip(&addrs) {
+            env.push((
+                format!("PILOT_ELECTION_PORT_{suffix}"),
+                addr.port().to_string(),
+            ));
+        }
+        let compose = Compose {
+            project,
+            dir,
+            env,
+            addrs,
+        };
+        compose.run(&["up", "--detach", "--no-build"]);
+        compose
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/compose.yaml");
+        let mut c = Command::new("docker-compose");
+        c.args(["--file", file, "--project-name", &self.project])
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().unwrap_or_else(|e| {
+            panic!("cannot run docker-compose ({e}): install Debian's docker-compose package")
+        });
+        assert!(
+            out.status.success(),
+            "`docker-compose {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn container(&self, service: &str) -> String {
+        self.run(&["ps", "--quiet", service])
+    }
+}
+
+impl Drop for Compose {
+    fn drop(&mut self) {
+        if let Ok(out) = self.command(&["ps", "--quiet"]).output() {
+            let ids = String::from_utf8_lossy(&out.stdout).to_string();
+            let mut args = vec!["rm", "--force", "--volumes"];
+            args.extend(ids.split_whitespace());
+            if args.len() > 3 {
+                let _ = docker_output(&args);
+            }
+        }
+        // Now only the project's network and named volumes are left.
+        let _ = self.command(&["down", "--volumes"]).output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn the_compose_cluster_elects_one_leader_turns_healthy_and_hands_over_on_stop() {
+    let _serial = serial();
+    let compose = Compose::up();
+    let (leader, term, took) = agreed_leader(&NODES, &compose.addrs, 0, SETUP_DEADLINE);
+    eprintln!("compose: {leader} leads term {term}, agreed {took:?} after up");
+    for id in NODES {
+        let container = compose.container(id);
+        wait_for(SETUP_DEADLINE, &format!("compose {id} healthy"), || {
+            let health = docker(&[
+                "inspect",
+                "--format",
+                "{{.State.Health.Status}}",
+                &container,
+            ]);
+            if health == "healthy" {
+                Ok(())
+            } else {
+                Err(health)
+            }
+        });
+    }
+
+    let container = compose.container(&leader);
+    compose.run(&["stop", &leader]);
+    let exit = docker(&["inspect", "--format", "{{.State.ExitCode}}", &container]);
+    assert_eq!(exit, "0", "the stopped leader must exit 0");
+    let survivors = Cluster::others(&leader);
+    let idx: Vec<usize> = survivors
+        .iter()
+        .map(|s| NODES.iter().position(|n| n == s).expect("node"))
+        .collect();
+    let addrs: Vec<SocketAddr> = idx.iter().map(|i| compose.addrs[*i]).collect();
+    let (next, next_term, _) = agreed_leader(&survivors, &addrs, term, SETUP_DEADLINE);
+    eprintln!("compose: stop {leader} -> {next} leads term {next_term}");
+    assert_ne!(next, leader);
+}
