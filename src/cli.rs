@@ -10,7 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::election::{default_priority, Timings};
+use crate::pilotctl::Pilotctl;
 use crate::transport::http::Peer;
+use crate::transport::pilot::PilotConfig;
 use crate::NodeConfig;
 
 pub mod client;
@@ -20,6 +22,8 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_REFUSED: i32 = 1;
 pub const EXIT_UNREACHABLE: i32 = 2;
 pub const EXIT_USAGE: i32 = 64;
+/// `EX_UNAVAILABLE`: a service the node needs (pilotctl, its daemon) is not there.
+pub const EXIT_UNAVAILABLE: i32 = 69;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -83,12 +87,17 @@ pub struct RunArgs {
     /// Another member, as ID=URL (repeatable; http transport).
     #[arg(long = "peer", env = "PILOT_ELECTION_PEERS", value_delimiter = ',')]
     pub peers: Vec<String>,
-    /// Pilot broker(s) (pilot transport).
+    /// Pilot broker node(s), hostname or address, comma-separated (pilot transport).
     #[arg(long, env = "PILOT_ELECTION_BROKER")]
     pub broker: Option<String>,
-    /// Path of the pilotctl binary (pilot transport).
-    #[arg(long, env = "PILOT_ELECTION_PILOTCTL")]
-    pub pilotctl: Option<PathBuf>,
+    /// The pilotctl binary (pilot transport); a bare name is looked up in PATH. pilotctl finds
+    /// its daemon through PILOT_SOCKET, which the node passes on.
+    #[arg(long, env = "PILOT_ELECTION_PILOTCTL", default_value = "pilotctl")]
+    pub pilotctl: PathBuf,
+    /// The Pilot daemon's socket, passed to pilotctl as PILOT_SOCKET (default: pilotctl's own,
+    /// or PILOT_SOCKET from the environment).
+    #[arg(long, env = "PILOT_ELECTION_PILOT_SOCKET")]
+    pub pilot_socket: Option<PathBuf>,
     /// Number of voting members (default: 1 + number of peers).
     #[arg(long, env = "PILOT_ELECTION_CLUSTER_SIZE")]
     pub cluster_size: Option<usize>,
@@ -221,17 +230,25 @@ fn read_token(file: &Option<PathBuf>, inline: &Option<String>) -> Result<Option<
 
 impl RunArgs {
     /// Checks everything that can be checked before start-up; the error is one line.
-    pub fn to_config(&self) -> Result<NodeConfig, String> {
-        if self.transport == TransportKind::Pilot {
-            return Err(
-                "pilot transport not available in this build (use --transport http)".into(),
-            );
-        }
+    pub fn to_config(&self) -> Result<NodeConfig, ConfigError> {
         let node_id = self
             .node_id
             .clone()
             .filter(|s| !s.is_empty())
             .ok_or("--node-id is required with the http transport")?;
+        let pilot = match self.transport {
+            TransportKind::Http => None,
+            TransportKind::Pilot => Some(self.pilot_config()?),
+        };
+        if pilot.is_some() && !self.peers.is_empty() {
+            return Err("--peer is for the http transport; the pilot transport uses --broker".into());
+        }
+        if pilot.is_some() && self.cluster_size.is_none() {
+            return Err(
+                "--cluster-size is required with the pilot transport (it decides the quorum)"
+                    .into(),
+            );
+        }
         if node_id.len() > crate::election::MAX_ID_BYTES {
             return Err("--node-id must be at most 256 bytes".into());
         }
@@ -243,13 +260,13 @@ impl RunArgs {
             if id.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(format!(
                     "--peer `{p}` must be ID=URL with an http:// or https:// URL"
-                ));
+                ).into());
             }
             if id == node_id {
-                return Err(format!("--peer `{p}` names this node itself"));
+                return Err(format!("--peer `{p}` names this node itself").into());
             }
             if peers.iter().any(|q| q.id == id) {
-                return Err(format!("--peer `{id}` is given twice"));
+                return Err(format!("--peer `{id}` is given twice").into());
             }
             peers.push(Peer {
                 id: id.to_string(),
@@ -261,7 +278,7 @@ impl RunArgs {
             return Err(format!(
                 "--cluster-size {cluster_size} is smaller than this node plus its {} peers",
                 peers.len()
-            ));
+            ).into());
         }
         let timings = Timings {
             heartbeat: self.heartbeat_interval,
@@ -287,7 +304,109 @@ impl RunArgs {
             admin_token,
             allow_unauthenticated: self.allow_unauthenticated,
             reset_state: self.reset_state,
+            pilot,
         })
+    }
+
+    /// The brokers and the pilotctl binary; the binary is checked later, with exit 69.
+    fn pilot_config(&self) -> Result<PilotConfig, ConfigError> {
+        let brokers: Vec<String> = self
+            .broker
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(String::from)
+            .collect();
+        if brokers.is_empty() {
+            return Err("--broker HOST[,HOST...] is required with the pilot transport".into());
+        }
+        if let Some(b) = brokers.iter().find(|b| b.starts_with('-') || b.contains(char::is_whitespace)) {
+            return Err(format!("--broker `{b}` is not a hostname or address").into());
+        }
+        let topic = format!("election:{}", self.group);
+        if topic.len() > 1024 {
+            return Err("--group is too long: the topic may be at most 1024 bytes".into());
+        }
+        let pilotctl = self.pilotctl()?;
+        Ok(PilotConfig {
+            pilotctl,
+            brokers,
+            topic,
+        })
+    }
+
+    /// The pilotctl to run; missing or not executable is exit 69, naming the path.
+    fn pilotctl(&self) -> Result<Pilotctl, ConfigError> {
+        let ctl = Pilotctl::new(resolve_in_path(&self.pilotctl))
+            .map_err(|e| ConfigError::Unavailable(e.to_string()))?
+            .with_timeout(PILOTCTL_TIMEOUT);
+        Ok(match &self.pilot_socket {
+            Some(socket) => ctl.with_socket(socket),
+            None => ctl,
+        })
+    }
+
+    /// With the pilot transport the node id defaults to the Pilot node id of the local daemon.
+    pub async fn resolve_node_id(&mut self) -> Result<(), ConfigError> {
+        if self.transport != TransportKind::Pilot || self.node_id.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Ok(());
+        }
+        let ctl = self.pilotctl()?;
+        let info = ctl.info().await.map_err(|e| {
+            ConfigError::Unavailable(format!(
+                "cannot learn the node id from `pilotctl info` (give --node-id or start the Pilot daemon): {e}"
+            ))
+        })?;
+        self.node_id = Some(info.node_id.to_string());
+        Ok(())
+    }
+}
+
+/// A pilotctl run that takes longer than this is killed (with its process group).
+const PILOTCTL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A bare command name is looked up in PATH, as a shell would; a path is taken as it is.
+fn resolve_in_path(p: &std::path::Path) -> PathBuf {
+    if p.components().count() != 1 || p.is_absolute() {
+        return p.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(p))
+        .find(|c| c.is_file())
+        .unwrap_or_else(|| p.to_path_buf())
+}
+
+/// Why `run` cannot start: a bad setting (exit 64) or a missing service (exit 69).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ConfigError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ConfigError::Invalid(_) => EXIT_USAGE,
+            ConfigError::Unavailable(_) => EXIT_UNAVAILABLE,
+        }
+    }
+}
+
+impl From<String> for ConfigError {
+    fn from(s: String) -> Self {
+        ConfigError::Invalid(s)
+    }
+}
+
+impl From<&str> for ConfigError {
+    fn from(s: &str) -> Self {
+        ConfigError::Invalid(s.to_string())
     }
 }
 
@@ -349,12 +468,15 @@ pub fn main() -> i32 {
         }
     };
     match cli.command {
-        Command::Run(args) => {
-            let config = match args.to_config() {
+        Command::Run(mut args) => {
+            let config = match rt
+                .block_on(args.resolve_node_id())
+                .and_then(|()| args.to_config())
+            {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("pilot-election: {e}");
-                    return EXIT_USAGE;
+                    return e.exit_code();
                 }
             };
             init_tracing(args.log_format);

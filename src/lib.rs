@@ -43,7 +43,8 @@ use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Wiring};
 use crate::store::{Store, StoreError};
 use crate::transport::http::{HttpTransport, Peer};
-use crate::transport::INBOUND_CAPACITY;
+use crate::transport::pilot::{PilotConfig, PilotTransport};
+use crate::transport::{Transport, INBOUND_CAPACITY};
 
 /// Everything one node needs, already validated.
 #[derive(Debug, Clone)]
@@ -59,6 +60,8 @@ pub struct NodeConfig {
     pub admin_token: Option<String>,
     pub allow_unauthenticated: bool,
     pub reset_state: bool,
+    /// Elect over the Pilot overlay through pilotctl instead of the built-in http transport.
+    pub pilot: Option<PilotConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,20 +107,34 @@ pub async fn run(
     );
     let metrics = Arc::new(Metrics::new());
     let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
-    let transport = HttpTransport::start(
-        config.peers.clone(),
-        config.cluster_size,
-        in_tx.clone(),
-        metrics.clone(),
-    )
-    .map_err(|e| RunError::Transport(e.to_string()))?;
+    // The transport outlives the loop's shutdown: a leader handing over must still hear its
+    // successor win.
+    let transport_stop = CancellationToken::new();
+    let _stop_transport = transport_stop.clone().drop_guard();
+    let transport: Arc<dyn Transport> = match &config.pilot {
+        Some(pilot) => Arc::new(PilotTransport::start(
+            pilot.clone(),
+            in_tx.clone(),
+            metrics.clone(),
+            transport_stop,
+        )),
+        None => Arc::new(
+            HttpTransport::start(
+                config.peers.clone(),
+                config.cluster_size,
+                in_tx.clone(),
+                metrics.clone(),
+            )
+            .map_err(|e| RunError::Transport(e.to_string()))?,
+        ),
+    };
     let (cmd_tx, cmd_rx) = mpsc::channel(64);
     let (runtime, snapshot, clock) = Runtime::new(
         node,
         loaded.store,
         loaded.history,
         Wiring {
-            transport: Arc::new(transport),
+            transport,
             inbound: in_rx,
             commands: cmd_rx,
             metrics: metrics.clone(),

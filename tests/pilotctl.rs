@@ -1,151 +1,15 @@
 //! The pilotctl wrapper against the REAL pilotctl 1.18.0 talking to pilot-devnet's emulated
 //! daemons. Nothing here is mocked except where a test needs a misbehaving binary on purpose.
 
-use std::io::{BufRead as _, BufReader};
+#[path = "support/devnet.rs"]
+mod devnet;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use devnet::{pilotctl_path, temp_dir, Devnet, DEADLINE};
 use pilot_election::pilotctl::{ErrorCode, Pilotctl, PilotctlError, Subscription};
-use serde_json::{json, Value};
-
-/// Generous: two other engineers compile on the same two cores.
-const DEADLINE: Duration = Duration::from_secs(20);
-
-fn pilotctl_path() -> PathBuf {
-    let path = match std::env::var_os("PILOTCTL") {
-        Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/pilot/pilotctl"),
-    };
-    assert!(
-        path.is_file(),
-        "the real pilotctl is missing at {}: run scripts/fetch-pilotctl.sh (or set PILOTCTL)",
-        path.display()
-    );
-    path
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "pdn-{tag}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A running pilot-devnet, killed by PID when dropped.
-struct Devnet {
-    child: Child,
-    dir: PathBuf,
-    control: String,
-    nodes: Vec<Value>,
-    http: reqwest::Client,
-}
-
-impl Devnet {
-    fn start(nodes: u32) -> Devnet {
-        let dir = temp_dir("net");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pilot-devnet"))
-            .arg("--dir")
-            .arg(&dir)
-            .arg("--nodes")
-            .arg(nodes.to_string())
-            .arg("--exit-on-stdin-eof")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn pilot-devnet");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx
-            .recv_timeout(DEADLINE)
-            .expect("pilot-devnet printed no startup line");
-        let announce: Value = serde_json::from_str(&line).expect("startup line is JSON");
-        Devnet {
-            child,
-            dir,
-            control: announce["control"].as_str().unwrap().to_string(),
-            nodes: announce["nodes"].as_array().unwrap().clone(),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn socket(&self, name: &str) -> PathBuf {
-        let node = self.nodes.iter().find(|n| n["hostname"] == name).unwrap();
-        PathBuf::from(node["socket"].as_str().unwrap())
-    }
-
-    fn ctl(&self, name: &str) -> Pilotctl {
-        Pilotctl::new(pilotctl_path())
-            .unwrap()
-            .with_socket(self.socket(name))
-            .with_timeout(DEADLINE)
-    }
-
-    async fn post(&self, path: &str, body: Value) -> Value {
-        let resp = self
-            .http
-            .post(format!("{}{path}", self.control))
-            .json(&body)
-            .send()
-            .await
-            .expect("control API");
-        assert!(resp.status().is_success(), "{path}: {}", resp.status());
-        resp.json().await.unwrap()
-    }
-
-    async fn status(&self) -> Value {
-        let resp = self
-            .http
-            .get(format!("{}/status", self.control))
-            .send()
-            .await
-            .expect("control API");
-        resp.json().await.unwrap()
-    }
-
-    /// Waits until the emulator's status satisfies `done`: the CLI returns once its bytes are
-    /// written, before the broker has acted on them.
-    async fn wait_status(&self, what: &str, done: impl Fn(&Value) -> bool) {
-        let start = Instant::now();
-        loop {
-            let status = self.status().await;
-            if done(&status) {
-                return;
-            }
-            assert!(start.elapsed() < DEADLINE, "never saw {what}: {status}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Subscription frames reach the broker some time after the child starts; publishing
-    /// before that would be (correctly) lost, so tests wait for the broker to see them.
-    async fn wait_subscribers(&self, n: u64) {
-        self.wait_status(&format!("{n} subscribers"), |s| {
-            s["subscribed_connections"].as_u64() == Some(n)
-        })
-        .await;
-    }
-}
-
-impl Drop for Devnet {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use serde_json::json;
 
 async fn next_event(sub: &mut Subscription) -> String {
     match tokio::time::timeout(DEADLINE, sub.next()).await {
