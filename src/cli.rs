@@ -241,7 +241,9 @@ impl RunArgs {
             TransportKind::Pilot => Some(self.pilot_config()?),
         };
         if pilot.is_some() && !self.peers.is_empty() {
-            return Err("--peer is for the http transport; the pilot transport uses --broker".into());
+            return Err(
+                "--peer is for the http transport; the pilot transport uses --broker".into(),
+            );
         }
         if pilot.is_some() && self.cluster_size.is_none() {
             return Err(
@@ -258,9 +260,9 @@ impl RunArgs {
                 format!("--peer `{p}` must be ID=URL (e.g. b=http://10.0.0.2:7070)")
             })?;
             if id.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!(
-                    "--peer `{p}` must be ID=URL with an http:// or https:// URL"
-                ).into());
+                return Err(
+                    format!("--peer `{p}` must be ID=URL with an http:// or https:// URL").into(),
+                );
             }
             if id == node_id {
                 return Err(format!("--peer `{p}` names this node itself").into());
@@ -278,7 +280,8 @@ impl RunArgs {
             return Err(format!(
                 "--cluster-size {cluster_size} is smaller than this node plus its {} peers",
                 peers.len()
-            ).into());
+            )
+            .into());
         }
         let timings = Timings {
             heartbeat: self.heartbeat_interval,
@@ -322,7 +325,10 @@ impl RunArgs {
         if brokers.is_empty() {
             return Err("--broker HOST[,HOST...] is required with the pilot transport".into());
         }
-        if let Some(b) = brokers.iter().find(|b| b.starts_with('-') || b.contains(char::is_whitespace)) {
+        if let Some(b) = brokers
+            .iter()
+            .find(|b| b.starts_with('-') || b.contains(char::is_whitespace))
+        {
             return Err(format!("--broker `{b}` is not a hostname or address").into());
         }
         let topic = format!("election:{}", self.group);
@@ -350,7 +356,9 @@ impl RunArgs {
 
     /// With the pilot transport the node id defaults to the Pilot node id of the local daemon.
     pub async fn resolve_node_id(&mut self) -> Result<(), ConfigError> {
-        if self.transport != TransportKind::Pilot || self.node_id.as_deref().is_some_and(|s| !s.is_empty()) {
+        if self.transport != TransportKind::Pilot
+            || self.node_id.as_deref().is_some_and(|s| !s.is_empty())
+        {
             return Ok(());
         }
         let ctl = self.pilotctl()?;

@@ -8,7 +8,10 @@ mod app;
 mod cli;
 mod cluster;
 mod contract;
+#[path = "../support/devnet.rs"]
+mod devnet;
 mod errors;
 mod health;
 mod memory;
+mod pilot;
 mod state;

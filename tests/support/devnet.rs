@@ -147,4 +147,3 @@ impl Drop for Devnet {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
-
