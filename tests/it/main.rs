@@ -9,6 +9,7 @@ mod cli;
 mod cluster;
 mod contract;
 mod errors;
+mod fuzz;
 mod health;
 mod memory;
 mod state;
