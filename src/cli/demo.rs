@@ -13,6 +13,8 @@ use tokio::time::{sleep, Instant};
 use super::{DemoArgs, EXIT_OK, EXIT_REFUSED};
 
 const IDS: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// How long each step of the timeline may take before the demo gives up.
+const WAIT: Duration = Duration::from_secs(20);
 
 struct Demo {
     exe: PathBuf,
@@ -73,27 +75,41 @@ impl Demo {
         Some((v["leader"].as_str()?.to_string(), v["term"].as_u64()?))
     }
 
-    /// Waits until every node in `nodes` names the same leader satisfying `accept`.
+    /// Waits until every node in `nodes` names the same leader satisfying `accept`; fails at
+    /// once, with the end of its log, if one of them exited (a port in use, typically).
     async fn agreed(
-        &self,
+        &mut self,
         nodes: &[usize],
         within: Duration,
+        what: &str,
         accept: impl Fn(&str, u64) -> bool,
-    ) -> Option<(String, u64)> {
+    ) -> Result<(String, u64), String> {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
+            for &i in nodes {
+                if let Some(Ok(Some(status))) = self.children[i].as_mut().map(Child::try_wait) {
+                    let log = std::fs::read_to_string(self.dir.join(format!("{}.log", IDS[i])))
+                        .unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                    return Err(format!(
+                        "{} exited ({status}): {}",
+                        IDS[i],
+                        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                    ));
+                }
+            }
             let mut seen = Vec::new();
             for &i in nodes {
                 seen.push(self.leader_of(i).await);
             }
             if let Some(Some(first)) = seen.first() {
                 if seen.iter().all(|s| s.as_ref() == Some(first)) && accept(&first.0, first.1) {
-                    return Some(first.clone());
+                    return Ok(first.clone());
                 }
             }
             sleep(Duration::from_millis(20)).await;
         }
-        None
+        Err(format!("{what} within {} s", within.as_secs()))
     }
 }
 
@@ -154,9 +170,8 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
     d.say("started node-a, node-b, node-c");
     let t0 = Instant::now();
     let (first, term) = d
-        .agreed(&[0, 1, 2], Duration::from_secs(20), |_, _| true)
-        .await
-        .ok_or("no leader agreed within 20 s")?;
+        .agreed(&[0, 1, 2], WAIT, "no leader agreed", |_, _| true)
+        .await?;
     d.say(&format!(
         "first leader: {first} in term {term}, agreed by all 3 after {} ms",
         t0.elapsed().as_millis()
@@ -171,11 +186,13 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
     d.say(&format!("{first} crashed (kill -9)"));
     let survivors: Vec<usize> = (0..3).filter(|i| *i != li).collect();
     let (second, term2) = d
-        .agreed(&survivors, Duration::from_secs(20), |l, t| {
-            l != first && t > term
-        })
-        .await
-        .ok_or("the survivors did not agree on a new leader within 20 s")?;
+        .agreed(
+            &survivors,
+            WAIT,
+            "the survivors did not agree on a new leader",
+            |l, t| l != first && t > term,
+        )
+        .await?;
     d.say(&format!(
         "failover: {second} leads in term {term2}, {} ms after the crash",
         crashed.elapsed().as_millis()
@@ -184,9 +201,13 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
     d.spawn(li)
         .map_err(|e| format!("cannot restart {first}: {e}"))?;
     let (again, term3) = d
-        .agreed(&[0, 1, 2], Duration::from_secs(20), |l, _| l == second)
-        .await
-        .ok_or("the restarted node did not rejoin within 20 s")?;
+        .agreed(
+            &[0, 1, 2],
+            WAIT,
+            "the restarted node did not rejoin",
+            |l, _| l == second,
+        )
+        .await?;
     d.say(&format!(
         "{first} restarted and follows {again} in term {term3} (no new term)"
     ));
@@ -223,11 +244,13 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         "asked {second} to step down in favour of {successor}"
     ));
     let (third, term4) = d
-        .agreed(&[0, 1, 2], Duration::from_secs(20), |l, t| {
-            l == successor && t > term3
-        })
-        .await
-        .ok_or("the successor did not take over within 20 s")?;
+        .agreed(
+            &[0, 1, 2],
+            WAIT,
+            "the successor did not take over",
+            |l, t| l == successor && t > term3,
+        )
+        .await?;
     d.say(&format!(
         "handover: {third} leads in term {term4}, {} ms after the step-down",
         asked.elapsed().as_millis()

@@ -326,6 +326,67 @@ pub fn fast_timings() -> pilot_election::election::Timings {
     t
 }
 
+/// A single-node cluster inside the test process (runtime, memory bus and router on a real
+/// socket), for tests that must reach into the node, such as stopping its loop dead.
+pub struct InProcess {
+    pub url: String,
+    pub task: tokio::task::JoinHandle<Result<(), pilot_election::runtime::RuntimeError>>,
+    pub dir: TempDir,
+}
+
+pub async fn in_process(id: &str, auth: pilot_election::api::Auth) -> InProcess {
+    use pilot_election::election::{Config, Node};
+    use pilot_election::runtime::{Runtime, Wiring};
+    use std::sync::Arc;
+
+    let dir = TempDir::new(id);
+    let loaded = pilot_election::store::Store::open(&dir.0, false).expect("data dir");
+    let node = Node::new(
+        Config {
+            node_id: id.into(),
+            group: "in-process".into(),
+            cluster_size: 1,
+            priority: 1,
+            eligible: true,
+            timings: fast_timings(),
+        },
+        loaded.persistent,
+        Instant::now(),
+        1,
+        loaded.boot << 32,
+    );
+    let (in_tx, in_rx) = tokio::sync::mpsc::channel(pilot_election::transport::INBOUND_CAPACITY);
+    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(8);
+    let metrics = Arc::new(pilot_election::metrics::Metrics::new());
+    let bus = pilot_election::transport::memory::Bus::new();
+    let (rt, snapshot, clock) = Runtime::new(
+        node,
+        loaded.store,
+        loaded.history,
+        Wiring {
+            transport: Arc::new(bus.attach(in_tx.clone())),
+            inbound: in_rx,
+            commands: cmd_rx,
+            metrics: metrics.clone(),
+        },
+    );
+    let task = tokio::spawn(rt.run(tokio_util::sync::CancellationToken::new()));
+    let app = pilot_election::api::router(pilot_election::api::AppState {
+        snapshot,
+        commands: cmd_tx,
+        ingress: in_tx,
+        clock,
+        metrics,
+        auth: Arc::new(auth),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    InProcess { url, task, dir }
+}
+
 /// Polls `f` until it returns `Some` or `within` passes.
 pub async fn wait_for<T, F, Fut>(within: Duration, mut f: F) -> Option<T>
 where

@@ -1,22 +1,15 @@
 //! Health that tells the truth: no quorum means no leader and not ready; a stuck election loop
 //! fails `/healthz` and stops claiming leadership when its lease runs out.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
-use pilot_election::api::{router, AppState, Auth};
-use pilot_election::election::{Config, Node};
-use pilot_election::metrics::Metrics;
-use pilot_election::runtime::{Runtime, Wiring};
-use pilot_election::store::Store;
-use pilot_election::transport::memory::Bus;
+use pilot_election::api::Auth;
 
 use crate::app::{
-    app, client, fast_timings, free_port, get_json, serial, wait_for, wait_up, TempDir,
+    app, client, fast_timings, free_port, get_json, in_process, serial, wait_for, wait_up,
+    InProcess,
 };
 use crate::contract::Spec;
 
@@ -60,48 +53,12 @@ async fn without_a_quorum_there_is_no_leader_and_the_node_is_not_ready() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_loop_fails_healthz_and_stops_claiming_leadership() {
     let timings = fast_timings();
-    let dir = TempDir::new("stuck");
-    let loaded = Store::open(&dir.0, false).unwrap();
-    let node = Node::new(
-        Config {
-            node_id: "solo".into(),
-            group: "stuck".into(),
-            cluster_size: 1,
-            priority: 1,
-            eligible: true,
-            timings,
-        },
-        loaded.persistent,
-        Instant::now(),
-        1,
-        loaded.boot << 32,
-    );
-    let (in_tx, in_rx) = mpsc::channel(16);
-    let (cmd_tx, cmd_rx) = mpsc::channel(8);
-    let metrics = Arc::new(Metrics::new());
-    let (rt, snapshot, clock) = Runtime::new(
-        node,
-        loaded.store,
-        loaded.history,
-        Wiring {
-            transport: Arc::new(Bus::new().attach(in_tx.clone())),
-            inbound: in_rx,
-            commands: cmd_rx,
-            metrics: metrics.clone(),
-        },
-    );
-    let task = tokio::spawn(rt.run(CancellationToken::new()));
-    let app = router(AppState {
-        snapshot,
-        commands: cmd_tx,
-        ingress: in_tx,
-        clock,
-        metrics,
-        auth: Arc::new(Auth::default()),
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    // Bound whole: dropping `dir` would delete the data dir under the running node.
+    let InProcess {
+        url,
+        task,
+        dir: _dir,
+    } = in_process("solo", Auth::default()).await;
 
     let leading = wait_for(Duration::from_secs(10), || {
         let url = url.clone();

@@ -11,6 +11,7 @@ mod contract;
 #[path = "../support/devnet.rs"]
 mod devnet;
 mod errors;
+mod fuzz;
 mod health;
 mod memory;
 mod pilot;
