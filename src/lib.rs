@@ -59,6 +59,8 @@ pub struct NodeConfig {
     pub admin_token: Option<String>,
     pub allow_unauthenticated: bool,
     pub reset_state: bool,
+    /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
+    pub cluster_keys: Option<signing::KeyRing>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +120,7 @@ pub async fn run(
         loaded.history,
         Wiring {
             transport: Arc::new(transport),
+            keys: config.cluster_keys.clone(),
             inbound: in_rx,
             commands: cmd_rx,
             metrics: metrics.clone(),

@@ -12,4 +12,5 @@ mod errors;
 mod fuzz;
 mod health;
 mod memory;
+mod peers;
 mod state;
