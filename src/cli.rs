@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::election::{default_priority, Timings};
 use crate::pilotctl::Pilotctl;
+use crate::signing::KeyRing;
 use crate::transport::http::Peer;
 use crate::transport::pilot::PilotConfig;
 use crate::NodeConfig;
@@ -125,6 +126,13 @@ pub struct RunArgs {
     /// The operator token itself (prefer the file: environments leak).
     #[arg(long = "admin-token", env = "PILOT_ELECTION_ADMIN_TOKEN", hide = true)]
     pub admin_token: Option<String>,
+    /// File of cluster keys (`ID=SECRET` per line, the first signs): peers must sign every
+    /// message with one of them.
+    #[arg(long, env = "PILOT_ELECTION_CLUSTER_KEY_FILE")]
+    pub cluster_key_file: Option<PathBuf>,
+    /// The cluster keys themselves, comma-separated (prefer the file).
+    #[arg(long = "cluster-key", env = "PILOT_ELECTION_CLUSTER_KEY", hide = true)]
+    pub cluster_key: Option<String>,
     /// Let anyone who can reach the API move leadership when no token is configured.
     #[arg(long, env = "PILOT_ELECTION_ALLOW_UNAUTHENTICATED")]
     pub allow_unauthenticated: bool,
@@ -292,6 +300,13 @@ impl RunArgs {
         };
         timings.validate().map_err(|e| e.to_string())?;
         let admin_token = read_token(&self.admin_token_file, &self.admin_token)?;
+        let cluster_keys = match (&self.cluster_key_file, &self.cluster_key) {
+            (Some(path), _) => Some(KeyRing::from_file(path).map_err(|e| e.to_string())?),
+            (None, Some(text)) => Some(
+                KeyRing::parse(text, "PILOT_ELECTION_CLUSTER_KEY").map_err(|e| e.to_string())?,
+            ),
+            (None, None) => None,
+        };
         Ok(NodeConfig {
             priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
             data_dir: self
@@ -308,6 +323,7 @@ impl RunArgs {
             allow_unauthenticated: self.allow_unauthenticated,
             reset_state: self.reset_state,
             pilot,
+            cluster_keys,
         })
     }
 
@@ -503,6 +519,10 @@ pub fn main() -> i32 {
 }
 
 async fn run_node(config: NodeConfig, listen: String) -> i32 {
+    match &config.cluster_keys {
+        Some(k) => tracing::info!(key_id = k.signing_key_id(), "peer messages are signed and verified"),
+        None => tracing::warn!("no cluster key (--cluster-key-file): peers are unauthenticated, anyone who can reach this node can publish election messages"),
+    }
     if config.admin_token.is_none() {
         if config.allow_unauthenticated {
             tracing::warn!("no admin token and --allow-unauthenticated: anyone who can reach the API can move leadership");

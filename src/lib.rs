@@ -62,6 +62,8 @@ pub struct NodeConfig {
     pub reset_state: bool,
     /// Elect over the Pilot overlay through pilotctl instead of the built-in http transport.
     pub pilot: Option<PilotConfig>,
+    /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
+    pub cluster_keys: Option<signing::KeyRing>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +137,7 @@ pub async fn run(
         loaded.history,
         Wiring {
             transport,
+            keys: config.cluster_keys.clone(),
             inbound: in_rx,
             commands: cmd_rx,
             metrics: metrics.clone(),

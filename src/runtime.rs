@@ -18,6 +18,7 @@ use crate::election::{
     Action, CommandError, Input, Message, Node, Outcome, Role, Timings, Transition, View,
 };
 use crate::metrics::Metrics;
+use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{rfc3339, unix_ms_now, HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
@@ -77,6 +78,9 @@ pub struct Runtime {
     history: Arc<VecDeque<HistoryEntry>>,
     leaderless_since: Option<Instant>,
     role: Role,
+    /// With a cluster key: sign what leaves, verify and de-replay what arrives.
+    keys: Option<KeyRing>,
+    replay: ReplayGuard,
     /// The latest history for the writer task (see [`history_writer`]).
     history_out: watch::Sender<Vec<HistoryEntry>>,
 }
@@ -84,6 +88,8 @@ pub struct Runtime {
 /// The channels a runtime is built from.
 pub struct Wiring {
     pub transport: Arc<dyn Transport>,
+    /// The cluster key ring; `None` accepts unsigned messages (peers unauthenticated).
+    pub keys: Option<KeyRing>,
     pub inbound: mpsc::Receiver<Vec<u8>>,
     pub commands: mpsc::Receiver<Command>,
     pub metrics: Arc<Metrics>,
@@ -121,6 +127,8 @@ impl Runtime {
             leaderless_since: Some(now),
             role,
             history_out: watch::Sender::new(Vec::new()),
+            keys: wiring.keys,
+            replay: ReplayGuard::new(),
         };
         (rt, rx, clock)
     }
@@ -200,7 +208,14 @@ impl Runtime {
     }
 
     fn on_bytes(&mut self, bytes: &[u8]) {
-        match Message::parse(bytes) {
+        // Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
+        let checked = match &self.keys {
+            Some(keys) => keys
+                .verify(bytes)
+                .and_then(|m| self.replay.check(&m.from, m.seq).map(|_| m)),
+            None => Message::parse(bytes).map_err(Rejection::from),
+        };
+        match checked {
             Ok(msg) => {
                 let kind = msg.body.kind();
                 let outcome = match self.node.handle(Instant::now(), Input::Message(msg)) {
@@ -211,8 +226,8 @@ impl Runtime {
                 self.metrics.received(kind, outcome);
             }
             Err(e) => {
-                tracing::debug!(error = %e, "dropped a malformed message");
-                self.metrics.received("unknown", "malformed");
+                tracing::debug!(error = %e, reason = e.reason(), "dropped a message");
+                self.metrics.received("unknown", e.reason());
             }
         }
     }
@@ -229,6 +244,9 @@ impl Runtime {
                 }
                 Action::Publish(mut msg) => {
                     msg.stamp(unix_ms_now());
+                    if let Some(keys) = &self.keys {
+                        keys.sign(&mut msg);
+                    }
                     let bytes: Arc<[u8]> = msg.to_json().into_bytes().into();
                     self.transport.publish(bytes);
                 }

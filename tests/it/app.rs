@@ -365,6 +365,7 @@ pub async fn in_process(id: &str, auth: pilot_election::api::Auth) -> InProcess 
         loaded.history,
         Wiring {
             transport: Arc::new(bus.attach(in_tx.clone())),
+            keys: None,
             inbound: in_rx,
             commands: cmd_rx,
             metrics: metrics.clone(),

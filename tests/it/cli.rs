@@ -47,6 +47,20 @@ fn invalid_configuration_exits_64_with_one_line() {
             "smaller than",
         ),
         (&["no-such-command"], "unrecognized subcommand"),
+        (
+            &[
+                "run",
+                "--node-id",
+                "a",
+                "--cluster-key-file",
+                "/nonexistent/key",
+            ],
+            "/nonexistent/key",
+        ),
+        (
+            &["run", "--node-id", "a", "--cluster-key", "k1=short"],
+            "k1",
+        ),
     ];
     for (args, needle) in cases {
         let o = run(args);

@@ -14,5 +14,6 @@ mod errors;
 mod fuzz;
 mod health;
 mod memory;
+mod peers;
 mod pilot;
 mod state;

@@ -48,6 +48,7 @@ async fn three_runtimes_on_a_memory_bus_agree_on_one_leader() {
             loaded.history,
             Wiring {
                 transport: Arc::new(bus.attach(tx)),
+                keys: None,
                 inbound: rx,
                 commands: cmd_rx,
                 metrics: Arc::new(Metrics::new()),
