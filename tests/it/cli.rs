@@ -29,7 +29,22 @@ fn invalid_configuration_exits_64_with_one_line() {
         ),
         (
             &["run", "--node-id", "a", "--transport", "pilot"],
-            "pilot transport not available",
+            "--broker HOST[,HOST...] is required",
+        ),
+        (
+            // Any executable passes the pilotctl check; the quorum still needs a size.
+            &[
+                "run",
+                "--node-id",
+                "a",
+                "--transport",
+                "pilot",
+                "--broker",
+                "hub",
+                "--pilotctl",
+                "/bin/sh",
+            ],
+            "--cluster-size is required with the pilot transport",
         ),
         (&["run"], "--node-id is required"),
         (&["run", "--node-id", "a", "--peer", "b"], "must be ID=URL"),

@@ -1,7 +1,12 @@
 //! Three real nodes electing over `--transport pilot`: the real pilotctl 1.18.0 against
 //! pilot-devnet's emulated daemons, with a fourth daemon (`n4`) as the event-stream broker.
 
-use std::process::Command;
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use std::time::Duration;
 
 use serde_json::json;
@@ -88,6 +93,7 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
     let (_, status) = get_json(&format!("{}/status", c.nodes[li].url())).await;
     assert_eq!(status["transport"]["kind"], "pilot", "{status}");
     assert_eq!(status["transport"]["healthy"], true, "{status}");
+    shell_observer_sees_heartbeats(&net, &leader, term);
 
     // kill -9 of the leader: the survivors agree on a new leader with a higher term.
     c.nodes[li].kill9();
@@ -230,6 +236,55 @@ async fn pilot_configuration_errors_exit_with_clear_codes() {
     assert_eq!(code, Some(69), "{err}");
     assert!(err.contains("pilotctl info"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
+/// The reference workflow's way of watching: `pilotctl subscribe | jq`, exactly as README.md
+/// shows it (plus `--unbuffered`, since jq's output here is a pipe, not a terminal).
+fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
+    let script = format!(
+        "PILOT_SOCKET='{}' '{}' --json subscribe n4 election:it | jq --unbuffered -r \
+         '.data | fromjson | select(.type == \"heartbeat\") | \"\\(.leader) \\(.term) \\(.timestamp)\"'",
+        net.socket("n1").display(),
+        pilotctl_path().display()
+    );
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("sh (and jq: apt-get install jq)");
+    let pgid = child.id() as i32;
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while lines.len() < 3 && std::time::Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+            lines.push(l);
+        }
+    }
+    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    let _ = child.wait();
+    assert!(lines.len() >= 3, "the jq observer printed {lines:?}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for l in &lines {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert_eq!(f.len(), 3, "{l}");
+        assert_eq!((f[0], f[1]), (leader, term.to_string().as_str()), "{l}");
+        let ts: u64 = f[2].parse().expect("unix seconds");
+        assert!(ts.abs_diff(now) < 60, "timestamp {ts} is not now ({now})");
+    }
 }
 
 impl Devnet {
