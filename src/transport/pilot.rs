@@ -43,17 +43,22 @@ pub struct PilotConfig {
     pub topic: String,
 }
 
-/// Recently seen message identities, bounded.
+/// Recently seen messages, bounded. The key includes a hash of the exact text: copies of one
+/// publish through several brokers are byte-identical, while a forged message that merely
+/// reuses a real `(from, seq)` is not, so it cannot get the real one dropped here (it is then
+/// refused by the signature check, and the real one still arrives).
 #[derive(Debug, Default)]
 struct Dedup {
-    seen: HashSet<(String, u64)>,
-    order: VecDeque<(String, u64)>,
+    seen: HashSet<(String, u64, u64)>,
+    order: VecDeque<(String, u64, u64)>,
 }
 
 impl Dedup {
-    /// True the first time a `(from, seq)` is offered.
-    fn first(&mut self, from: &str, seq: u64) -> bool {
-        let key = (from.to_string(), seq);
+    /// True the first time a message is offered.
+    fn first(&mut self, from: &str, seq: u64, text: &str) -> bool {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(text, &mut h);
+        let key = (from.to_string(), seq, std::hash::Hasher::finish(&h));
         if self.seen.contains(&key) {
             return false;
         }
@@ -268,7 +273,7 @@ fn deliver(data: String, inbound: &Inbound, dedup: &Mutex<Dedup>, metrics: &Metr
         let fresh = dedup
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .first(&id.from, id.seq);
+            .first(&id.from, id.seq, &data);
         if !fresh {
             metrics.received("any", "duplicate");
             return;
@@ -286,13 +291,17 @@ mod tests {
     #[test]
     fn dedup_remembers_a_bounded_window() {
         let mut d = Dedup::default();
-        assert!(d.first("a", 1));
-        assert!(!d.first("a", 1));
-        assert!(d.first("b", 1));
+        assert!(d.first("a", 1, "x"));
+        assert!(!d.first("a", 1, "x"));
+        assert!(
+            d.first("a", 1, "forged"),
+            "same id, other bytes: not a copy"
+        );
+        assert!(d.first("b", 1, "x"));
         for s in 0..DEDUP_MEMORY as u64 {
-            d.first("c", s);
+            d.first("c", s, "x");
         }
-        assert!(d.first("a", 1), "forgotten after the window");
+        assert!(d.first("a", 1, "x"), "forgotten after the window");
         assert!(d.order.len() <= DEDUP_MEMORY);
     }
 }

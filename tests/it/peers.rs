@@ -10,9 +10,9 @@ use pilot_election::signing::KeyRing;
 
 use crate::app::{client, metrics_text, serial, Cluster, TempDir};
 
-const KEY: &str = "k1=0123456789abcdef0123456789abcdef";
+pub(crate) const KEY: &str = "k1=0123456789abcdef0123456789abcdef";
 
-fn message(term: u64, seq: u64, body: Value) -> Message {
+pub(crate) fn message(term: u64, seq: u64, body: Value) -> Message {
     let mut v =
         json!({"v": 1, "group": "it", "from": "mallory", "term": term, "seq": seq, "ts": 0});
     v.as_object_mut()
@@ -21,7 +21,7 @@ fn message(term: u64, seq: u64, body: Value) -> Message {
     serde_json::from_value(v).expect("a well-formed message")
 }
 
-fn counted(metrics: &str, outcome: &str) -> f64 {
+pub(crate) fn counted(metrics: &str, outcome: &str) -> f64 {
     let prefix = format!(
         "pilot_election_messages_received_total{{type=\"unknown\",outcome=\"{outcome}\"}} "
     );
