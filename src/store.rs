@@ -23,8 +23,8 @@ pub const HISTORY_LIMIT: usize = 200;
 struct StateFile {
     term: u64,
     voted_for: Option<String>,
-    /// Incremented at every start; the high half of every sequence number, so that a restarted
-    /// node never reuses one.
+    /// Raised at every start (at least to the wall clock in seconds); the high half of every
+    /// sequence number, so that a restarted node never reuses one, even after losing this file.
     boot: u64,
 }
 
@@ -104,7 +104,10 @@ impl Store {
                 }
             }
         };
-        state.boot += 1;
+        // Never below the wall clock in seconds: a node whose state file was lost or reset
+        // must still number its messages above everything it sent before, or peers' replay
+        // windows would drop them all. Increments still win if the clock steps back.
+        state.boot = (state.boot + 1).max(unix_ms_now() / 1000);
         let store = Store {
             dir: dir.to_path_buf(),
             boot: state.boot,
