@@ -198,6 +198,14 @@ pub struct DemoArgs {
     /// Exit by itself after this long once the timeline is done (default: serve until Ctrl-C).
     #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    /// `pilot`: elect through the real pilotctl over an emulated Pilot network (pilot-devnet,
+    /// built next to this program) instead of the built-in http transport.
+    #[arg(long, value_enum, default_value = "http")]
+    pub transport: TransportKind,
+    /// The pilotctl binary for `--transport pilot` (default: `.tools/pilot/pilotctl` as
+    /// `scripts/fetch-pilotctl.sh` leaves it, else `pilotctl` in PATH).
+    #[arg(long)]
+    pub pilotctl: Option<PathBuf>,
 }
 
 /// `500ms`, `2s`, `1m`: a number and a unit, nothing else (a bare number would be ambiguous).

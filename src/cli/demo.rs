@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::process::{Child, Command};
 use tokio::time::{sleep, Instant};
 
-use super::{DemoArgs, EXIT_OK, EXIT_REFUSED};
+use super::{DemoArgs, TransportKind, EXIT_OK, EXIT_REFUSED};
 
 const IDS: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// How long each step of the timeline may take before the demo gives up.
@@ -23,6 +23,79 @@ struct Demo {
     children: [Option<Child>; 3],
     client: reqwest::Client,
     start: Instant,
+    pilot: Option<PilotNet>,
+}
+
+/// The emulated Pilot network of `demo --transport pilot`: one daemon per node plus `n4`, the
+/// broker. It exits when its stdin (held here) closes, so it never outlives the demo.
+struct PilotNet {
+    child: Child,
+    pilotctl: PathBuf,
+    sockets: Vec<PathBuf>,
+}
+
+impl PilotNet {
+    async fn start(exe: &Path, dir: &Path, pilotctl: PathBuf) -> Result<PilotNet, String> {
+        let devnet = exe.with_file_name("pilot-devnet");
+        if !devnet.is_file() {
+            return Err(format!(
+                "{} is missing: build it with `cargo build --release --bins`",
+                devnet.display()
+            ));
+        }
+        crate::pilotctl::check_executable(&pilotctl)
+            .map_err(|e| format!("{e} (run scripts/fetch-pilotctl.sh or pass --pilotctl)"))?;
+        let mut child = Command::new(&devnet)
+            .arg("--dir")
+            .arg(dir.join("pilot"))
+            .args(["--nodes", "4", "--exit-on-stdin-eof"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", devnet.display()))?;
+        let stdout = child.stdout.take().ok_or("pilot-devnet has no stdout")?;
+        let mut line = String::new();
+        let mut reader = tokio::io::BufReader::new(stdout);
+        let read = tokio::io::AsyncBufReadExt::read_line(&mut reader, &mut line);
+        tokio::time::timeout(WAIT, read)
+            .await
+            .map_err(|_| "pilot-devnet did not start".to_string())?
+            .map_err(|e| format!("pilot-devnet: {e}"))?;
+        let announce: Value =
+            serde_json::from_str(&line).map_err(|e| format!("pilot-devnet said {line:?}: {e}"))?;
+        let sockets = (1..=3)
+            .map(|i| {
+                announce["nodes"]
+                    .as_array()
+                    .and_then(|nodes| nodes.iter().find(|n| n["hostname"] == format!("n{i}")))
+                    .and_then(|n| n["socket"].as_str())
+                    .map(PathBuf::from)
+                    .ok_or_else(|| format!("pilot-devnet announced no node n{i}: {line}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(PilotNet {
+            child,
+            pilotctl,
+            sockets,
+        })
+    }
+}
+
+/// Where `scripts/fetch-pilotctl.sh` puts the pinned binary, if this runs from the repository;
+/// otherwise `pilotctl` from PATH.
+fn default_pilotctl() -> PathBuf {
+    let fetched = Path::new(".tools/pilot/pilotctl");
+    if fetched.is_file() {
+        return fetched.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("pilotctl"))
+        .find(|c| c.is_file())
+        .unwrap_or_else(|| PathBuf::from("pilotctl"))
 }
 
 impl Demo {
@@ -42,8 +115,26 @@ impl Demo {
             .arg("--data-dir")
             .arg(self.dir.join(IDS[i]))
             .arg("--allow-unauthenticated");
-        for j in (0..3).filter(|j| *j != i) {
-            cmd.arg("--peer").arg(format!("{}={}", IDS[j], self.url(j)));
+        match &self.pilot {
+            Some(net) => {
+                cmd.args([
+                    "--transport",
+                    "pilot",
+                    "--broker",
+                    "n4",
+                    "--cluster-size",
+                    "3",
+                ])
+                .arg("--pilotctl")
+                .arg(&net.pilotctl)
+                .arg("--pilot-socket")
+                .arg(&net.sockets[i]);
+            }
+            None => {
+                for j in (0..3).filter(|j| *j != i) {
+                    cmd.arg("--peer").arg(format!("{}={}", IDS[j], self.url(j)));
+                }
+            }
         }
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -143,9 +234,30 @@ async fn run_demo(args: &DemoArgs) -> Result<(), String> {
             .build()
             .map_err(|e| e.to_string())?,
         start: Instant::now(),
+        pilot: None,
+    };
+    let over = match args.transport {
+        TransportKind::Http => "the built-in http transport".to_string(),
+        TransportKind::Pilot => {
+            let pilotctl = args.pilotctl.clone().unwrap_or_else(default_pilotctl);
+            let net = PilotNet::start(&d.exe, &dir, pilotctl).await;
+            let net = match net {
+                Ok(net) => net,
+                Err(e) => {
+                    remove_dir(&dir);
+                    return Err(e);
+                }
+            };
+            let text = format!(
+                "the real pilotctl ({}) over an emulated Pilot network (broker n4)",
+                net.pilotctl.display()
+            );
+            d.pilot = Some(net);
+            text
+        }
     };
     println!(
-        "pilot-election demo: 3 nodes on 127.0.0.1 ports {}-{} over the built-in http transport",
+        "pilot-election demo: 3 nodes on 127.0.0.1 ports {}-{} over {over}",
         ports[0], ports[2]
     );
     println!("  started with --allow-unauthenticated: anyone on this machine may move leadership (demo only)");
@@ -154,6 +266,10 @@ async fn run_demo(args: &DemoArgs) -> Result<(), String> {
     for c in d.children.iter_mut().flatten() {
         let _ = c.start_kill();
         let _ = c.wait().await;
+    }
+    if let Some(net) = d.pilot.as_mut() {
+        let _ = net.child.start_kill();
+        let _ = net.child.wait().await;
     }
     remove_dir(&dir);
     result

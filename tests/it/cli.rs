@@ -175,6 +175,18 @@ async fn client_commands_against_a_single_node() {
 
 #[tokio::test]
 async fn the_demo_elects_fails_over_and_hands_over() {
+    check_demo(&[]).await;
+}
+
+#[tokio::test]
+async fn the_demo_runs_over_the_real_pilotctl_too() {
+    let pilotctl = crate::devnet::pilotctl_path().display().to_string();
+    let out = check_demo(&["--transport", "pilot", "--pilotctl", &pilotctl]).await;
+    assert!(out.contains("emulated Pilot network"), "{out}");
+}
+
+/// Runs the demo to completion and checks its timeline; returns what it printed.
+async fn check_demo(extra: &[&str]) -> String {
     let _serial = serial().await;
     // Three consecutive free ports: try a few random bases.
     let base = (0..50)
@@ -182,8 +194,11 @@ async fn the_demo_elects_fails_over_and_hands_over() {
         .find(|b| (0..3).all(|k| std::net::TcpListener::bind(("127.0.0.1", b + k)).is_ok()))
         .expect("three free ports");
     let base = base.to_string();
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     let o = tokio::task::spawn_blocking(move || {
-        run(&["demo", "--base-port", &base, "--duration", "0s"])
+        let mut args = vec!["demo", "--base-port", &base, "--duration", "0s"];
+        args.extend(extra.iter().map(String::as_str));
+        run(&args)
     })
     .await
     .unwrap();
@@ -199,4 +214,5 @@ async fn the_demo_elects_fails_over_and_hands_over() {
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
+    out.into_owned()
 }
