@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# OpenAPI contract fuzzing from outside the process: a pinned schemathesis generates requests
+# from the committed openapi/openapi.yaml and sends them to ONE live node on 127.0.0.1. Any 5xx
+# the spec does not declare, or any status code, content type, header or body the spec does not
+# describe, fails the run. The in-process contract test (tests/it, `contract`) checks that routes
+# and spec agree; this checks that what the running binary actually answers agrees with the spec.
+#
+# Usage: scripts/schemathesis.sh [PATH_TO_BINARY]   (default target/release/pilot-election)
+# Env:   SCHEMATHESIS_MAX_EXAMPLES (default 40), SCHEMATHESIS_MAX_TIME seconds per run
+#        (default 50), SCHEMATHESIS_SEED (default: random, printed by schemathesis).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VERSION="4.32.5"
+VENV=".tools/schemathesis-${VERSION}"
+ST="${VENV}/bin/schemathesis"
+BIN="${1:-target/release/pilot-election}"
+MAX_EXAMPLES="${SCHEMATHESIS_MAX_EXAMPLES:-40}"
+MAX_TIME="${SCHEMATHESIS_MAX_TIME:-50}"
+
+die() { echo "schemathesis.sh: $*" >&2; exit 1; }
+
+# A venv under the ignored .tools/ keeps the system Python clean; the versioned directory makes
+# a re-run free and a version bump a fresh install.
+if ! "$ST" --version 2>/dev/null | grep -qF "$VERSION"; then
+    rm -rf "$VENV"
+    python3 -m venv "$VENV" || die "python3 -m venv failed (is python3-venv installed?)"
+    "${VENV}/bin/pip" install --quiet --disable-pip-version-check "schemathesis==${VERSION}"
+fi
+
+if [ ! -x "$BIN" ]; then
+    [ "$BIN" = "target/release/pilot-election" ] || die "no executable at $BIN"
+    cargo build --release --bin pilot-election
+fi
+
+WORK="$(mktemp -d)"
+NODE_PID=""
+cleanup() {
+    if [ -n "$NODE_PID" ]; then
+        kill "$NODE_PID" 2>/dev/null || true
+        wait "$NODE_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+TOKEN="fuzz-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+printf '%s\n' "$TOKEN" >"$WORK/admin-token"
+chmod 600 "$WORK/admin-token"
+
+# A free port: the kernel picks one for a socket that is closed right away. Another process could
+# take it before the node binds, in which case the node exits and the health wait below says so.
+PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+URL="http://127.0.0.1:${PORT}"
+
+"$BIN" run --node-id solo --listen "127.0.0.1:${PORT}" --data-dir "$WORK/data" \
+    --admin-token-file "$WORK/admin-token" >"$WORK/node.log" 2>&1 &
+NODE_PID=$!
+
+# /healthz answers once the API is up; a single-node cluster then elects itself within ~3 s,
+# which the fuzzing does not need (leaderless answers are part of the spec too).
+deadline=$((SECONDS + 30))
+until curl -fsS -o /dev/null "${URL}/healthz" 2>/dev/null; do
+    if ! kill -0 "$NODE_PID" 2>/dev/null; then
+        cat "$WORK/node.log" >&2
+        die "the node exited before answering /healthz"
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+        cat "$WORK/node.log" >&2
+        die "no answer from ${URL}/healthz within 30 s"
+    fi
+    sleep 0.1
+done
+
+CHECKS="not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance"
+COMMON=(
+    --config-file scripts/schemathesis.toml
+    run openapi/openapi.yaml
+    --url "$URL"
+    --checks "$CHECKS"
+    --max-examples "$MAX_EXAMPLES"
+    --max-time "$MAX_TIME"
+    --workers 2
+    --request-timeout 10
+    --generation-database none
+    --no-color
+    # GET /events is an endless text/event-stream: a request never completes, so every example
+    # would only measure the request timeout. tests/it covers the stream's events.
+    --exclude-path /events
+)
+if [ -n "${SCHEMATHESIS_SEED:-}" ]; then
+    COMMON+=(--seed "$SCHEMATHESIS_SEED")
+fi
+
+status=0
+echo "schemathesis.sh: fuzzing ${URL} as the operator (bearer token)"
+"$ST" "${COMMON[@]}" --header "Authorization: Bearer ${TOKEN}" || status=1
+
+# Without a token the mutating endpoints must answer 401 as the spec says, whatever the body.
+echo "schemathesis.sh: fuzzing the mutating endpoints of ${URL} without a token"
+"$ST" "${COMMON[@]}" --include-path /candidacy --include-path /step-down \
+    --max-examples 20 --max-time 20 || status=1
+
+if ! kill -0 "$NODE_PID" 2>/dev/null; then
+    echo "schemathesis.sh: the node died during the run; its log:" >&2
+    cat "$WORK/node.log" >&2
+    status=1
+fi
+[ "$status" -eq 0 ] || die "schemathesis found failures (report above)"
+echo "schemathesis.sh: no failures"
