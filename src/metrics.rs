@@ -28,6 +28,7 @@ pub struct Metrics {
     pub received: Family<Labels, Counter>,
     pub publish_failures: Counter,
     pub publish_latency: Histogram,
+    pub subscription_restarts: Counter,
 }
 
 impl Default for Metrics {
@@ -50,6 +51,7 @@ impl Metrics {
             received: Family::default(),
             publish_failures: Counter::default(),
             publish_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 12)),
+            subscription_restarts: Counter::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -97,6 +99,11 @@ impl Metrics {
                 "publish_failures",
                 "Messages that did not reach a peer",
                 m.publish_failures.clone(),
+            );
+            r.register(
+                "subscription_restarts",
+                "Times a pilotctl subscription ended and had to be started again (pilot transport)",
+                m.subscription_restarts.clone(),
             );
             r.register(
                 "publish_latency_seconds",

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Health, HealthCell, Inbound, Transport};
 use crate::metrics::Metrics;
-use crate::pilotctl::{Pilotctl, PilotctlError};
+use crate::pilotctl::Pilotctl;
 
 /// Publishes in flight at once (each is a process). Beyond this a message is dropped: the
 /// protocol tolerates loss, a fork bomb under a stuck daemon it would not.
@@ -84,7 +84,6 @@ struct Identity {
 struct Links {
     up: Mutex<Vec<bool>>,
     health: HealthCell,
-    restarts: std::sync::atomic::AtomicU64,
 }
 
 impl Links {
@@ -116,7 +115,6 @@ impl PilotTransport {
         let links = Arc::new(Links {
             up: Mutex::new(vec![false; config.brokers.len()]),
             health: HealthCell::new("pilot", false),
-            restarts: Default::default(),
         });
         let dedup = Arc::new(Mutex::new(Dedup::default()));
         for (i, broker) in config.brokers.iter().enumerate() {
@@ -137,15 +135,6 @@ impl PilotTransport {
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             metrics,
         }
-    }
-}
-
-impl PilotTransport {
-    /// How often a subscription had to be started again.
-    pub fn subscription_restarts(&self) -> u64 {
-        self.links
-            .restarts
-            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -247,13 +236,10 @@ async fn subscribe_loop(
                 }
                 ended
             }
-            Err(e @ PilotctlError::Unavailable { .. }) => e.to_string(),
             Err(e) => e.to_string(),
         };
         links.set(index, false, Some(format!("{broker}: {error}")));
-        links
-            .restarts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics.subscription_restarts.inc();
         if started.elapsed() >= STABLE_AFTER {
             backoff = BACKOFF_START;
         }

@@ -165,6 +165,14 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
         "the old leader follows"
     );
     let _ = third_term;
+    // The cut broke the old leader's subscription; it was restarted, and that is counted.
+    let metrics = metrics_text(&c.nodes[ni].url()).await;
+    let restarts: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("pilot_election_subscription_restarts_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(restarts >= 1.0, "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
