@@ -7,64 +7,9 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::app::{
-    free_port, get_json, leader_of, wait_for, wait_up, App, Cluster, TempDir, BIN, T,
-};
+use crate::app::{get_json, leader_of, wait_for, wait_up, TempDir, BIN, T};
 use crate::devnet::{pilotctl_path, Devnet};
-
-/// A node of the pilot cluster: its daemon is devnet node `daemon`.
-fn pilot_node(net: &Devnet, daemon: &str, extra: &[&str]) -> App {
-    let dir = TempDir::new(daemon);
-    let port = free_port();
-    let mut args: Vec<String> = [
-        "run",
-        "--group",
-        "it",
-        "--transport",
-        "pilot",
-        "--broker",
-        "n4",
-        "--cluster-size",
-        "3",
-        "--allow-unauthenticated",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend([
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-        "--data-dir".into(),
-        dir.0.join("data").display().to_string(),
-        "--pilotctl".into(),
-        pilotctl_path().display().to_string(),
-        "--pilot-socket".into(),
-        net.socket(daemon).display().to_string(),
-    ]);
-    args.extend(extra.iter().map(|s| s.to_string()));
-    App {
-        // No --node-id: the node learns it from `pilotctl info` (`.data.node_id`, a number).
-        id: net.node_id(daemon),
-        port,
-        dir,
-        args,
-        child: None,
-    }
-}
-
-fn pilot_cluster(net: &Devnet) -> Cluster {
-    let mut nodes: Vec<App> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|d| pilot_node(net, d, &[]))
-        .collect();
-    for n in &mut nodes {
-        n.start();
-    }
-    Cluster {
-        nodes,
-        _token_file: TempDir::new("no-token"),
-    }
-}
+use crate::pilot_cluster::pilot_cluster;
 
 async fn role_leader(url: &str) -> u16 {
     get_json(&format!("{url}/role/leader")).await.0
@@ -74,7 +19,7 @@ async fn role_leader(url: &str) -> u16 {
 async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
     let _serial = crate::app::serial().await;
     let net = Devnet::start(4);
-    let mut c = pilot_cluster(&net);
+    let mut c = pilot_cluster(&net, &[]);
     for n in &c.nodes {
         wait_up(n).await;
     }
@@ -230,19 +175,4 @@ async fn pilot_configuration_errors_exit_with_clear_codes() {
     assert_eq!(code, Some(69), "{err}");
     assert!(err.contains("pilotctl info"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-}
-
-impl Devnet {
-    /// The Pilot node id of a devnet node, as `pilotctl info` reports it.
-    fn node_id(&self, name: &str) -> String {
-        let node = self
-            .nodes
-            .iter()
-            .find(|n| n["hostname"] == name)
-            .expect("devnet node");
-        node["node_id"]
-            .as_u64()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| panic!("devnet node without id: {node}"))
-    }
 }
