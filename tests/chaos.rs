@@ -1,13 +1,18 @@
-//! Chaos with real processes on the http transport: the leader is frozen (SIGSTOP for 1.5× the
-//! lease, then SIGCONT) and killed and restarted, while every node is watched every 10 ms and a
-//! fenced resource takes writes from whoever claims to lead. Nothing here may ever show two
-//! leaders at once or let a stale term write.
+//! Chaos with real processes: on the http transport the leader is frozen (SIGSTOP for 1.5× the
+//! lease, then SIGCONT) and killed and restarted; over the real pilotctl and pilot-devnet its
+//! link to the broker is cut and healed. Every node is watched every 10 ms and a fenced
+//! resource takes writes from whoever claims to lead. Nothing may ever show two leaders at once
+//! or let a stale term write.
 //!
-//! `CHAOS_RUNS` (default 2) sets how many freeze cycles and kill cycles run; CI keeps the
-//! default (well under a minute), a soak sets it higher.
+//! `CHAOS_RUNS` (default 2) sets how many cycles of each fault run; CI keeps the default (well
+//! under a minute), a soak sets it higher.
 
 #[path = "support/app.rs"]
 mod app;
+#[path = "support/devnet.rs"]
+mod devnet;
+#[path = "support/pilot_cluster.rs"]
+mod pilot_cluster;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,10 +20,12 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use app::{wait_up, Cluster};
+use app::{wait_for, wait_up, Cluster};
+use devnet::Devnet;
+use pilot_cluster::pilot_cluster;
 
 /// Default lease `L` of the binary.
 const LEASE: Duration = Duration::from_secs(2);
@@ -151,38 +158,129 @@ fn signal(pid: u32, sig: Signal) {
     kill(Pid::from_raw(pid as i32), sig).unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn frozen_and_killed_leaders_never_overlap_and_stale_terms_never_write() {
-    let runs: usize = std::env::var("CHAOS_RUNS")
+fn chaos_runs() -> usize {
+    std::env::var("CHAOS_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+        .unwrap_or(2)
+}
+
+/// Watchers on every node of a cluster and the fenced resource they write to.
+struct Watch {
+    ids: Vec<String>,
+    samples: Vec<Arc<Mutex<Vec<Sample>>>>,
+    resource: Arc<Mutex<FencedResource>>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(c: &Cluster) -> Watch {
+        let resource = Arc::new(Mutex::new(FencedResource::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples: Vec<_> = c
+            .nodes
+            .iter()
+            .map(|_| Arc::new(Mutex::new(Vec::new())))
+            .collect();
+        let tasks = c
+            .nodes
+            .iter()
+            .zip(&samples)
+            .map(|(n, s)| {
+                tokio::spawn(watch(
+                    n.url(),
+                    n.id.clone(),
+                    s.clone(),
+                    resource.clone(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        Watch {
+            ids: c.nodes.iter().map(|n| n.id.clone()).collect(),
+            samples,
+            resource,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Waits until a leader of at least `term` has written: the writer path works, and a late
+    /// write with a lower term now has something to be fenced against.
+    async fn written(&self, term: u64, c: &Cluster) {
+        let r = self.resource.clone();
+        let done = wait_for(AGREE_WITHIN, || {
+            let r = r.clone();
+            async move { (r.lock().unwrap().highest >= term).then_some(()) }
+        })
+        .await;
+        assert!(
+            done.is_some(),
+            "no leader of term {term} wrote\n{}",
+            c.logs()
+        );
+    }
+
+    /// Stops watching and checks everything seen: no two leaders at once, one writer per term,
+    /// at least `min_terms` terms written. Returns the resource for further checks.
+    async fn finish(self, c: &Cluster, min_terms: usize) -> FencedResource {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        let per_node: Vec<(String, Vec<Sample>)> = self
+            .ids
+            .iter()
+            .zip(&self.samples)
+            .map(|(id, s)| (id.clone(), s.lock().unwrap().clone()))
+            .collect();
+        for (id, s) in &per_node {
+            assert!(
+                s.len() > 100,
+                "{id} was hardly watched: {} samples",
+                s.len()
+            );
+        }
+        if let Some(overlap) = two_leaders_at_once(&per_node) {
+            panic!("two leaders at once: {overlap}\n{}", c.logs());
+        }
+        let r = std::mem::take(&mut *self.resource.lock().unwrap());
+        // One writer per term: a term with two writers would mean two leaders in it.
+        let mut by_term = std::collections::BTreeMap::new();
+        for (t, w) in &r.accepted {
+            let first = by_term.entry(*t).or_insert_with(|| w.clone());
+            assert_eq!(first, w, "term {t} written by {first} and {w}");
+        }
+        assert!(
+            r.accepted.windows(2).all(|w| w[0].0 <= w[1].0),
+            "accepted terms went down"
+        );
+        assert!(
+            by_term.len() >= min_terms,
+            "leaders of {} terms wrote, expected at least {min_terms}",
+            by_term.len()
+        );
+        eprintln!(
+            "chaos: {} writes accepted over {} terms, {} rejected",
+            r.accepted.len(),
+            by_term.len(),
+            r.rejected
+        );
+        r
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_and_killed_leaders_never_overlap_and_stale_terms_never_write() {
+    let runs = chaos_runs();
     let mut c = Cluster::start(3, &[]);
     for n in &c.nodes {
         wait_up(n).await;
     }
     let all = [0, 1, 2];
-    let resource = Arc::new(Mutex::new(FencedResource::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let samples: Vec<Arc<Mutex<Vec<Sample>>>> = all
-        .iter()
-        .map(|_| Arc::new(Mutex::new(Vec::new())))
-        .collect();
-    let watchers: Vec<_> = all
-        .iter()
-        .map(|&i| {
-            tokio::spawn(watch(
-                c.nodes[i].url(),
-                c.nodes[i].id.clone(),
-                samples[i].clone(),
-                resource.clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
-
+    let w = Watch::start(&c);
     let (mut leader, mut term) = c.agreed(&all, AGREE_WITHIN, |_, _| true).await;
-    let mut frozen_writes_rejected = 0;
     for cycle in 0..runs {
         // Freeze the leader past its lease; it resumes believing nothing happened.
         let li = c.index(&leader);
@@ -191,15 +289,11 @@ async fn frozen_and_killed_leaders_never_overlap_and_stale_terms_never_write() {
         let frozen = Instant::now();
         tokio::time::sleep_until(frozen + LEASE * 3 / 2).await;
         signal(pid, Signal::SIGCONT);
-        // The write it had prepared while it led, delivered late.
-        let prepared = (term, leader.clone());
         let (l, t) = c.agreed(&all, AGREE_WITHIN, |_, t| t > term).await;
-        let accepted = resource.lock().unwrap().write(prepared.0, &prepared.1);
-        let highest = resource.lock().unwrap().highest;
-        if highest > prepared.0 {
-            assert!(!accepted, "stale write of term {} accepted", prepared.0);
-            frozen_writes_rejected += 1;
-        }
+        w.written(t, &c).await;
+        // The write the frozen leader had prepared while it led, delivered late: fenced off.
+        let late = w.resource.lock().unwrap().write(term, &leader);
+        assert!(!late, "late write of term {term} from {leader} accepted");
         eprintln!("freeze {cycle}: {leader} (term {term}) frozen; now {l} leads in term {t}");
         (leader, term) = (l, t);
 
@@ -210,6 +304,7 @@ async fn frozen_and_killed_leaders_never_overlap_and_stale_terms_never_write() {
         let (l, t) = c
             .agreed(&survivors, AGREE_WITHIN, |l, t| l != leader && t > term)
             .await;
+        w.written(t, &c).await;
         c.nodes[li].start();
         wait_up(&c.nodes[li]).await;
         let (l2, t2) = c.agreed(&all, AGREE_WITHIN, |_, _| true).await;
@@ -218,51 +313,40 @@ async fn frozen_and_killed_leaders_never_overlap_and_stale_terms_never_write() {
         );
         (leader, term) = (l2, t2);
     }
-    stop.store(true, Ordering::Relaxed);
-    for w in watchers {
-        w.await.unwrap();
-    }
+    let r = w.finish(&c, 2 * runs + 1).await;
+    assert!(r.rejected >= runs, "{} late writes fenced off", r.rejected);
+}
 
-    let per_node: Vec<(String, Vec<Sample>)> = all
-        .iter()
-        .map(|&i| (c.nodes[i].id.clone(), samples[i].lock().unwrap().clone()))
-        .collect();
-    for (id, s) in &per_node {
-        assert!(
-            s.len() > 100,
-            "{id} was hardly watched: {} samples",
-            s.len()
+/// Link cuts on the emulated Pilot network: the leader's daemon loses the broker (n4), the
+/// majority elects another, the link heals, and the watch never sees two leaders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pilot_link_cuts_never_show_two_leaders() {
+    let runs = chaos_runs();
+    let net = Devnet::start(4);
+    let c = pilot_cluster(&net, &[]);
+    for n in &c.nodes {
+        wait_up(n).await;
+    }
+    let all = [0, 1, 2];
+    let w = Watch::start(&c);
+    let (mut leader, mut term) = c.agreed(&all, AGREE_WITHIN, |_, _| true).await;
+    for cycle in 0..runs {
+        let li = c.index(&leader);
+        let daemon = format!("n{}", li + 1);
+        net.post("/cut", json!({"a": daemon, "b": "n4"})).await;
+        let majority: Vec<usize> = all.iter().copied().filter(|&i| i != li).collect();
+        let (l, t) = c
+            .agreed(&majority, AGREE_WITHIN, |l, t| l != leader && t > term)
+            .await;
+        w.written(t, &c).await;
+        net.post("/heal", json!({})).await;
+        let (l2, t2) = c.agreed(&all, AGREE_WITHIN, |_, t2| t2 >= t).await;
+        eprintln!(
+            "cut {cycle}: {leader} (term {term}) cut off; {l} led in term {t}, now {l2}/{t2}"
         );
+        (leader, term) = (l2, t2);
     }
-    if let Some(overlap) = two_leaders_at_once(&per_node) {
-        panic!("two leaders at once: {overlap}\n{}", c.logs());
-    }
-    let r = resource.lock().unwrap();
-    // One writer per term: a term with two writers would mean two leaders in it.
-    let mut by_term = std::collections::BTreeMap::new();
-    for (t, w) in &r.accepted {
-        let first = by_term.entry(*t).or_insert_with(|| w.clone());
-        assert_eq!(first, w, "term {t} written by {first} and {w}");
-    }
-    assert!(
-        r.accepted.windows(2).all(|w| w[0].0 <= w[1].0),
-        "accepted terms went down"
-    );
-    assert!(
-        by_term.len() > runs,
-        "leaders in {} terms wrote, expected more than {runs}",
-        by_term.len()
-    );
-    assert!(
-        frozen_writes_rejected > 0,
-        "no frozen leader's late write was ever fenced off"
-    );
-    eprintln!(
-        "chaos: {runs} freezes and kills, {} writes accepted over {} terms, {} rejected",
-        r.accepted.len(),
-        by_term.len(),
-        r.rejected
-    );
+    w.finish(&c, runs + 1).await;
 }
 
 /// The overlap rule itself must be able to fail.
