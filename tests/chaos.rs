@@ -206,6 +206,18 @@ impl Watch {
         }
     }
 
+    /// Watches a just started cluster from before its first election, and returns once all
+    /// its nodes agree on the first leader.
+    async fn first_leader(c: &Cluster) -> (Watch, (String, u64)) {
+        for n in &c.nodes {
+            wait_up(n).await;
+        }
+        let w = Watch::start(c);
+        let all: Vec<usize> = (0..c.nodes.len()).collect();
+        let first = c.agreed(&all, AGREE_WITHIN, |_, _| true).await;
+        (w, first)
+    }
+
     /// Waits until a leader of at least `term` has written: the writer path works, and a late
     /// write with a lower term now has something to be fenced against.
     async fn written(&self, term: u64, c: &Cluster) {
@@ -275,12 +287,8 @@ impl Watch {
 async fn frozen_and_killed_leaders_never_overlap_and_stale_terms_never_write() {
     let runs = chaos_runs();
     let mut c = Cluster::start(3, &[]);
-    for n in &c.nodes {
-        wait_up(n).await;
-    }
     let all = [0, 1, 2];
-    let w = Watch::start(&c);
-    let (mut leader, mut term) = c.agreed(&all, AGREE_WITHIN, |_, _| true).await;
+    let (w, (mut leader, mut term)) = Watch::first_leader(&c).await;
     for cycle in 0..runs {
         // Freeze the leader past its lease; it resumes believing nothing happened.
         let li = c.index(&leader);
@@ -324,12 +332,8 @@ async fn pilot_link_cuts_never_show_two_leaders() {
     let runs = chaos_runs();
     let net = Devnet::start(4);
     let c = pilot_cluster(&net, &[]);
-    for n in &c.nodes {
-        wait_up(n).await;
-    }
     let all = [0, 1, 2];
-    let w = Watch::start(&c);
-    let (mut leader, mut term) = c.agreed(&all, AGREE_WITHIN, |_, _| true).await;
+    let (w, (mut leader, mut term)) = Watch::first_leader(&c).await;
     for cycle in 0..runs {
         let li = c.index(&leader);
         let daemon = format!("n{}", li + 1);
