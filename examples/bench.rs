@@ -357,15 +357,25 @@ fn clk_tck() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
+/// Fields of /proc/PID/stat after the command name (which is in parentheses and may contain
+/// spaces): field k of the whole line is index k - 3 here.
+fn stat_fields(pid: u32) -> Vec<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may contain spaces.
     let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    f.get(11).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+    rest.split_whitespace()
+        .map(|s| s.parse().unwrap_or(0))
+        .collect()
+}
+
+/// utime + stime (fields 14, 15) of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    stat_fields(pid).get(11..13).map_or(0, |f| f.iter().sum())
+}
+
+/// cutime + cstime (fields 16, 17): children that exited and were waited for, which is where
+/// every short-lived `pilotctl publish` ends up.
+fn reaped_ticks(pid: u32) -> u64 {
+    stat_fields(pid).get(13..15).map_or(0, |f| f.iter().sum())
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -430,6 +440,7 @@ async fn idle(o: &Opts) {
         .map(|n| n.child.as_ref().unwrap().id())
         .collect();
     let ticks0: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p)).collect();
+    let reaped0: Vec<u64> = pids.iter().map(|p| reaped_ticks(*p)).collect();
     let kids0: Vec<u64> = pids
         .iter()
         .map(|p| children(*p).iter().map(|k| cpu_ticks(*k)).sum())
@@ -445,8 +456,15 @@ async fn idle(o: &Opts) {
         o.nodes, o.transport
     );
     println!(
-        "{:>6} {:>8} {:>9} {:>10} {:>12} {:>14} {:>12}",
-        "node", "role", "RSS MiB", "CPU %core", "publish/s", "children RSS", "children CPU"
+        "{:>6} {:>8} {:>9} {:>10} {:>12} {:>14} {:>12} {:>12}",
+        "node",
+        "role",
+        "RSS MiB",
+        "CPU %core",
+        "publish/s",
+        "children RSS",
+        "children CPU",
+        "exited CPU"
     );
     for (i, n) in c.nodes.iter().enumerate() {
         let pid = pids[i];
@@ -456,16 +474,18 @@ async fn idle(o: &Opts) {
         let kids_ticks: u64 = kids.iter().map(|k| cpu_ticks(*k)).sum();
         // Children that ended in between took their ticks with them: a lower bound.
         let kids_cpu = kids_ticks.saturating_sub(kids0[i]) as f64 / hz / secs * 100.0;
+        let reaped_cpu = (reaped_ticks(pid) - reaped0[i]) as f64 / hz / secs * 100.0;
         let (s, _) = app::get_json(&format!("{}/role/leader", n.url())).await;
         println!(
-            "{:>6} {:>8} {:>9.1} {:>9.2}% {:>12.2} {:>10.1} MiB {:>11.2}%",
+            "{:>6} {:>8} {:>9.1} {:>9.2}% {:>12.2} {:>10.1} MiB {:>11.2}% {:>11.2}%",
             n.id,
             if s == 200 { "leader" } else { "follower" },
             rss_kib(pid) as f64 / 1024.0,
             cpu,
             (pubs1[i] - pubs0[i]) / secs,
             kids_rss as f64 / 1024.0,
-            kids_cpu
+            kids_cpu,
+            reaped_cpu
         );
     }
 }
