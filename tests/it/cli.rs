@@ -29,7 +29,7 @@ fn invalid_configuration_exits_64_with_one_line() {
         ),
         (
             &["run", "--node-id", "a", "--transport", "pilot"],
-            "pilot transport not available",
+            "--broker HOST[,HOST...] is required",
         ),
         (&["run"], "--node-id is required"),
         (&["run", "--node-id", "a", "--peer", "b"], "must be ID=URL"),
