@@ -4,6 +4,7 @@
 //! Clusters run one test at a time (see [`app::serial`]): on a loaded 2-core machine, several
 //! clusters at once would test the scheduler rather than the failover times.
 
+#[path = "../support/app.rs"]
 mod app;
 mod cli;
 mod cluster;
@@ -16,4 +17,6 @@ mod health;
 mod memory;
 mod peers;
 mod pilot;
+#[path = "../support/pilot_cluster.rs"]
+mod pilot_cluster;
 mod state;

@@ -12,65 +12,10 @@ use pilot_election::signing::KeyRing;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::app::{
-    free_port, get_json, leader_of, metrics_text, wait_for, wait_up, App, Cluster, TempDir, BIN, T,
-};
+use crate::app::{get_json, leader_of, metrics_text, wait_for, wait_up, TempDir, BIN, T};
 use crate::devnet::{pilotctl_path, Devnet};
 use crate::peers::{counted, message, KEY};
-
-/// A node of the pilot cluster: its daemon is devnet node `daemon`.
-fn pilot_node(net: &Devnet, daemon: &str, extra: &[&str]) -> App {
-    let dir = TempDir::new(daemon);
-    let port = free_port();
-    let mut args: Vec<String> = [
-        "run",
-        "--group",
-        "it",
-        "--transport",
-        "pilot",
-        "--broker",
-        "n4",
-        "--cluster-size",
-        "3",
-        "--allow-unauthenticated",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend([
-        "--listen".into(),
-        format!("127.0.0.1:{port}"),
-        "--data-dir".into(),
-        dir.0.join("data").display().to_string(),
-        "--pilotctl".into(),
-        pilotctl_path().display().to_string(),
-        "--pilot-socket".into(),
-        net.socket(daemon).display().to_string(),
-    ]);
-    args.extend(extra.iter().map(|s| s.to_string()));
-    App {
-        // No --node-id: the node learns it from `pilotctl info` (`.data.node_id`, a number).
-        id: net.node_id(daemon),
-        port,
-        dir,
-        args,
-        child: None,
-    }
-}
-
-fn pilot_cluster(net: &Devnet, extra: &[&str]) -> Cluster {
-    let mut nodes: Vec<App> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|d| pilot_node(net, d, extra))
-        .collect();
-    for n in &mut nodes {
-        n.start();
-    }
-    Cluster {
-        nodes,
-        _token_file: TempDir::new("no-token"),
-    }
-}
+use crate::pilot_cluster::pilot_cluster;
 
 async fn role_leader(url: &str) -> u16 {
     get_json(&format!("{url}/role/leader")).await.0
@@ -388,20 +333,5 @@ fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
         assert_eq!((f[0], f[1]), (leader, term.to_string().as_str()), "{l}");
         let ts: u64 = f[2].parse().expect("unix seconds");
         assert!(ts.abs_diff(now) < 60, "timestamp {ts} is not now ({now})");
-    }
-}
-
-impl Devnet {
-    /// The Pilot node id of a devnet node, as `pilotctl info` reports it.
-    fn node_id(&self, name: &str) -> String {
-        let node = self
-            .nodes
-            .iter()
-            .find(|n| n["hostname"] == name)
-            .expect("devnet node");
-        node["node_id"]
-            .as_u64()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|| panic!("devnet node without id: {node}"))
     }
 }

@@ -1,5 +1,8 @@
 //! `spawn_app`-style helpers: free ports, temporary data dirs, processes killed on drop, and
-//! waiting on conditions with deadlines instead of fixed sleeps.
+//! waiting on conditions with deadlines instead of fixed sleeps. Shared by the integration
+//! tests, the chaos test and the bench example (included with `#[path]`; not every user needs
+//! every item).
+#![allow(dead_code)]
 
 use std::future::Future;
 use std::net::TcpListener;
@@ -11,7 +14,12 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_pilot-election");
+/// Cargo names the binary only to integration tests; the bench example runs after
+/// `cargo build --release` and finds it in the release target directory.
+pub const BIN: &str = match option_env!("CARGO_BIN_EXE_pilot-election") {
+    Some(p) => p,
+    None => concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/pilot-election"),
+};
 pub const TOKEN: &str = "s3cret-admin-token";
 /// Default election timeout `T` of the binary.
 pub const T: Duration = Duration::from_secs(3);

@@ -1,0 +1,598 @@
+//! Measured figures with real processes on this machine, for BENCHMARKS.md. Not a test: it runs
+//! for minutes and only prints what it saw (long benchmarks must stay out of `cargo test`).
+//!
+//! ```sh
+//! cargo build --release --bins --examples        # the nodes, pilot-devnet and bare-axum
+//! cargo run --release --example bench -- failover  --nodes 3 --transport http  --runs 30
+//! cargo run --release --example bench -- failover  --nodes 5 --transport http  --runs 30
+//! cargo run --release --example bench -- failover  --nodes 3 --transport pilot --runs 30
+//! cargo run --release --example bench -- step-down --runs 30
+//! cargo run --release --example bench -- sigterm   --runs 30
+//! cargo run --release --example bench -- idle      --nodes 3 --transport http --secs 30
+//! cargo run --release --example bench -- idle      --nodes 3 --transport pilot --secs 30
+//! cargo run --release --example bench -- api       --secs 10 --rounds 2   # needs wrk
+//! ```
+//!
+//! Nodes run at default timings (h 500 ms, L 2 s, T 3 s) with `--preempt-after 0s`, so that a
+//! restarted higher-ranked node does not take leadership back in the middle of the next run; the
+//! pilot transport needs the real pilotctl (`scripts/fetch-pilotctl.sh`).
+
+#[path = "../tests/support/app.rs"]
+mod app;
+#[path = "../tests/support/devnet.rs"]
+mod devnet;
+#[path = "../tests/support/pilot_cluster.rs"]
+mod pilot_cluster;
+
+use std::collections::HashMap;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use app::{free_port, wait_up, Cluster, BIN, T, TOKEN};
+use devnet::Devnet;
+
+/// Generous bound on one failover: far above the goal, so that a slow run is measured rather
+/// than lost.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
+const STARTUP_LIMIT: Duration = Duration::from_secs(30);
+
+struct Opts {
+    scenario: String,
+    nodes: usize,
+    transport: String,
+    runs: usize,
+    secs: u64,
+    rounds: usize,
+}
+
+fn parse() -> Opts {
+    let mut a = std::env::args().skip(1);
+    let mut o = Opts {
+        scenario: a.next().unwrap_or_else(|| usage("no scenario")),
+        nodes: 3,
+        transport: "http".into(),
+        runs: 30,
+        secs: 30,
+        rounds: 2,
+    };
+    while let Some(flag) = a.next() {
+        let v = a.next().unwrap_or_else(|| usage("flag without value"));
+        match flag.as_str() {
+            "--nodes" => o.nodes = v.parse().unwrap_or_else(|_| usage("--nodes")),
+            "--transport" => o.transport = v,
+            "--runs" => o.runs = v.parse().unwrap_or_else(|_| usage("--runs")),
+            "--secs" => o.secs = v.parse().unwrap_or_else(|_| usage("--secs")),
+            "--rounds" => o.rounds = v.parse().unwrap_or_else(|_| usage("--rounds")),
+            _ => usage(&flag),
+        }
+    }
+    o
+}
+
+fn usage(what: &str) -> ! {
+    eprintln!(
+        "bench: {what}\nusage: bench failover|step-down|sigterm|idle|api [--nodes N] \
+         [--transport http|pilot] [--runs N] [--secs S] [--rounds R]"
+    );
+    std::process::exit(64)
+}
+
+/// A cluster and, over pilot, the emulated network under it; the cluster is dropped (its nodes
+/// killed) before the network.
+struct Bed {
+    c: Cluster,
+    _net: Option<Devnet>,
+}
+
+async fn start(transport: &str, n: usize) -> Bed {
+    for (bin, build) in [(BIN, "--bins"), (devnet::DEVNET_BIN, "--bins")] {
+        assert!(
+            std::path::Path::new(bin).is_file(),
+            "{bin} is missing: run cargo build --release {build} --examples first"
+        );
+    }
+    let extra = ["--preempt-after", "0s"];
+    let bed = match transport {
+        "http" => Bed {
+            c: Cluster::start(n, &extra),
+            _net: None,
+        },
+        "pilot" => {
+            assert_eq!(n, 3, "the pilot bed has 3 nodes (devnet daemons n1..n3)");
+            let net = Devnet::start(4);
+            Bed {
+                c: pilot_cluster::pilot_cluster(&net, &extra),
+                _net: Some(net),
+            }
+        }
+        other => usage(&format!("unknown transport {other}")),
+    };
+    for node in &bed.c.nodes {
+        wait_up(node).await;
+    }
+    bed
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .expect("client")
+}
+
+async fn leader_of(client: &reqwest::Client, url: &str) -> Option<(String, u64)> {
+    let resp = client.get(format!("{url}/leader")).send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let v: Value = resp.json().await.ok()?;
+    Some((v["leader"].as_str()?.to_string(), v["term"].as_u64()?))
+}
+
+/// Polls every node in `urls` at once, every 5 ms, until all name the same leader accepted by
+/// `accept`; returns it with the time from `since` to the answer that completed the agreement.
+async fn agree(
+    client: &reqwest::Client,
+    urls: &[String],
+    since: Instant,
+    within: Duration,
+    accept: impl Fn(&str, u64) -> bool,
+) -> Option<(String, u64, Duration)> {
+    loop {
+        let seen = join_all(urls.iter().map(|u| leader_of(client, u))).await;
+        let done = since.elapsed();
+        if let Some(Some(first)) = seen.first() {
+            if seen.iter().all(|s| s.as_ref() == Some(first)) && accept(&first.0, first.1) {
+                return Some((first.0.clone(), first.1, done));
+            }
+        }
+        if done > within {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn urls(c: &Cluster, which: &[usize]) -> Vec<String> {
+    which.iter().map(|i| c.nodes[*i].url()).collect()
+}
+
+/// Whoever all of `which` agree leads now, however long start-up or a rejoin takes.
+async fn current_leader(client: &reqwest::Client, c: &Cluster, which: &[usize]) -> (String, u64) {
+    match agree(
+        client,
+        &urls(c, which),
+        Instant::now(),
+        STARTUP_LIMIT,
+        |_, _| true,
+    )
+    .await
+    {
+        Some((l, t, _)) => (l, t),
+        None => panic!(
+            "nodes {which:?} agreed on no leader within {STARTUP_LIMIT:?}\n{}",
+            c.logs()
+        ),
+    }
+}
+
+/// A node that restarted neither votes nor campaigns for `T`; runs start after that, with the
+/// leader's view of its members refreshed by a few heartbeats.
+async fn settle(up_since: Instant) {
+    let ready = up_since + T + Duration::from_secs(1);
+    tokio::time::sleep_until(ready).await;
+}
+
+struct Stats {
+    name: String,
+    times: Vec<Duration>,
+    terms: Vec<u64>,
+    failed: usize,
+}
+
+impl Stats {
+    fn new(name: String) -> Stats {
+        Stats {
+            name,
+            times: Vec::new(),
+            terms: Vec::new(),
+            failed: 0,
+        }
+    }
+
+    fn print(&mut self) {
+        self.times.sort();
+        let ms = |d: &Duration| d.as_secs_f64() * 1000.0;
+        let p = |q: f64| {
+            let rank = ((q * self.times.len() as f64).ceil() as usize).max(1);
+            ms(&self.times[rank - 1])
+        };
+        if self.times.is_empty() {
+            println!("{}: no successful run ({} failed)", self.name, self.failed);
+            return;
+        }
+        let mean_terms = self.terms.iter().sum::<u64>() as f64 / self.terms.len() as f64;
+        println!(
+            "{}: runs={} failed={} p50={:.0}ms p95={:.0}ms p99={:.0}ms min={:.0}ms max={:.0}ms \
+             term+/change mean={:.2} max={}",
+            self.name,
+            self.times.len(),
+            self.failed,
+            p(0.50),
+            p(0.95),
+            p(0.99),
+            ms(&self.times[0]),
+            ms(self.times.last().unwrap()),
+            mean_terms,
+            self.terms.iter().max().unwrap()
+        );
+    }
+}
+
+/// `kill -9` of the leader, then (mode "sigterm") SIGTERM instead; the time is until every
+/// survivor names the same new leader with a higher term.
+async fn crash_loop(o: &Opts, sigterm: bool) {
+    let mut bed = start(&o.transport, o.nodes).await;
+    let c = &mut bed.c;
+    let client = http();
+    let all: Vec<usize> = (0..o.nodes).collect();
+    let (mut leader, mut term) = current_leader(&client, c, &all).await;
+    let mut up_since = Instant::now();
+    let what = if sigterm { "sigterm" } else { "kill -9" };
+    let mut stats = Stats::new(format!("{what} {}-node {}", o.nodes, o.transport));
+    for run in 1..=o.runs {
+        settle(up_since).await;
+        let li = c.index(&leader);
+        let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != li).collect();
+        let t0 = Instant::now();
+        if sigterm {
+            c.nodes[li].sigterm();
+        } else {
+            c.nodes[li].kill9();
+        }
+        let old = (leader.clone(), term);
+        match agree(&client, &urls(c, &survivors), t0, FAILOVER_LIMIT, |l, t| {
+            l != old.0 && t > old.1
+        })
+        .await
+        {
+            Some((l, t, d)) => {
+                println!(
+                    "run {run}: {} (term {}) -> {l} (term {t}) in {d:?}",
+                    old.0, old.1
+                );
+                stats.times.push(d);
+                stats.terms.push(t - old.1);
+            }
+            None => {
+                println!("run {run}: no agreed new leader within {FAILOVER_LIMIT:?}");
+                stats.failed += 1;
+            }
+        }
+        if sigterm {
+            let status = c.nodes[li].wait_exit(Duration::from_secs(10)).await;
+            assert!(status.success(), "SIGTERM exit status {status:?}");
+        }
+        c.nodes[li].start();
+        wait_up(&c.nodes[li]).await;
+        up_since = Instant::now();
+        let (l, t) = current_leader(&client, c, &all).await;
+        (leader, term) = (l, t);
+    }
+    stats.print();
+}
+
+/// Planned handover: `POST /step-down` naming the next node; the time is from the accepted
+/// request to every node naming the successor.
+async fn step_down_loop(o: &Opts) {
+    let bed = start(&o.transport, o.nodes).await;
+    let c = &bed.c;
+    let client = http();
+    let all: Vec<usize> = (0..o.nodes).collect();
+    let all_urls = urls(c, &all);
+    let (mut leader, mut term) = current_leader(&client, c, &all).await;
+    settle(Instant::now()).await;
+    let mut stats = Stats::new(format!("step-down {}-node {}", o.nodes, o.transport));
+    for run in 1..=o.runs {
+        let li = c.index(&leader);
+        let successor = c.nodes[(li + 1) % o.nodes].id.clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let t0 = loop {
+            let t0 = Instant::now();
+            let resp = client
+                .post(format!("{}/step-down", c.nodes[li].url()))
+                .bearer_auth(TOKEN)
+                .json(&json!({"successor": successor}))
+                .send()
+                .await
+                .expect("step-down request");
+            match resp.status().as_u16() {
+                202 => break t0,
+                // The successor is not yet known live and eligible: the leader says so.
+                422 if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                s => panic!(
+                    "step-down answered {s}: {}",
+                    resp.text().await.unwrap_or_default()
+                ),
+            }
+        };
+        match agree(&client, &all_urls, t0, FAILOVER_LIMIT, |l, t| {
+            l == successor && t > term
+        })
+        .await
+        {
+            Some((l, t, d)) => {
+                println!("run {run}: {leader} (term {term}) -> {l} (term {t}) in {d:?}");
+                stats.times.push(d);
+                stats.terms.push(t - term);
+                (leader, term) = (l, t);
+            }
+            None => {
+                println!("run {run}: {successor} never led everywhere");
+                stats.failed += 1;
+                let (l, t) = current_leader(&client, c, &all).await;
+                (leader, term) = (l, t);
+            }
+        }
+        // Not measured: a few heartbeats so that the next successor is known live.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    stats.print();
+}
+
+fn clk_tck() -> f64 {
+    let out = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(100.0)
+}
+
+/// Fields of /proc/PID/stat after the command name (which is in parentheses and may contain
+/// spaces): field k of the whole line is index k - 3 here.
+fn stat_fields(pid: u32) -> Vec<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    rest.split_whitespace()
+        .map(|s| s.parse().unwrap_or(0))
+        .collect()
+}
+
+/// utime + stime (fields 14, 15) of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    stat_fields(pid).get(11..13).map_or(0, |f| f.iter().sum())
+}
+
+/// cutime + cstime (fields 16, 17): children that exited and were waited for, which is where
+/// every short-lived `pilotctl publish` ends up.
+fn reaped_ticks(pid: u32) -> u64 {
+    stat_fields(pid).get(13..15).map_or(0, |f| f.iter().sum())
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Direct children (the long-lived `pilotctl subscribe`, and publishes in flight).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|x| x.1.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// Messages published (each one a `pilotctl publish` process over pilot, one POST per peer
+/// over http): delivered plus given up, from `/metrics`.
+async fn publishes(client: &reqwest::Client, url: String) -> f64 {
+    let text = client
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("pilot_election_publish_latency_seconds_count")
+                || l.starts_with("pilot_election_publish_failures_total")
+        })
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// RSS and CPU per node over `secs` of steady state at default timings.
+async fn idle(o: &Opts) {
+    let bed = start(&o.transport, o.nodes).await;
+    let c = &bed.c;
+    let client = http();
+    let all: Vec<usize> = (0..o.nodes).collect();
+    current_leader(&client, c, &all).await;
+    // Past start-up: the first T, the election and the first member exchanges.
+    settle(Instant::now()).await;
+    let pids: Vec<u32> = c
+        .nodes
+        .iter()
+        .map(|n| n.child.as_ref().unwrap().id())
+        .collect();
+    let ticks0: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p)).collect();
+    let reaped0: Vec<u64> = pids.iter().map(|p| reaped_ticks(*p)).collect();
+    let kids0: Vec<u64> = pids
+        .iter()
+        .map(|p| children(*p).iter().map(|k| cpu_ticks(*k)).sum())
+        .collect();
+    let pubs0 = join_all(c.nodes.iter().map(|n| publishes(&client, n.url()))).await;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(o.secs)).await;
+    let secs = t0.elapsed().as_secs_f64();
+    let pubs1 = join_all(c.nodes.iter().map(|n| publishes(&client, n.url()))).await;
+    let hz = clk_tck();
+    println!(
+        "idle {}-node {} over {secs:.1}s (default timings):",
+        o.nodes, o.transport
+    );
+    println!(
+        "{:>6} {:>8} {:>9} {:>10} {:>12} {:>14} {:>12} {:>12}",
+        "node",
+        "role",
+        "RSS MiB",
+        "CPU %core",
+        "publish/s",
+        "children RSS",
+        "children CPU",
+        "exited CPU"
+    );
+    for (i, n) in c.nodes.iter().enumerate() {
+        let pid = pids[i];
+        let cpu = (cpu_ticks(pid) - ticks0[i]) as f64 / hz / secs * 100.0;
+        let kids = children(pid);
+        let kids_rss: u64 = kids.iter().map(|k| rss_kib(*k)).sum();
+        let kids_ticks: u64 = kids.iter().map(|k| cpu_ticks(*k)).sum();
+        // Children that ended in between took their ticks with them: a lower bound.
+        let kids_cpu = kids_ticks.saturating_sub(kids0[i]) as f64 / hz / secs * 100.0;
+        let reaped_cpu = (reaped_ticks(pid) - reaped0[i]) as f64 / hz / secs * 100.0;
+        let (s, _) = app::get_json(&format!("{}/role/leader", n.url())).await;
+        println!(
+            "{:>6} {:>8} {:>9.1} {:>9.2}% {:>12.2} {:>10.1} MiB {:>11.2}% {:>11.2}%",
+            n.id,
+            if s == 200 { "leader" } else { "follower" },
+            rss_kib(pid) as f64 / 1024.0,
+            cpu,
+            (pubs1[i] - pubs0[i]) / secs,
+            kids_rss as f64 / 1024.0,
+            kids_cpu,
+            reaped_cpu
+        );
+    }
+}
+
+struct Wrk {
+    rps: f64,
+    p99_ms: f64,
+    non_2xx: bool,
+}
+
+fn wrk(url: &str, secs: u64) -> Wrk {
+    let out = Command::new("wrk")
+        .args(["-t2", "-c32", &format!("-d{secs}s"), "--latency", url])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("wrk (apt-get install -y wrk)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_string()))
+            .unwrap_or_else(|| panic!("wrk printed no {prefix}:\n{text}"))
+    };
+    let rps: f64 = field("Requests/sec:").parse().expect("rps");
+    let p99 = field("99%");
+    let (num, unit) = p99.split_at(p99.find(|c: char| c.is_alphabetic()).unwrap_or(p99.len()));
+    let scale = match unit {
+        "us" => 0.001,
+        "ms" => 1.0,
+        "s" => 1000.0,
+        "m" => 60_000.0,
+        _ => panic!("wrk latency unit {unit}"),
+    };
+    Wrk {
+        rps,
+        p99_ms: num.parse::<f64>().expect("p99") * scale,
+        non_2xx: text.contains("Non-2xx"),
+    }
+}
+
+/// `GET /leader` on the leader of a 3-node cluster against the bare axum baseline, alternated
+/// so that both see the same background load.
+async fn api(o: &Opts) {
+    let bare_bin = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/release/examples/bare-axum"
+    );
+    assert!(
+        std::path::Path::new(bare_bin).is_file(),
+        "{bare_bin} is missing: run cargo build --release --examples first"
+    );
+    let bed = start("http", 3).await;
+    let c = &bed.c;
+    let client = http();
+    let (leader, _) = current_leader(&client, c, &[0, 1, 2]).await;
+    let node_url = format!("{}/leader", c.nodes[c.index(&leader)].url());
+    let port = free_port();
+    let mut bare = Command::new(bare_bin)
+        .arg(format!("127.0.0.1:{port}"))
+        .spawn()
+        .expect("bare-axum");
+    let bare_url = format!("http://127.0.0.1:{port}/leader");
+    let up = app::wait_for(Duration::from_secs(10), || {
+        let u = bare_url.clone();
+        async move { (app::get_json(&u).await.0 == 200).then_some(()) }
+    })
+    .await;
+    assert!(up.is_some(), "bare-axum did not come up");
+    let mut results: HashMap<&str, Vec<Wrk>> = HashMap::new();
+    for round in 1..=o.rounds {
+        for (name, url) in [("node", &node_url), ("bare", &bare_url)] {
+            let w = wrk(url, o.secs);
+            println!(
+                "round {round} {name:>4}: {:.0} req/s, p99 {:.2} ms{}",
+                w.rps,
+                w.p99_ms,
+                if w.non_2xx { " (non-2xx answers!)" } else { "" }
+            );
+            results.entry(name).or_default().push(w);
+        }
+    }
+    let _ = bare.kill();
+    let _ = bare.wait();
+    let mean = |k: &str, f: fn(&Wrk) -> f64| {
+        let v = &results[k];
+        v.iter().map(f).sum::<f64>() / v.len() as f64
+    };
+    let (nr, br) = (mean("node", |w| w.rps), mean("bare", |w| w.rps));
+    println!(
+        "GET /leader: node {nr:.0} req/s (p99 {:.2} ms), bare axum {br:.0} req/s (p99 {:.2} ms), \
+         ratio {:.0}% (wrk -t2 -c32, {}s x {} rounds each)",
+        mean("node", |w| w.p99_ms),
+        mean("bare", |w| w.p99_ms),
+        nr / br * 100.0,
+        o.secs,
+        o.rounds
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let o = parse();
+    match o.scenario.as_str() {
+        "failover" => crash_loop(&o, false).await,
+        "sigterm" => crash_loop(&o, true).await,
+        "step-down" => step_down_loop(&o).await,
+        "idle" => idle(&o).await,
+        "api" => api(&o).await,
+        other => usage(&format!("unknown scenario {other}")),
+    }
+}

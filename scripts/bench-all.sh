@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every figure of BENCHMARKS.md in one go (about 25 minutes at 30 runs, plus 3 for etcd), each scenario's output
+# in OUT_DIR/<name>.txt. The latency-sensitive scenarios (handover, idle cost, API) run last.
+#
+# scripts/bench-all.sh [RUNS] [OUT_DIR]   (defaults: 30, bench-out)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS="${1:-30}"
+OUT="${2:-bench-out}"
+mkdir -p "$OUT"
+cargo build --release --bins --examples
+B=target/release/examples/bench
+{
+    echo "date: $(date -u +%FT%TZ)"
+    echo "nproc: $(nproc)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)"
+    echo "kernel: $(uname -r)"
+    echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+} | tee "$OUT/machine.txt"
+run() { local name="$1"; shift; echo "== $name: $*"; "$@" 2>&1 | tee "$OUT/$name.txt"; }
+run failover-http-3 "$B" failover --nodes 3 --transport http --runs "$RUNS"
+run failover-http-5 "$B" failover --nodes 5 --transport http --runs "$RUNS"
+run failover-pilot-3 "$B" failover --nodes 3 --transport pilot --runs "$RUNS"
+run sigterm-http-3 "$B" sigterm --nodes 3 --transport http --runs "$RUNS"
+run step-down-http-3 "$B" step-down --nodes 3 --transport http --runs "$RUNS"
+run sigterm-pilot-3 "$B" sigterm --nodes 3 --transport pilot --runs "$RUNS"
+run step-down-pilot-3 "$B" step-down --nodes 3 --transport pilot --runs "$RUNS"
+run idle-http-3 "$B" idle --nodes 3 --transport http --secs 30
+run idle-pilot-3 "$B" idle --nodes 3 --transport pilot --secs 30
+run api "$B" api --secs 10 --rounds 2
+run sim-figures target/release/examples/sim-figures
+# Three minutes more: each etcd run waits out the 60 s session TTL.
+if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
+    run etcd scripts/bench-etcd.sh 3
+else
+    echo "== etcd: skipped (apt-get install -y etcd-server etcd-client)"
+fi
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"

@@ -1,0 +1,75 @@
+//! Nodes that elect over `--transport pilot`: the real pilotctl against pilot-devnet's emulated
+//! daemons, with daemon `n4` as the event-stream broker. Shared by the integration tests and
+//! the bench example, next to `app.rs` and `devnet.rs`.
+#![allow(dead_code)]
+
+use crate::app::{free_port, App, Cluster, TempDir};
+use crate::devnet::{pilotctl_path, Devnet};
+
+/// A node of the pilot cluster: its daemon is devnet node `daemon`.
+pub fn pilot_node(net: &Devnet, daemon: &str, extra: &[&str]) -> App {
+    let dir = TempDir::new(daemon);
+    let port = free_port();
+    let mut args: Vec<String> = [
+        "run",
+        "--group",
+        "it",
+        "--transport",
+        "pilot",
+        "--broker",
+        "n4",
+        "--cluster-size",
+        "3",
+        "--allow-unauthenticated",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend([
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--data-dir".into(),
+        dir.0.join("data").display().to_string(),
+        "--pilotctl".into(),
+        pilotctl_path().display().to_string(),
+        "--pilot-socket".into(),
+        net.socket(daemon).display().to_string(),
+    ]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    App {
+        // No --node-id: the node learns it from `pilotctl info` (`.data.node_id`, a number).
+        id: node_id(net, daemon),
+        port,
+        dir,
+        args,
+        child: None,
+    }
+}
+
+/// Three started nodes on daemons n1..n3 (`extra` appended to each), broker n4.
+pub fn pilot_cluster(net: &Devnet, extra: &[&str]) -> Cluster {
+    let mut nodes: Vec<App> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|d| pilot_node(net, d, extra))
+        .collect();
+    for n in &mut nodes {
+        n.start();
+    }
+    Cluster {
+        nodes,
+        _token_file: TempDir::new("no-token"),
+    }
+}
+
+/// The Pilot node id of a devnet node, as `pilotctl info` reports it.
+pub fn node_id(net: &Devnet, name: &str) -> String {
+    let node = net
+        .nodes
+        .iter()
+        .find(|n| n["hostname"] == name)
+        .expect("devnet node");
+    node["node_id"]
+        .as_u64()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|| panic!("devnet node without id: {node}"))
+}
