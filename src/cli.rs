@@ -400,7 +400,7 @@ impl RunArgs {
 const PILOTCTL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A bare command name is looked up in PATH, as a shell would; a path is taken as it is.
-fn resolve_in_path(p: &std::path::Path) -> PathBuf {
+pub(crate) fn resolve_in_path(p: &std::path::Path) -> PathBuf {
     if p.components().count() != 1 || p.is_absolute() {
         return p.to_path_buf();
     }

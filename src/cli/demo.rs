@@ -90,12 +90,7 @@ fn default_pilotctl() -> PathBuf {
     if fetched.is_file() {
         return fetched.to_path_buf();
     }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("pilotctl"))
-        .find(|c| c.is_file())
-        .unwrap_or_else(|| PathBuf::from("pilotctl"))
+    super::resolve_in_path(Path::new("pilotctl"))
 }
 
 impl Demo {
