@@ -6,6 +6,7 @@
 //! cargo run --release --example bench -- failover  --nodes 3 --transport http  --runs 30
 //! cargo run --release --example bench -- failover  --nodes 5 --transport http  --runs 30
 //! cargo run --release --example bench -- failover  --nodes 3 --transport pilot --runs 30
+//! cargo run --release --example bench -- failover  --nodes 5 --transport pilot --runs 30
 //! cargo run --release --example bench -- step-down --runs 30
 //! cargo run --release --example bench -- sigterm   --runs 30
 //! cargo run --release --example bench -- idle      --nodes 3 --transport http --secs 30
@@ -102,10 +103,10 @@ async fn start(transport: &str, n: usize) -> Bed {
             _net: None,
         },
         "pilot" => {
-            assert_eq!(n, 3, "the pilot bed has 3 nodes (devnet daemons n1..n3)");
-            let net = Devnet::start(4);
+            // Daemons n1..nN for the nodes and one more as the broker.
+            let net = Devnet::start(n as u32 + 1);
             Bed {
-                c: pilot_cluster::pilot_cluster(&net, &extra),
+                c: pilot_cluster::pilot_cluster_of(&net, n, &extra),
                 _net: Some(net),
             }
         }

@@ -21,6 +21,7 @@ run() { local name="$1"; shift; echo "== $name: $*"; "$@" 2>&1 | tee "$OUT/$name
 run failover-http-3 "$B" failover --nodes 3 --transport http --runs "$RUNS"
 run failover-http-5 "$B" failover --nodes 5 --transport http --runs "$RUNS"
 run failover-pilot-3 "$B" failover --nodes 3 --transport pilot --runs "$RUNS"
+run failover-pilot-5 "$B" failover --nodes 5 --transport pilot --runs "$RUNS"
 run sigterm-http-3 "$B" sigterm --nodes 3 --transport http --runs "$RUNS"
 run step-down-http-3 "$B" step-down --nodes 3 --transport http --runs "$RUNS"
 run sigterm-pilot-3 "$B" sigterm --nodes 3 --transport pilot --runs "$RUNS"

@@ -1,5 +1,5 @@
 //! Nodes that elect over `--transport pilot`: the real pilotctl against pilot-devnet's emulated
-//! daemons, with daemon `n4` as the event-stream broker. Shared by the integration tests and
+//! daemons, with one more daemon (`n4` for three nodes) as the event-stream broker. Shared by the integration tests and
 //! the bench example, next to `app.rs` and `devnet.rs`.
 #![allow(dead_code)]
 
@@ -8,6 +8,11 @@ use crate::devnet::{pilotctl_path, Devnet};
 
 /// A node of the pilot cluster: its daemon is devnet node `daemon`.
 pub fn pilot_node(net: &Devnet, daemon: &str, extra: &[&str]) -> App {
+    pilot_node_in(net, daemon, "n4", 3, extra)
+}
+
+/// A node of an `size`-node pilot cluster whose broker is daemon `broker`.
+pub fn pilot_node_in(net: &Devnet, daemon: &str, broker: &str, size: usize, extra: &[&str]) -> App {
     let dir = TempDir::new(daemon);
     let port = free_port();
     let mut args: Vec<String> = [
@@ -16,15 +21,17 @@ pub fn pilot_node(net: &Devnet, daemon: &str, extra: &[&str]) -> App {
         "it",
         "--transport",
         "pilot",
-        "--broker",
-        "n4",
-        "--cluster-size",
-        "3",
         "--allow-unauthenticated",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.extend([
+        "--broker".into(),
+        broker.to_string(),
+        "--cluster-size".into(),
+        size.to_string(),
+    ]);
     args.extend([
         "--listen".into(),
         format!("127.0.0.1:{port}"),
@@ -48,9 +55,15 @@ pub fn pilot_node(net: &Devnet, daemon: &str, extra: &[&str]) -> App {
 
 /// Three started nodes on daemons n1..n3 (`extra` appended to each), broker n4.
 pub fn pilot_cluster(net: &Devnet, extra: &[&str]) -> Cluster {
-    let mut nodes: Vec<App> = ["n1", "n2", "n3"]
-        .iter()
-        .map(|d| pilot_node(net, d, extra))
+    pilot_cluster_of(net, 3, extra)
+}
+
+/// `size` started nodes on daemons n1..n`size`, broker n`size+1` (the devnet needs `size + 1`
+/// daemons).
+pub fn pilot_cluster_of(net: &Devnet, size: usize, extra: &[&str]) -> Cluster {
+    let broker = format!("n{}", size + 1);
+    let mut nodes: Vec<App> = (1..=size)
+        .map(|i| pilot_node_in(net, &format!("n{i}"), &broker, size, extra))
         .collect();
     for n in &mut nodes {
         n.start();
