@@ -207,7 +207,8 @@ impl Watch {
     }
 
     /// Watches a just started cluster from before its first election, and returns once all
-    /// its nodes agree on the first leader.
+    /// its nodes agree on the first leader and that leader has written: faults injected before
+    /// its first write would leave its term unwritten, and `finish` counts written terms.
     async fn first_leader(c: &Cluster) -> (Watch, (String, u64)) {
         for n in &c.nodes {
             wait_up(n).await;
@@ -215,6 +216,7 @@ impl Watch {
         let w = Watch::start(c);
         let all: Vec<usize> = (0..c.nodes.len()).collect();
         let first = c.agreed(&all, AGREE_WITHIN, |_, _| true).await;
+        w.written(first.1, c).await;
         (w, first)
     }
 
@@ -270,8 +272,9 @@ impl Watch {
         );
         assert!(
             by_term.len() >= min_terms,
-            "leaders of {} terms wrote, expected at least {min_terms}",
-            by_term.len()
+            "leaders of {} terms wrote ({:?}), expected at least {min_terms}",
+            by_term.len(),
+            by_term
         );
         eprintln!(
             "chaos: {} writes accepted over {} terms, {} rejected",
