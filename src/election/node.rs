@@ -241,6 +241,11 @@ fn outranks(a: (u32, &str), b: (u32, &str)) -> bool {
     a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)) == Ordering::Greater
 }
 
+/// The top-ranked of some members, by the same rank as [`outranks`].
+fn top_ranked<'a>(members: impl Iterator<Item = &'a Member>) -> Option<&'a Member> {
+    members.max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| a.id.cmp(&b.id)))
+}
+
 /// How many resign messages an ex-leader repeats (one per heartbeat interval) so that one lost
 /// message does not cost the successor a full election timeout.
 const RESIGN_REPEATS: u8 = 3;
@@ -1253,11 +1258,12 @@ impl Node {
 
     /// The best live eligible member to hand over to, if any.
     fn best_successor(&self, now: Instant) -> Option<String> {
-        self.members
-            .values()
-            .filter(|m| m.eligible && self.is_live(m, now))
-            .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| a.id.cmp(&b.id)))
-            .map(|m| m.id.clone())
+        top_ranked(
+            self.members
+                .values()
+                .filter(|m| m.eligible && self.is_live(m, now)),
+        )
+        .map(|m| m.id.clone())
     }
 
     fn check_successor(&self, now: Instant, s: &str) -> Result<(), CommandError> {
@@ -1373,14 +1379,14 @@ impl Node {
         if now < since + wait {
             return;
         }
-        let best = self
-            .members
-            .values()
-            .filter(|m| m.eligible && self.is_live(m, now))
-            .filter(|m| outranks((m.priority, &m.id), me))
-            .filter(|m| m.eligible_since.is_some_and(|s| now >= s + wait))
-            .max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| a.id.cmp(&b.id)))
-            .map(|m| m.id.clone());
+        let best = top_ranked(
+            self.members
+                .values()
+                .filter(|m| m.eligible && self.is_live(m, now))
+                .filter(|m| outranks((m.priority, &m.id), me))
+                .filter(|m| m.eligible_since.is_some_and(|s| now >= s + wait)),
+        )
+        .map(|m| m.id.clone());
         if let Some(successor) = best {
             self.resign(now, Some(successor), Reason::Preempted);
         }
