@@ -226,9 +226,27 @@ async fn sigterm_on_the_leader_hands_over_within_a_second_and_exits_zero() {
     let _serial = serial().await;
     let mut c = Cluster::start(3, &[]);
     let (leader, term) = c.agreed(&[0, 1, 2], FIRST_LEADER, |_, _| true).await;
-    // Let every member be known live to the leader, so that it has a successor to name.
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let li = c.index(&leader);
+    // Every member known live and eligible to the leader, so that it has a successor to name.
+    let status_url = format!("{}/status", c.nodes[li].url());
+    let known = wait_for(Duration::from_secs(10), || {
+        let status_url = status_url.clone();
+        async move {
+            let (_, s) = get_json(&status_url).await;
+            let members = s["members"].as_array()?;
+            (members.len() >= 2
+                && members
+                    .iter()
+                    .all(|m| m["live"] == json!(true) && m["eligible"] == json!(true)))
+            .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        known.is_some(),
+        "the leader never saw both followers\n{}",
+        c.logs()
+    );
     let survivors: Vec<usize> = (0..3).filter(|i| *i != li).collect();
     c.nodes[li].sigterm();
     let sent = Instant::now();
