@@ -6,7 +6,7 @@
 //! would survive a crash. Everything the API shows comes from one [`Snapshot`] published through a
 //! `watch` channel after each step, so readers never lock the loop.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +25,9 @@ use crate::transport::{Health, Transport};
 /// How long a stopping leader waits for its successor before it leaves anyway; below Docker's
 /// default 10 s stop timeout, with room for the HTTP server to close.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// How long the exit waits for the last history and replay marks to reach the disk; with the
+/// handover's grace it stays below Docker's 10 s.
+const FLUSH_GRACE: Duration = Duration::from_secs(2);
 
 /// An operator command from the API, answered once its actions have been carried out.
 #[derive(Debug)]
@@ -83,6 +86,8 @@ pub struct Runtime {
     replay: ReplayGuard,
     /// The latest history for the writer task (see [`history_writer`]).
     history_out: watch::Sender<Vec<HistoryEntry>>,
+    /// The replay marks for their writer task (see [`replay_writer`]).
+    replay_out: watch::Sender<BTreeMap<String, u64>>,
 }
 
 /// The channels a runtime is built from.
@@ -114,6 +119,11 @@ impl Runtime {
             now,
         );
         let (tx, rx) = watch::channel(first);
+        // Only signed messages are de-replayed (unsigned ones prove nothing about their sender).
+        let replay = match &wiring.keys {
+            Some(_) => ReplayGuard::from_marks(&store.replay_marks()),
+            None => ReplayGuard::new(),
+        };
         let rt = Runtime {
             node,
             store,
@@ -127,8 +137,9 @@ impl Runtime {
             leaderless_since: Some(now),
             role,
             history_out: watch::Sender::new(Vec::new()),
+            replay,
             keys: wiring.keys,
-            replay: ReplayGuard::new(),
+            replay_out: watch::Sender::new(BTreeMap::new()),
         };
         (rt, rx, clock)
     }
@@ -137,22 +148,45 @@ impl Runtime {
     /// grace period ran out). An error means the state could not be made durable: the node must
     /// not go on.
     pub async fn run(mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
+        // Each file has one writer task, so that writes never race; the loop only hands them
+        // the latest content.
+        let flush_now = CancellationToken::new();
+        let mut writers = vec![tokio::spawn(history_writer(
+            self.store.clone(),
+            self.history_out.subscribe(),
+        ))];
+        if self.keys.is_some() {
+            writers.push(tokio::spawn(replay_writer(
+                self.store.clone(),
+                self.replay_out.subscribe(),
+                self.node.timings().heartbeat,
+                flush_now.clone(),
+            )));
+        }
         let result = self.drive(stop).await;
-        // The last transitions (a shutdown's, typically) must not be lost to the exit.
+        // The last transitions (a shutdown's, typically) and marks must not be lost to the
+        // exit: hand the writers the final content, close their channels, wait for them.
         let list: Vec<_> = self.history.iter().cloned().collect();
-        let store = self.store.clone();
-        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.save_history(&list)).await {
-            tracing::warn!(error = %e, "could not save history");
+        self.history_out.send_replace(list);
+        drop(std::mem::replace(
+            &mut self.history_out,
+            watch::Sender::new(Vec::new()),
+        ));
+        drop(std::mem::replace(
+            &mut self.replay_out,
+            watch::Sender::new(BTreeMap::new()),
+        ));
+        flush_now.cancel();
+        for w in writers {
+            if tokio::time::timeout(FLUSH_GRACE, w).await.is_err() {
+                tracing::warn!("history or replay marks not saved within the grace period");
+            }
         }
         result
     }
 
     async fn drive(&mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
         let h = self.node.timings().heartbeat;
-        tokio::spawn(history_writer(
-            self.store.clone(),
-            self.history_out.subscribe(),
-        ));
         let mut stopping: Option<(Instant, bool)> = None;
         loop {
             self.execute().await?;
@@ -212,7 +246,18 @@ impl Runtime {
         let checked = match &self.keys {
             Some(keys) => keys
                 .verify(bytes)
-                .and_then(|m| self.replay.check(&m.from, m.seq).map(|_| m)),
+                .and_then(|m| self.replay.check(&m.from, m.seq).map(|_| m))
+                .inspect(|m| {
+                    if let Some(highest) = self.replay.highest(&m.from) {
+                        self.replay_out.send_if_modified(|marks| {
+                            if marks.get(&m.from) == Some(&highest) {
+                                return false;
+                            }
+                            marks.insert(m.from.clone(), highest);
+                            true
+                        });
+                    }
+                }),
             None => Message::parse(bytes).map_err(Rejection::from),
         };
         match checked {
@@ -329,6 +374,29 @@ impl Runtime {
 /// Writes the history off the election loop, one write at a time and always the latest list,
 /// so two quick transitions can neither interleave their files nor land out of order. History is
 /// informational: a failed write only logs.
+/// Saves the replay marks at most once per `interval`: a write per message would cost an fsync
+/// per heartbeat and ack, and the interval bounds what a crash can lose (see
+/// [`Store::replay_marks`]).
+async fn replay_writer(
+    store: Store,
+    mut rx: watch::Receiver<BTreeMap<String, u64>>,
+    interval: Duration,
+    flush_now: CancellationToken,
+) {
+    while rx.changed().await.is_ok() {
+        let marks = rx.borrow_and_update().clone();
+        let store = store.clone();
+        let written = tokio::task::spawn_blocking(move || store.save_replay_marks(&marks)).await;
+        if let Ok(Err(e)) = written {
+            tracing::warn!(error = %e, "could not save replay marks");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = flush_now.cancelled() => {}
+        }
+    }
+}
+
 async fn history_writer(store: Store, mut rx: watch::Receiver<Vec<HistoryEntry>>) {
     while rx.changed().await.is_ok() {
         let list = rx.borrow_and_update().clone();

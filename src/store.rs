@@ -5,6 +5,7 @@
 //! atomically and durably, and a file that cannot be read stops start-up instead of being
 //! silently replaced.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ use crate::election::Persistent;
 
 pub const STATE_FILE: &str = "state.json";
 pub const HISTORY_FILE: &str = "history.json";
+/// The highest sequence number accepted from each signed peer (see [`Store::replay_marks`]).
+pub const REPLAY_FILE: &str = "replay.json";
 /// Transitions kept in memory and on disk.
 pub const HISTORY_LIMIT: usize = 200;
 
@@ -150,6 +153,40 @@ impl Store {
         let bytes = serde_json::to_vec(h).expect("history serializes");
         write_atomic(&self.dir, HISTORY_FILE, &bytes)
     }
+
+    /// The replay marks a previous run saved. They are written at most once per heartbeat
+    /// interval, so after a crash only the last interval's messages could be replayed to this
+    /// node. Safety never rested on them (the persisted term and vote still bound what any
+    /// replay can do); they bound how long a recording can keep a restarted node believing in a
+    /// dead leader. A damaged file is therefore reported and ignored rather than stopping
+    /// start-up.
+    pub fn replay_marks(&self) -> BTreeMap<String, u64> {
+        let path = self.dir.join(REPLAY_FILE);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                warn_unreadable(&path, &e);
+                BTreeMap::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => {
+                warn_unreadable(&path, &e);
+                BTreeMap::new()
+            }
+        }
+    }
+
+    pub fn save_replay_marks(&self, marks: &BTreeMap<String, u64>) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(marks).expect("marks serialize");
+        write_atomic(&self.dir, REPLAY_FILE, &bytes)
+    }
+}
+
+fn warn_unreadable(path: &Path, e: &dyn std::fmt::Display) {
+    tracing::warn!(
+        file = %path.display(),
+        error = %e,
+        "replay marks unreadable: messages peers sent before this start could be replayed to it"
+    );
 }
 
 /// Temp file, fsync, rename, fsync the directory: after a crash the file is either the old one

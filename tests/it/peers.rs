@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 use pilot_election::election::Message;
 use pilot_election::signing::KeyRing;
 
-use crate::app::{client, metrics_text, serial, Cluster, TempDir};
+use crate::app::{
+    app, client, free_port, metrics_text, serial, wait_for, wait_up, Cluster, TempDir,
+};
 
 pub(crate) const KEY: &str = "k1=0123456789abcdef0123456789abcdef";
 
@@ -19,6 +21,15 @@ pub(crate) fn message(term: u64, seq: u64, body: Value) -> Message {
         .unwrap()
         .extend(body.as_object().unwrap().clone());
     serde_json::from_value(v).expect("a well-formed message")
+}
+
+/// A key file holding [`KEY`]: the directory (removed on drop) and the file's path.
+pub(crate) fn key_file() -> (TempDir, String) {
+    let dir = TempDir::new("keys");
+    let file = dir.0.join("cluster.key");
+    std::fs::write(&file, format!("{KEY}\n")).unwrap();
+    let path = file.display().to_string();
+    (dir, path)
 }
 
 pub(crate) fn counted(metrics: &str, outcome: &str) -> f64 {
@@ -35,10 +46,7 @@ pub(crate) fn counted(metrics: &str, outcome: &str) -> f64 {
 #[tokio::test]
 async fn forged_tampered_and_replayed_messages_change_nothing() {
     let _serial = serial().await;
-    let keys_dir = TempDir::new("keys");
-    let key_file = keys_dir.0.join("cluster.key");
-    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
-    let kf = key_file.display().to_string();
+    let (_keys_dir, kf) = key_file();
     let c = Cluster::start(3, &["--cluster-key-file", &kf]);
     let (leader, term) = c
         .agreed(&[0, 1, 2], Duration::from_secs(20), |_, _| true)
@@ -98,4 +106,108 @@ async fn forged_tampered_and_replayed_messages_change_nothing() {
     assert!(counted(&metrics, "bad_signature") >= 2.0, "{metrics}");
     assert!(counted(&metrics, "unknown_key") >= 1.0, "{metrics}");
     assert!(counted(&metrics, "replayed") >= 1.0, "{metrics}");
+}
+
+/// A recording of a peer's messages, played to a node after that node restarted (even after a
+/// `kill -9`), is refused: the highest number accepted per sender is kept in the data dir.
+#[tokio::test]
+async fn a_restarted_node_still_refuses_messages_it_accepted_before() {
+    let _serial = serial().await;
+    let (_keys_dir, kf) = key_file();
+    let mut node = app("solo", free_port(), &[], &["--cluster-key-file", &kf]);
+    node.start();
+    wait_up(&node).await;
+    let target = format!("{}/peer/messages", node.url());
+    let post = |body: String| {
+        let target = target.clone();
+        async move {
+            let resp = client()
+                .post(&target)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .expect("POST /peer/messages");
+            assert_eq!(resp.status().as_u16(), 202);
+        }
+    };
+
+    // What an eavesdropper recorded: validly signed presence messages of a member.
+    let real = KeyRing::parse(KEY, "test").unwrap();
+    let recorded: Vec<String> = (1..=3)
+        .map(|seq| {
+            let mut m = message(
+                0,
+                (7 << 32) + seq,
+                json!({"type": "presence", "priority": 1, "eligible": false}),
+            );
+            real.sign(&mut m);
+            m.to_json()
+        })
+        .collect();
+    for m in &recorded {
+        post(m.clone()).await;
+    }
+    // Saved within a heartbeat interval; then the node dies without any chance to flush.
+    let marks = node.data_dir().join("replay.json");
+    let saved = wait_for(Duration::from_secs(10), || {
+        let marks = marks.clone();
+        async move {
+            let v: Value = serde_json::from_slice(&std::fs::read(&marks).ok()?).ok()?;
+            (v["mallory"] == json!((7u64 << 32) + 3)).then_some(())
+        }
+    })
+    .await;
+    assert!(saved.is_some(), "replay marks never saved\n{}", node.log());
+    assert_eq!(
+        counted(&metrics_text(&node.url()).await, "replayed"),
+        0.0,
+        "first copies are new"
+    );
+    node.kill9();
+
+    node.start();
+    wait_up(&node).await;
+    for m in &recorded {
+        post(m.clone()).await;
+    }
+    let replayed = wait_for(Duration::from_secs(10), || {
+        let url = node.url();
+        async move {
+            let n = counted(&metrics_text(&url).await, "replayed");
+            (n >= 3.0).then_some(n)
+        }
+    })
+    .await;
+    assert_eq!(
+        replayed,
+        Some(3.0),
+        "the recording must be refused after the restart\n{}",
+        node.log()
+    );
+    // The member's next message is new and goes through.
+    let mut next = message(
+        0,
+        (7 << 32) + 4,
+        json!({"type": "presence", "priority": 1, "eligible": false}),
+    );
+    real.sign(&mut next);
+    post(next.to_json()).await;
+    let through = wait_for(Duration::from_secs(10), || {
+        let url = node.url();
+        async move {
+            let metrics = metrics_text(&url).await;
+            let presence: f64 = metrics
+                .lines()
+                .filter(|l| {
+                    l.starts_with("pilot_election_messages_received_total{type=\"presence\"")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            (presence >= 1.0).then_some(metrics)
+        }
+    })
+    .await
+    .expect("the member's next message reached the core");
+    assert_eq!(counted(&through, "replayed"), 3.0, "{through}");
 }

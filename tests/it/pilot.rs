@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::app::{get_json, leader_of, metrics_text, wait_for, wait_up, TempDir, BIN, T};
 use crate::devnet::{pilotctl_path, Devnet};
-use crate::peers::{counted, message, KEY};
+use crate::peers::{counted, key_file, message};
 use crate::pilot_cluster::pilot_cluster;
 
 async fn role_leader(url: &str) -> u16 {
@@ -196,10 +196,7 @@ async fn pilot_configuration_errors_exit_with_clear_codes() {
 async fn forged_and_replayed_messages_on_the_topic_change_nothing() {
     let _serial = crate::app::serial().await;
     let net = Devnet::start(4);
-    let keys_dir = TempDir::new("pilot-keys");
-    let key_file = keys_dir.0.join("cluster.key");
-    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
-    let kf = key_file.display().to_string();
+    let (_keys_dir, kf) = key_file();
     let c = pilot_cluster(&net, &["--cluster-key-file", &kf]);
     let all = [0, 1, 2];
     let (leader, term) = c.agreed(&all, T * 4, |_, _| true).await;
