@@ -230,6 +230,8 @@ pub fn rfc3339(unix_ms: u64) -> String {
     )
 }
 
+/// The one wall-clock read (display and boot epoch; never for timing).
+#[allow(clippy::disallowed_methods)]
 pub fn unix_ms_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

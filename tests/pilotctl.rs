@@ -5,7 +5,9 @@
 mod devnet;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use devnet::{pilotctl_path, temp_dir, Devnet, DEADLINE};
 use pilot_election::pilotctl::{ErrorCode, Pilotctl, PilotctlError, Subscription};

@@ -311,8 +311,8 @@ fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
         }
     });
     let mut lines = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while lines.len() < 3 && std::time::Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lines.len() < 3 && Instant::now() < deadline {
         if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
             lines.push(l);
         }
@@ -320,10 +320,7 @@ fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
     let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     let _ = child.wait();
     assert!(lines.len() >= 3, "the jq observer printed {lines:?}");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let now = pilot_election::store::unix_ms_now() / 1000;
     for l in &lines {
         let f: Vec<&str> = l.split(' ').collect();
         assert_eq!(f.len(), 3, "{l}");
