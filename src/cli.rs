@@ -502,7 +502,7 @@ pub fn main() -> i32 {
             return EXIT_REFUSED;
         }
     };
-    match cli.command {
+    let code = match cli.command {
         Command::Run(mut args) => {
             let config = match rt
                 .block_on(args.resolve_node_id())
@@ -523,8 +523,16 @@ pub fn main() -> i32 {
         Command::Candidacy(a) => rt.block_on(client::candidacy(&a)),
         Command::Healthcheck(a) => rt.block_on(client::healthcheck(&a)),
         Command::Demo(a) => rt.block_on(demo::demo(&a)),
-    }
+    };
+    // Dropping the runtime would wait for any blocking write still in flight (a stuck disk),
+    // which would break the bounded exit Docker's stop timeout relies on.
+    rt.shutdown_timeout(EXIT_GRACE);
+    code
 }
+
+/// What the exit waits for leftover blocking work: with the handover's grace, the last
+/// writes' and the server's, a node stops within Docker's default 10 s.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 async fn run_node(config: NodeConfig, listen: String) -> i32 {
     match &config.cluster_keys {

@@ -292,6 +292,15 @@ impl ReplayGuard {
         self.senders.get(from).map(|w| w.highest)
     }
 
+    /// Senders tracked (at most [`MAX_SENDERS`]).
+    pub fn len(&self) -> usize {
+        self.senders.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.senders.is_empty()
+    }
+
     /// Accepts `(from, seq)` once; a repeat or a number below the window is refused.
     pub fn check(&mut self, from: &str, seq: u64) -> Result<(), Rejection> {
         let refuse = || Rejection::Replayed {
@@ -482,5 +491,31 @@ mod tests {
         );
         // Without the marks the recording would pass: the test can fail.
         assert!(ReplayGuard::new().check("a", 12).is_ok());
+    }
+
+    #[test]
+    fn senders_and_marks_stay_bounded() {
+        let mut g = ReplayGuard::new();
+        for i in 0..MAX_SENDERS as u64 + 10 {
+            g.check(&format!("s{i}"), i + 1).unwrap();
+        }
+        assert_eq!(g.len(), MAX_SENDERS);
+        assert_eq!(g.marks().len(), MAX_SENDERS);
+        // The least recently numbered ones went first; the newest are kept.
+        assert_eq!(g.highest("s0"), None);
+        assert_eq!(
+            g.highest(&format!("s{}", MAX_SENDERS + 9)),
+            Some(MAX_SENDERS as u64 + 10)
+        );
+        let many: BTreeMap<String, u64> = (0..MAX_SENDERS as u64 * 2)
+            .map(|i| (format!("m{i}"), i))
+            .collect();
+        let loaded = ReplayGuard::from_marks(&many);
+        assert_eq!(loaded.len(), MAX_SENDERS);
+        assert_eq!(
+            loaded.highest("m0"),
+            None,
+            "the oldest marks are the ones dropped"
+        );
     }
 }

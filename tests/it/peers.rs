@@ -9,7 +9,7 @@ use pilot_election::election::Message;
 use pilot_election::signing::KeyRing;
 
 use crate::app::{
-    app, client, free_port, metrics_text, serial, wait_for, wait_up, Cluster, TempDir,
+    app, client, free_port, leader_of, metrics_text, serial, wait_for, wait_up, Cluster, TempDir,
 };
 
 pub(crate) const KEY: &str = "k1=0123456789abcdef0123456789abcdef";
@@ -210,4 +210,70 @@ async fn a_restarted_node_still_refuses_messages_it_accepted_before() {
     .await
     .expect("the member's next message reached the core");
     assert_eq!(counted(&through, "replayed"), 3.0, "{through}");
+}
+
+/// SIGTERM on a single node: nobody can take over, so it leaves at once instead of waiting out
+/// the handover grace, and the marks it accepted since its last periodic save are on disk.
+#[tokio::test]
+async fn a_solo_leader_stops_at_once_and_saves_its_last_marks() {
+    let _serial = serial().await;
+    let (_keys_dir, kf) = key_file();
+    let mut node = app("solo", free_port(), &[], &["--cluster-key-file", &kf]);
+    node.start();
+    wait_up(&node).await;
+    let leading = wait_for(Duration::from_secs(20), || {
+        let url = node.url();
+        async move { (leader_of(&url).await?.0 == "solo").then_some(()) }
+    })
+    .await;
+    assert!(leading.is_some(), "a single node leads\n{}", node.log());
+
+    let target = format!("{}/peer/messages", node.url());
+    let real = KeyRing::parse(KEY, "test").unwrap();
+    let send = |seq: u64| {
+        let target = target.clone();
+        let mut m = message(
+            0,
+            (9 << 32) + seq,
+            json!({"type": "presence", "priority": 1, "eligible": false}),
+        );
+        real.sign(&mut m);
+        async move {
+            let resp = client()
+                .post(&target)
+                .header("content-type", "application/json")
+                .body(m.to_json())
+                .send()
+                .await
+                .expect("POST /peer/messages");
+            assert_eq!(resp.status().as_u16(), 202);
+        }
+    };
+    let marks = node.data_dir().join("replay.json");
+    let mark = |marks: std::path::PathBuf| async move {
+        let v: Value = serde_json::from_slice(&std::fs::read(&marks).ok()?).ok()?;
+        v["mallory"].as_u64()
+    };
+    send(1).await;
+    let first = wait_for(Duration::from_secs(10), || {
+        let marks = marks.clone();
+        async move { mark(marks).await.filter(|m| *m == (9 << 32) + 1) }
+    })
+    .await;
+    assert!(first.is_some(), "first mark never saved\n{}", node.log());
+    // The writer now waits a heartbeat interval before its next save: this one arrives
+    // inside that wait, and only the exit's final save can keep it.
+    send(2).await;
+    node.sigterm();
+    let status = node.wait_exit(Duration::from_secs(4)).await;
+    assert!(status.success(), "exit status {status:?}\n{}", node.log());
+    assert!(node.log().contains("can_hand_over=false"), "{}", node.log());
+    assert_eq!(
+        mark(marks).await,
+        Some((9 << 32) + 2),
+        "the last accepted number must be saved on exit\n{}",
+        node.log()
+    );
+    let history = std::fs::read_to_string(node.data_dir().join("history.json")).unwrap();
+    assert!(history.contains("\"shutdown\""), "{history}");
 }
