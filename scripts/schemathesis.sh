@@ -24,7 +24,16 @@ die() { echo "schemathesis.sh: $*" >&2; exit 1; }
 # a re-run free and a version bump a fresh install.
 if ! "$ST" --version 2>/dev/null | grep -qF "$VERSION"; then
     rm -rf "$VENV"
-    python3 -m venv "$VENV" || die "python3 -m venv failed (is python3-venv installed?)"
+    if ! python3 -m venv "$VENV" 2>/dev/null; then
+        # Debian splits venv (and ensurepip) out of python3; install it when we may.
+        rm -rf "$VENV"
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            { apt-get install -y -qq python3-venv >/dev/null 2>&1 \
+                || { apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }; } \
+                || die "could not install python3-venv"
+        fi
+        python3 -m venv "$VENV" || die "python3 -m venv failed (install python3-venv)"
+    fi
     "${VENV}/bin/pip" install --quiet --disable-pip-version-check "schemathesis==${VERSION}"
 fi
 
