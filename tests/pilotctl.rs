@@ -203,10 +203,25 @@ async fn drop_and_delay_faults_shape_delivery() {
     assert!(start.elapsed() >= Duration::from_millis(300));
 }
 
+/// Writes an executable script from a child process, never from this one: tests run in
+/// parallel threads, and a thread forking while this process holds the file open for writing
+/// would pass that descriptor to its child, making `exec` of the script fail with ETXTBSY
+/// ("text file busy") until the child execs.
 fn write_script(path: &Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::write(path, body).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    use std::io::Write as _;
+    let mut sh = std::process::Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh");
+    sh.stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .unwrap();
+    let status = sh.wait().unwrap();
+    assert!(status.success(), "writing {} failed", path.display());
 }
 
 /// A wrapper that runs the real pilotctl as a grandchild, like the pip console script does:
@@ -239,7 +254,7 @@ async fn a_publish_timeout_kills_the_whole_process_group() {
         .publish("n2", "t", "x")
         .await
         .expect_err("must time out");
-    assert!(err.is_retryable());
+    assert!(err.is_retryable(), "{err}");
     let pgid = match err {
         PilotctlError::TimedOut { pgid, .. } => pgid,
         other => panic!("expected a timeout, got {other}"),
