@@ -85,9 +85,9 @@ pub struct Runtime {
     /// With a cluster key: sign what leaves, verify and de-replay what arrives.
     keys: Option<KeyRing>,
     replay: ReplayGuard,
-    /// The latest history for the writer task (see [`history_writer`]).
+    /// The latest history for its writer task (see [`file_writer`]).
     history_out: watch::Sender<Vec<HistoryEntry>>,
-    /// The replay marks for their writer task (see [`replay_writer`]).
+    /// The replay marks for their writer task (see [`file_writer`]).
     replay_out: watch::Sender<BTreeMap<String, u64>>,
 }
 
@@ -154,16 +154,23 @@ impl Runtime {
         // Each file has one writer task, so that writes never race; the loop only hands them
         // the latest content.
         let flush_now = CancellationToken::new();
-        let mut writers = vec![tokio::spawn(history_writer(
+        let mut writers = vec![tokio::spawn(file_writer(
+            "history",
             self.store.clone(),
             self.history_out.subscribe(),
+            Duration::ZERO,
+            flush_now.clone(),
+            |store: &Store, list: &Vec<HistoryEntry>| store.save_history(list),
         ))];
         if self.keys.is_some() {
-            writers.push(tokio::spawn(replay_writer(
+            // Marks change with every signed message: at most one save per heartbeat interval.
+            writers.push(tokio::spawn(file_writer(
+                "replay marks",
                 self.store.clone(),
                 self.replay_out.subscribe(),
                 self.node.timings().heartbeat,
                 flush_now.clone(),
+                |store: &Store, marks: &BTreeMap<String, u64>| store.save_replay_marks(marks),
             )));
         }
         let result = self.drive(stop).await;
@@ -255,22 +262,7 @@ impl Runtime {
             Some(keys) => keys
                 .verify(bytes)
                 .and_then(|m| self.replay.check(&m.from, m.seq).map(|_| m))
-                .inspect(|m| {
-                    let replay = &self.replay;
-                    if let Some(highest) = replay.highest(&m.from) {
-                        self.replay_out.send_if_modified(|marks| {
-                            if marks.get(&m.from) == Some(&highest) {
-                                return false;
-                            }
-                            marks.insert(m.from.clone(), highest);
-                            // The guard forgot a sender to stay bounded: so do the marks.
-                            if marks.len() > replay.len() {
-                                *marks = replay.marks();
-                            }
-                            true
-                        });
-                    }
-                }),
+                .inspect(|m| self.record_mark(&m.from)),
             None => Message::parse(bytes).map_err(Rejection::from),
         };
         match checked {
@@ -288,6 +280,26 @@ impl Runtime {
                 self.metrics.received("unknown", e.reason());
             }
         }
+    }
+
+    /// Hands the writer the guard's new highest number for `from`. The copy is kept up to date
+    /// entry by entry (a whole copy per message would cost one allocation per tracked sender),
+    /// and rebuilt only when the guard has forgotten a sender to stay bounded.
+    fn record_mark(&self, from: &str) {
+        let replay = &self.replay;
+        let Some(highest) = replay.highest(from) else {
+            return;
+        };
+        self.replay_out.send_if_modified(|marks| {
+            if marks.get(from) == Some(&highest) {
+                return false;
+            }
+            marks.insert(from.to_string(), highest);
+            if marks.len() > replay.len() {
+                *marks = replay.marks();
+            }
+            true
+        });
     }
 
     /// Carries out the core's actions in order.
@@ -384,39 +396,33 @@ impl Runtime {
     }
 }
 
-/// Writes the history off the election loop, one write at a time and always the latest list,
-/// so two quick transitions can neither interleave their files nor land out of order. History is
-/// informational: a failed write only logs.
-/// Saves the replay marks at most once per `interval`: a write per message would cost an fsync
-/// per heartbeat and ack, and the interval bounds what a crash can lose (see
-/// [`Store::replay_marks`]).
-async fn replay_writer(
+/// Writes one file off the election loop, one write at a time and always the latest content,
+/// so two quick changes can neither interleave their files nor land out of order. After each
+/// write it waits `pace` (cut short by `flush_now` at exit) before the next, so a value that
+/// changes with every message costs at most one fsync per `pace`. Both files are recoverable
+/// (history is informational; see [`Store::replay_marks`] for the marks): a failed write only
+/// logs. Ends once its channel closes and the last value is written.
+async fn file_writer<T, F>(
+    what: &'static str,
     store: Store,
-    mut rx: watch::Receiver<BTreeMap<String, u64>>,
-    interval: Duration,
+    mut rx: watch::Receiver<T>,
+    pace: Duration,
     flush_now: CancellationToken,
-) {
+    save: F,
+) where
+    T: Clone + Send + Sync + 'static,
+    F: Fn(&Store, &T) -> Result<(), StoreError> + Clone + Send + 'static,
+{
     while rx.changed().await.is_ok() {
-        let marks = rx.borrow_and_update().clone();
-        let store = store.clone();
-        let written = tokio::task::spawn_blocking(move || store.save_replay_marks(&marks)).await;
+        let value = rx.borrow_and_update().clone();
+        let (store, save) = (store.clone(), save.clone());
+        let written = tokio::task::spawn_blocking(move || save(&store, &value)).await;
         if let Ok(Err(e)) = written {
-            tracing::warn!(error = %e, "could not save replay marks");
+            tracing::warn!(error = %e, "could not save {what}");
         }
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(pace) => {}
             _ = flush_now.cancelled() => {}
-        }
-    }
-}
-
-async fn history_writer(store: Store, mut rx: watch::Receiver<Vec<HistoryEntry>>) {
-    while rx.changed().await.is_ok() {
-        let list = rx.borrow_and_update().clone();
-        let store = store.clone();
-        let written = tokio::task::spawn_blocking(move || store.save_history(&list)).await;
-        if let Ok(Err(e)) = written {
-            tracing::warn!(error = %e, "could not save history");
         }
     }
 }
