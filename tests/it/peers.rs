@@ -9,7 +9,8 @@ use pilot_election::election::Message;
 use pilot_election::signing::KeyRing;
 
 use crate::app::{
-    app, client, free_port, leader_of, metrics_text, serial, wait_for, wait_up, Cluster, TempDir,
+    app, client, free_port, leader_of, metrics_text, serial, wait_for, wait_up, App, Cluster,
+    TempDir,
 };
 
 pub(crate) const KEY: &str = "k1=0123456789abcdef0123456789abcdef";
@@ -43,6 +44,51 @@ pub(crate) fn counted(metrics: &str, outcome: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// POSTs one wire message to a node's peer ingress, which takes it for the loop (202).
+async fn post_message(target: &str, body: &str) {
+    let resp = client()
+        .post(target)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST /peer/messages");
+    assert_eq!(resp.status().as_u16(), 202, "{body}");
+}
+
+/// A harmless `presence` from `mallory`, validly signed with [`KEY`]: what a member holding the
+/// key sends, or what an eavesdropper records.
+fn signed_presence(term: u64, seq: u64) -> String {
+    let mut m = message(
+        term,
+        seq,
+        json!({"type": "presence", "priority": 1, "eligible": false}),
+    );
+    KeyRing::parse(KEY, "test").unwrap().sign(&mut m);
+    m.to_json()
+}
+
+/// `mallory` declaring itself leader in `term`: unsigned (seq 1), signed with the wrong secret
+/// (seq 3) and with an unknown key id (seq 4). Each refusal is counted by its own reason.
+pub(crate) fn forgeries(term: u64) -> Vec<String> {
+    let coup = json!({"type": "leader", "leader": "mallory", "elected_at": 0});
+    let wrong = KeyRing::parse("k1=ffffffffffffffffffffffffffffffff", "test").unwrap();
+    let unknown = KeyRing::parse("k9=0123456789abcdef0123456789abcdef", "test").unwrap();
+    let mut sends = vec![message(term, 1, coup.clone()).to_json()];
+    for (ring, seq) in [(&wrong, 3), (&unknown, 4)] {
+        let mut m = message(term, seq, coup.clone());
+        ring.sign(&mut m);
+        sends.push(m.to_json());
+    }
+    sends
+}
+
+/// The highest number the node has saved for `mallory` in its replay marks, if any.
+fn saved_mark(node: &App) -> Option<u64> {
+    let bytes = std::fs::read(node.data_dir().join("replay.json")).ok()?;
+    serde_json::from_slice::<Value>(&bytes).ok()?["mallory"].as_u64()
+}
+
 #[tokio::test]
 async fn forged_tampered_and_replayed_messages_change_nothing() {
     let _serial = serial().await;
@@ -54,46 +100,21 @@ async fn forged_tampered_and_replayed_messages_change_nothing() {
     let fi = (c.index(&leader) + 1) % 3;
     let target = format!("{}/peer/messages", c.nodes[fi].url());
 
-    let coup = json!({"type": "leader", "leader": "mallory", "elected_at": 0});
     let heartbeat = json!({"type": "heartbeat", "leader": "mallory", "timestamp": 0,
                            "lease_ms": 2000, "priority": 4_000_000_000u32, "eligible": true});
-    let real = KeyRing::parse(KEY, "test").unwrap();
-    let wrong = KeyRing::parse("k1=ffffffffffffffffffffffffffffffff", "test").unwrap();
-    let unknown = KeyRing::parse("k9=0123456789abcdef0123456789abcdef", "test").unwrap();
-
-    let mut sends: Vec<String> = Vec::new();
-    // Unsigned, with a much higher term.
-    sends.push(message(term + 100, 1, coup.clone()).to_json());
-    sends.push(message(term + 100, 2, heartbeat.clone()).to_json());
-    // Signed with the wrong secret, and with an unknown key id.
-    for (ring, seq) in [(&wrong, 3), (&unknown, 4)] {
-        let mut m = message(term + 100, seq, coup.clone());
-        ring.sign(&mut m);
-        sends.push(m.to_json());
-    }
+    let mut sends = forgeries(term + 100);
+    sends.push(message(term + 100, 2, heartbeat).to_json());
     // Validly signed, then a field changed.
-    let mut m = message(
-        term,
-        5,
-        json!({"type": "presence", "priority": 1, "eligible": false}),
-    );
-    real.sign(&mut m);
-    let mut tampered: Value = serde_json::from_str(&m.to_json()).unwrap();
+    let m = signed_presence(term, 5);
+    let mut tampered: Value = serde_json::from_str(&m).unwrap();
     tampered["term"] = json!(term + 100);
     sends.push(tampered.to_string());
     // Validly signed and harmless, sent twice: the second copy is a replay.
-    sends.push(m.to_json());
-    sends.push(m.to_json());
+    sends.push(m.clone());
+    sends.push(m);
 
     for body in &sends {
-        let resp = client()
-            .post(&target)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 202, "{body}");
+        post_message(&target, body).await;
     }
 
     // Same leader, same term, on every node.
@@ -118,44 +139,18 @@ async fn a_restarted_node_still_refuses_messages_it_accepted_before() {
     node.start();
     wait_up(&node).await;
     let target = format!("{}/peer/messages", node.url());
-    let post = |body: String| {
-        let target = target.clone();
-        async move {
-            let resp = client()
-                .post(&target)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .expect("POST /peer/messages");
-            assert_eq!(resp.status().as_u16(), 202);
-        }
-    };
 
     // What an eavesdropper recorded: validly signed presence messages of a member.
-    let real = KeyRing::parse(KEY, "test").unwrap();
     let recorded: Vec<String> = (1..=3)
-        .map(|seq| {
-            let mut m = message(
-                0,
-                (7 << 32) + seq,
-                json!({"type": "presence", "priority": 1, "eligible": false}),
-            );
-            real.sign(&mut m);
-            m.to_json()
-        })
+        .map(|seq| signed_presence(0, (7 << 32) + seq))
         .collect();
     for m in &recorded {
-        post(m.clone()).await;
+        post_message(&target, m).await;
     }
     // Saved within a heartbeat interval; then the node dies without any chance to flush.
-    let marks = node.data_dir().join("replay.json");
     let saved = wait_for(Duration::from_secs(10), || {
-        let marks = marks.clone();
-        async move {
-            let v: Value = serde_json::from_slice(&std::fs::read(&marks).ok()?).ok()?;
-            (v["mallory"] == json!((7u64 << 32) + 3)).then_some(())
-        }
+        let saved = saved_mark(&node);
+        async move { saved.filter(|m| *m == (7 << 32) + 3) }
     })
     .await;
     assert!(saved.is_some(), "replay marks never saved\n{}", node.log());
@@ -169,7 +164,7 @@ async fn a_restarted_node_still_refuses_messages_it_accepted_before() {
     node.start();
     wait_up(&node).await;
     for m in &recorded {
-        post(m.clone()).await;
+        post_message(&target, m).await;
     }
     let replayed = wait_for(Duration::from_secs(10), || {
         let url = node.url();
@@ -186,13 +181,7 @@ async fn a_restarted_node_still_refuses_messages_it_accepted_before() {
         node.log()
     );
     // The member's next message is new and goes through.
-    let mut next = message(
-        0,
-        (7 << 32) + 4,
-        json!({"type": "presence", "priority": 1, "eligible": false}),
-    );
-    real.sign(&mut next);
-    post(next.to_json()).await;
+    post_message(&target, &signed_presence(0, (7 << 32) + 4)).await;
     let through = wait_for(Duration::from_secs(10), || {
         let url = node.url();
         async move {
@@ -229,47 +218,22 @@ async fn a_solo_leader_stops_at_once_and_saves_its_last_marks() {
     assert!(leading.is_some(), "a single node leads\n{}", node.log());
 
     let target = format!("{}/peer/messages", node.url());
-    let real = KeyRing::parse(KEY, "test").unwrap();
-    let send = |seq: u64| {
-        let target = target.clone();
-        let mut m = message(
-            0,
-            (9 << 32) + seq,
-            json!({"type": "presence", "priority": 1, "eligible": false}),
-        );
-        real.sign(&mut m);
-        async move {
-            let resp = client()
-                .post(&target)
-                .header("content-type", "application/json")
-                .body(m.to_json())
-                .send()
-                .await
-                .expect("POST /peer/messages");
-            assert_eq!(resp.status().as_u16(), 202);
-        }
-    };
-    let marks = node.data_dir().join("replay.json");
-    let mark = |marks: std::path::PathBuf| async move {
-        let v: Value = serde_json::from_slice(&std::fs::read(&marks).ok()?).ok()?;
-        v["mallory"].as_u64()
-    };
-    send(1).await;
+    post_message(&target, &signed_presence(0, (9 << 32) + 1)).await;
     let first = wait_for(Duration::from_secs(10), || {
-        let marks = marks.clone();
-        async move { mark(marks).await.filter(|m| *m == (9 << 32) + 1) }
+        let saved = saved_mark(&node);
+        async move { saved.filter(|m| *m == (9 << 32) + 1) }
     })
     .await;
     assert!(first.is_some(), "first mark never saved\n{}", node.log());
     // The writer now waits a heartbeat interval before its next save: this one arrives
     // inside that wait, and only the exit's final save can keep it.
-    send(2).await;
+    post_message(&target, &signed_presence(0, (9 << 32) + 2)).await;
     node.sigterm();
     let status = node.wait_exit(Duration::from_secs(4)).await;
     assert!(status.success(), "exit status {status:?}\n{}", node.log());
     assert!(node.log().contains("can_hand_over=false"), "{}", node.log());
     assert_eq!(
-        mark(marks).await,
+        saved_mark(&node),
         Some((9 << 32) + 2),
         "the last accepted number must be saved on exit\n{}",
         node.log()

@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use pilot_election::signing::KeyRing;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::app::{get_json, leader_of, metrics_text, wait_for, wait_up, TempDir, BIN, T};
 use crate::devnet::{pilotctl_path, Devnet};
-use crate::peers::{counted, key_file, message};
+use crate::peers::{counted, forgeries, key_file, message};
 use crate::pilot_cluster::pilot_cluster;
 
 async fn role_leader(url: &str) -> u16 {
@@ -220,21 +219,11 @@ async fn forged_and_replayed_messages_on_the_topic_change_nothing() {
     };
     drop(sub);
 
-    let coup = json!({"type": "leader", "leader": "mallory", "elected_at": 0});
     let election = json!({"type": "election", "candidate": "mallory", "priority": 4_000_000_000u32,
                           "pre_vote": false});
-    let wrong = KeyRing::parse("k1=ffffffffffffffffffffffffffffffff", "test").unwrap();
-    let unknown = KeyRing::parse("k9=0123456789abcdef0123456789abcdef", "test").unwrap();
-    let mut sends: Vec<String> = vec![
-        // Unsigned, with a much higher term.
-        message(term + 100, 1, coup.clone()).to_json(),
-        message(term + 100, 2, election.clone()).to_json(),
-    ];
-    for (ring, seq) in [(&wrong, 3), (&unknown, 4)] {
-        let mut m = message(term + 100, seq, coup.clone());
-        ring.sign(&mut m);
-        sends.push(m.to_json());
-    }
+    // Unsigned and wrongly signed, with a much higher term.
+    let mut sends = forgeries(term + 100);
+    sends.push(message(term + 100, 2, election).to_json());
     // The captured message with its term changed, and the captured message itself, replayed.
     let mut tampered: Value = serde_json::from_str(&captured).unwrap();
     tampered["term"] = json!(term + 100);
