@@ -167,7 +167,7 @@ async fn current_leader(client: &reqwest::Client, c: &Cluster, which: &[usize]) 
     match agree(
         client,
         &urls(c, which),
-        Instant::now(),
+        pilot_election::clock::now(),
         STARTUP_LIMIT,
         |_, _| true,
     )
@@ -185,7 +185,7 @@ async fn current_leader(client: &reqwest::Client, c: &Cluster, which: &[usize]) 
 /// leader's view of its members refreshed by a few heartbeats.
 async fn settle(up_since: Instant) {
     let ready = up_since + T + Duration::from_secs(1);
-    tokio::time::sleep_until(ready).await;
+    pilot_election::clock::sleep_until(ready).await;
 }
 
 struct Stats {
@@ -242,14 +242,14 @@ async fn crash_loop(o: &Opts, sigterm: bool) {
     let client = http();
     let all: Vec<usize> = (0..o.nodes).collect();
     let (mut leader, mut term) = current_leader(&client, c, &all).await;
-    let mut up_since = Instant::now();
+    let mut up_since = pilot_election::clock::now();
     let what = if sigterm { "sigterm" } else { "kill -9" };
     let mut stats = Stats::new(format!("{what} {}-node {}", o.nodes, o.transport));
     for run in 1..=o.runs {
         settle(up_since).await;
         let li = c.index(&leader);
         let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != li).collect();
-        let t0 = Instant::now();
+        let t0 = pilot_election::clock::now();
         if sigterm {
             c.nodes[li].sigterm();
         } else {
@@ -280,7 +280,7 @@ async fn crash_loop(o: &Opts, sigterm: bool) {
         }
         c.nodes[li].start();
         wait_up(&c.nodes[li]).await;
-        up_since = Instant::now();
+        up_since = pilot_election::clock::now();
         let (l, t) = current_leader(&client, c, &all).await;
         (leader, term) = (l, t);
     }
@@ -296,14 +296,14 @@ async fn step_down_loop(o: &Opts) {
     let all: Vec<usize> = (0..o.nodes).collect();
     let all_urls = urls(c, &all);
     let (mut leader, mut term) = current_leader(&client, c, &all).await;
-    settle(Instant::now()).await;
+    settle(pilot_election::clock::now()).await;
     let mut stats = Stats::new(format!("step-down {}-node {}", o.nodes, o.transport));
     for run in 1..=o.runs {
         let li = c.index(&leader);
         let successor = c.nodes[(li + 1) % o.nodes].id.clone();
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = pilot_election::clock::now() + Duration::from_secs(10);
         let t0 = loop {
-            let t0 = Instant::now();
+            let t0 = pilot_election::clock::now();
             let resp = client
                 .post(format!("{}/step-down", c.nodes[li].url()))
                 .bearer_auth(TOKEN)
@@ -314,7 +314,7 @@ async fn step_down_loop(o: &Opts) {
             match resp.status().as_u16() {
                 202 => break t0,
                 // The successor is not yet known live and eligible: the leader says so.
-                422 if Instant::now() < deadline => {
+                422 if pilot_election::clock::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
                 s => panic!(
@@ -434,7 +434,7 @@ async fn idle(o: &Opts) {
     let all: Vec<usize> = (0..o.nodes).collect();
     current_leader(&client, c, &all).await;
     // Past start-up: the first T, the election and the first member exchanges.
-    settle(Instant::now()).await;
+    settle(pilot_election::clock::now()).await;
     let pids: Vec<u32> = c
         .nodes
         .iter()
@@ -447,7 +447,7 @@ async fn idle(o: &Opts) {
         .map(|p| children(*p).iter().map(|k| cpu_ticks(*k)).sum())
         .collect();
     let pubs0 = join_all(c.nodes.iter().map(|n| publishes(&client, n.url()))).await;
-    let t0 = Instant::now();
+    let t0 = pilot_election::clock::now();
     tokio::time::sleep(Duration::from_secs(o.secs)).await;
     let secs = t0.elapsed().as_secs_f64();
     let pubs1 = join_all(c.nodes.iter().map(|n| publishes(&client, n.url()))).await;

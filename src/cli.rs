@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
-use crate::election::{default_priority, Timings};
+use crate::election::{default_priority, MemberSet, Timings};
 use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
 use crate::transport::http::Peer;
@@ -99,7 +99,12 @@ pub struct RunArgs {
     /// or PILOT_SOCKET from the environment).
     #[arg(long, env = "PILOT_ELECTION_PILOT_SOCKET")]
     pub pilot_socket: Option<PathBuf>,
-    /// Number of voting members (default: 1 + number of peers).
+    /// A voting member's node id (repeatable; comma-separated in the env var). Required with
+    /// the pilot transport; with http the members are this node and its peers. This node is
+    /// added when missing. The quorum is N/2 + 1 of these.
+    #[arg(long = "member", env = "PILOT_ELECTION_MEMBERS", value_delimiter = ',')]
+    pub members: Vec<String>,
+    /// Deprecated: the number of members; accepted only when it equals the member count.
     #[arg(long, env = "PILOT_ELECTION_CLUSTER_SIZE")]
     pub cluster_size: Option<usize>,
     /// Priority (default: POSIX cksum of the node id); higher wins.
@@ -261,12 +266,6 @@ impl RunArgs {
                 "--peer is for the http transport; the pilot transport uses --broker".into(),
             );
         }
-        if pilot.is_some() && self.cluster_size.is_none() {
-            return Err(
-                "--cluster-size is required with the pilot transport (it decides the quorum)"
-                    .into(),
-            );
-        }
         if node_id.len() > crate::election::MAX_ID_BYTES {
             return Err("--node-id must be at most 256 bytes".into());
         }
@@ -291,14 +290,7 @@ impl RunArgs {
                 url: url.to_string(),
             });
         }
-        let cluster_size = self.cluster_size.unwrap_or(peers.len() + 1);
-        if cluster_size < peers.len() + 1 {
-            return Err(format!(
-                "--cluster-size {cluster_size} is smaller than this node plus its {} peers",
-                peers.len()
-            )
-            .into());
-        }
+        let members = self.member_set(&node_id, &peers, pilot.is_some())?;
         let timings = Timings {
             heartbeat: self.heartbeat_interval,
             lease: self.lease,
@@ -324,7 +316,7 @@ impl RunArgs {
             node_id,
             group: self.group.clone(),
             peers,
-            cluster_size,
+            members,
             eligible: !self.no_candidate,
             timings,
             admin_token,
@@ -333,6 +325,60 @@ impl RunArgs {
             pilot,
             cluster_keys,
         })
+    }
+
+    /// The voting members (docs/protocol.md, rule 1): explicit with `--member`, or this node and
+    /// its peers over http. `--cluster-size` alone no longer decides anything.
+    fn member_set(
+        &self,
+        node_id: &str,
+        peers: &[Peer],
+        pilot: bool,
+    ) -> Result<MemberSet, ConfigError> {
+        let listed: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty())
+            .collect();
+        if pilot && listed.is_empty() {
+            let hint = match self.cluster_size {
+                Some(n) => format!(
+                    "--cluster-size {n} no longer decides the quorum: list the {n} members instead, "
+                ),
+                None => String::new(),
+            };
+            return Err(format!(
+                "{hint}the pilot transport needs its members: --member ID for each node (this one                  included or added), or PILOT_ELECTION_MEMBERS=ID,ID,ID"
+            )
+            .into());
+        }
+        let set = if listed.is_empty() {
+            MemberSet::new(node_id, peers.iter().map(|p| p.id.clone()))
+        } else {
+            MemberSet::new(node_id, listed.iter().cloned())
+        }
+        .map_err(|e| format!("--member: {e}"))?;
+        if !pilot && !listed.is_empty() {
+            let from_peers = MemberSet::new(node_id, peers.iter().map(|p| p.id.clone()))
+                .map_err(|e| format!("--peer: {e}"))?;
+            if from_peers != set {
+                return Err(format!(
+                    "--member lists {set} but this node and its --peers are {from_peers}: over http                      every member needs a --peer ID=URL (or leave --member out)"
+                )
+                .into());
+            }
+        }
+        if let Some(n) = self.cluster_size {
+            if n != set.len() {
+                return Err(format!(
+                    "--cluster-size {n} does not match the {} members {set}; drop --cluster-size                      (the members decide the quorum)",
+                    set.len()
+                )
+                .into());
+            }
+        }
+        Ok(set)
     }
 
     /// The brokers and the pilotctl binary; the binary is checked later, with exit 69.

@@ -1,34 +1,74 @@
 //! The tokio task that drives the election core: it is the only place where time, the network
 //! and the disk meet the state machine.
 //!
-//! Actions are executed strictly in the order the core emits them, and a `Persist` is durable
-//! before any later `Publish` leaves, so a vote or candidacy is never visible to peers before it
-//! would survive a crash. Everything the API shows comes from one [`Snapshot`] published through a
-//! `watch` channel after each step, so readers never lock the loop.
+//! One step ([`Runtime::step`]) is: feed one input to the core, publish the core's new view as
+//! the [`Snapshot`] everything answering for the node reads, then execute the step's actions in
+//! order, a `Persist` durable before any later `Publish` leaves (docs/protocol.md, rule 3 and
+//! rule 9). Publishing the view first is what keeps two nodes from answering "leader" at once
+//! during a handover: a leader's revoked lease is visible before its `resign` can release anyone,
+//! however long the loop then stalls. Readers never lock the loop: the snapshot goes through a
+//! `watch` channel.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock;
 use crate::election::{
-    Action, CommandError, Input, Message, Node, Outcome, Role, Timings, Transition, View,
+    Action, CommandError, Input, Member, MemberSet, Message, Node, Outcome, Role, Timings,
+    Transition, View,
 };
 use crate::metrics::Metrics;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{rfc3339, unix_ms_now, HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
-/// How long a stopping leader waits for its successor before it leaves anyway; below Docker's
-/// default 10 s stop timeout, with room for the HTTP server to close.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// How long the exit waits for the last history and replay marks to reach the disk, both
-/// together. Exit budget: this, [`SHUTDOWN_GRACE`], the server's 2 s to close and the CLI's
-/// 0.5 s for leftover blocking work: 8.5 s, below Docker's default 10 s.
-const FLUSH_GRACE: Duration = Duration::from_secs(1);
+/// The exit budget: a stopping node must be gone within Docker's default 10 s stop timeout, or
+/// Docker's SIGKILL turns a handover into a failover. Each stage has its own share; the test
+/// below keeps their sum under [`STOP_TIMEOUT`].
+pub mod exit_budget {
+    use std::time::Duration;
+
+    /// How long a stopping leader waits for its successor before it leaves anyway.
+    pub const HANDOVER: Duration = Duration::from_secs(5);
+    /// How long the exit waits for the last history and replay marks to reach the disk.
+    pub const FLUSH: Duration = Duration::from_secs(1);
+    /// How long open requests (event streams end with the loop) get to finish.
+    pub const SERVER_CLOSE: Duration = Duration::from_secs(2);
+    /// What the process waits for leftover blocking work (a stuck disk write) before exiting.
+    pub const LEFTOVER_BLOCKING: Duration = Duration::from_millis(500);
+    /// Docker's default stop timeout, which the sum must stay under.
+    pub const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// The longest a stop can take.
+    pub const fn total() -> Duration {
+        Duration::from_millis(
+            HANDOVER.as_millis() as u64
+                + FLUSH.as_millis() as u64
+                + SERVER_CLOSE.as_millis() as u64
+                + LEFTOVER_BLOCKING.as_millis() as u64,
+        )
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_stop_fits_in_dockers_grace_with_a_second_to_spare() {
+            assert!(
+                total() + Duration::from_secs(1) <= STOP_TIMEOUT,
+                "{:?}",
+                total()
+            );
+        }
+    }
+}
+use exit_budget::{FLUSH as FLUSH_GRACE, HANDOVER as SHUTDOWN_GRACE};
 
 /// An operator command from the API, answered once its actions have been carried out.
 #[derive(Debug)]
@@ -37,28 +77,17 @@ pub struct Command {
     pub reply: oneshot::Sender<Result<Outcome, CommandError>>,
 }
 
-/// Another member as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberInfo {
-    pub id: String,
-    pub priority: u32,
-    pub eligible: bool,
-    pub last_seen: Instant,
-    pub live: bool,
-}
-
 /// Everything the API reads, as of the loop's last step.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub view: View,
-    pub members: Vec<MemberInfo>,
+    /// Every other member as this node knows it.
+    pub members: Vec<Member>,
+    /// The configured member set (this node included).
+    pub member_set: MemberSet,
     pub transport: Health,
     pub history: Arc<VecDeque<HistoryEntry>>,
     pub timings: Timings,
-    pub cluster_size: usize,
-    pub quorum: usize,
-    /// When the loop last ran; `/healthz` compares it with the lease.
-    pub loop_at: Instant,
 }
 
 /// The loop's heartbeat, readable without waiting for a snapshot.
@@ -89,7 +118,13 @@ pub struct Runtime {
     history_out: watch::Sender<Vec<HistoryEntry>>,
     /// The replay marks for their writer task (see [`file_writer`]).
     replay_out: watch::Sender<BTreeMap<String, u64>>,
+    /// When a message from each non-member (or member with another member set) was last
+    /// logged, so a stray node is named at once but does not flood the log.
+    stray_logged: BTreeMap<(String, &'static str), Instant>,
 }
+
+/// At most one log line per stray sender and reason in this long.
+const STRAY_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// The channels a runtime is built from.
 pub struct Wiring {
@@ -109,8 +144,8 @@ impl Runtime {
         history: Vec<HistoryEntry>,
         wiring: Wiring,
     ) -> (Runtime, watch::Receiver<Snapshot>, LoopClock) {
-        let now = Instant::now();
-        let clock = Arc::new(Mutex::new(now));
+        let now = clock::now();
+        let loop_clock = Arc::new(Mutex::new(now));
         let history: VecDeque<_> = history.into_iter().collect();
         let role = node.role();
         let first = snapshot_of(
@@ -134,7 +169,7 @@ impl Runtime {
             inbound: wiring.inbound,
             commands: wiring.commands,
             snapshot: tx,
-            clock: clock.clone(),
+            clock: loop_clock.clone(),
             metrics: wiring.metrics,
             history: Arc::new(history),
             leaderless_since: Some(now),
@@ -143,8 +178,9 @@ impl Runtime {
             replay,
             keys: wiring.keys,
             replay_out: watch::Sender::new(marks),
+            stray_logged: BTreeMap::new(),
         };
-        (rt, rx, clock)
+        (rt, rx, loop_clock)
     }
 
     /// Runs until `stop` is cancelled and, if this node led, its successor is known (or the
@@ -197,11 +233,10 @@ impl Runtime {
     async fn drive(&mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
         let h = self.node.timings().heartbeat;
         let mut stopping: Option<(Instant, bool)> = None;
+        self.publish_snapshot(clock::now());
         loop {
-            self.execute().await?;
-            let now = Instant::now();
+            let now = clock::now();
             *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
-            self.publish_snapshot(now);
             if let Some((since, was_leader)) = stopping {
                 let view = self.node.view(now);
                 let successor = view.leader.filter(|l| *l != view.node_id);
@@ -230,33 +265,42 @@ impl Runtime {
                 deadline = deadline.min(since + SHUTDOWN_GRACE);
             }
             tokio::select! {
-                _ = sleep_until(deadline) => {
-                    let _ = self.node.handle(Instant::now(), Input::Tick);
+                _ = clock::sleep_until(deadline) => {
+                    let _ = self.step(Input::Tick).await?;
                 }
-                Some(bytes) = self.inbound.recv() => self.on_bytes(&bytes),
+                Some(bytes) = self.inbound.recv() => self.on_bytes(&bytes).await?,
                 Some(cmd) = self.commands.recv() => {
-                    let result = self.node.handle(Instant::now(), cmd.input);
-                    self.execute().await?;
+                    let result = self.step(cmd.input).await?;
                     let _ = cmd.reply.send(result);
                 }
                 _ = stop.cancelled(), if stopping.is_none() => {
-                    let now = Instant::now();
+                    let now = clock::now();
                     let was_leader = self.node.view(now).is_leader_at(now);
                     // With no live candidate (a single node, or every peer silent or withdrawn)
                     // nobody can take over soon: waiting out the grace would only delay the exit.
-                    let can_hand_over = self
-                        .node
-                        .members()
-                        .any(|m| m.eligible && self.node.is_live(m, now));
+                    let can_hand_over = self.node.has_successor(now);
                     tracing::info!(was_leader, can_hand_over, "shutting down");
-                    let _ = self.node.handle(now, Input::Shutdown);
+                    let _ = self.step(Input::Shutdown).await?;
                     stopping = Some((now, was_leader && can_hand_over));
                 }
             }
         }
     }
 
-    fn on_bytes(&mut self, bytes: &[u8]) {
+    /// One input through the core: the new view is published before any of its actions runs
+    /// (rule 9), then the actions run in order, then the view is published again (transport
+    /// health and history may have changed while they ran).
+    async fn step(&mut self, input: Input) -> Result<Result<Outcome, CommandError>, RuntimeError> {
+        let now = clock::now();
+        let result = self.node.handle(now, input);
+        self.publish_snapshot(now);
+        self.on_role(now);
+        self.execute().await?;
+        self.publish_snapshot(clock::now());
+        Ok(result)
+    }
+
+    async fn on_bytes(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
         // Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
         let checked = match &self.keys {
             Some(keys) => keys
@@ -268,17 +312,56 @@ impl Runtime {
         match checked {
             Ok(msg) => {
                 let kind = msg.body.kind();
-                let outcome = match self.node.handle(Instant::now(), Input::Message(msg)) {
-                    Ok(Outcome::Stale) => "stale",
-                    Ok(Outcome::Ignored) => "ignored",
-                    _ => "accepted",
+                let (from, members) = (msg.from.clone(), msg.members.clone());
+                let outcome = match self.step(Input::Message(msg)).await? {
+                    Ok(o) => o,
+                    Err(_) => Outcome::Ignored,
                 };
-                self.metrics.received(kind, outcome);
+                self.metrics.received(kind, outcome.label());
+                self.log_stray(&from, &members, &outcome);
             }
             Err(e) => {
                 tracing::debug!(error = %e, reason = e.reason(), "dropped a message");
                 self.metrics.received("unknown", e.reason());
             }
+        }
+        Ok(())
+    }
+
+    /// Names a sender that is not a member, or whose member set differs, once a minute each.
+    fn log_stray(&mut self, from: &str, fingerprint: &str, outcome: &Outcome) {
+        let why = match outcome {
+            Outcome::NotMember => "not_member",
+            Outcome::OtherMembers => "other_members",
+            _ => return,
+        };
+        let now = clock::now();
+        let key = (from.to_string(), why);
+        if self
+            .stray_logged
+            .get(&key)
+            .is_some_and(|at| now < *at + STRAY_LOG_EVERY)
+        {
+            return;
+        }
+        if self.stray_logged.len() >= 1024 {
+            self.stray_logged
+                .retain(|_, at| now < *at + STRAY_LOG_EVERY);
+        }
+        self.stray_logged.insert(key, now);
+        let members = self.node.members();
+        match outcome {
+            Outcome::NotMember => tracing::warn!(
+                sender = from,
+                members = %members,
+                "a node that is not a member sent election messages; ignored (add it with --member/--peer on every node, or stop it)"
+            ),
+            _ => tracing::warn!(
+                sender = from,
+                its_fingerprint = fingerprint,
+                ours = members.fingerprint(),
+                "a member has another member set; its votes and acks are not counted until every node lists the same members"
+            ),
         }
     }
 
@@ -321,14 +404,13 @@ impl Runtime {
                     self.transport.publish(bytes);
                 }
                 Action::Transition(t) => self.on_transition(t),
-                Action::StateChanged(view) => self.on_state(&view),
             }
         }
         Ok(())
     }
 
     fn on_transition(&mut self, t: Transition) {
-        let now = Instant::now();
+        let now = clock::now();
         let leaderless_ms = match (&t.leader, self.leaderless_since) {
             (Some(_), Some(since)) => Some((now - since).as_millis() as u64),
             _ => None,
@@ -369,7 +451,9 @@ impl Runtime {
             .send_replace(history.iter().cloned().collect());
     }
 
-    fn on_state(&mut self, view: &View) {
+    /// Metrics and a log line when the role changed in the last step.
+    fn on_role(&mut self, now: Instant) {
+        let view: View = self.node.view(now);
         self.metrics.term.set(view.term as i64);
         match (self.role, view.role) {
             (Role::Follower, Role::PreCandidate | Role::Candidate) => {
@@ -435,21 +519,10 @@ fn snapshot_of(
 ) -> Snapshot {
     Snapshot {
         view: node.view(now),
-        members: node
-            .members()
-            .map(|m| MemberInfo {
-                id: m.id.clone(),
-                priority: m.priority,
-                eligible: m.eligible,
-                last_seen: m.last_seen,
-                live: node.is_live(m, now),
-            })
-            .collect(),
+        members: node.peers(now),
+        member_set: node.members().clone(),
         transport,
         history,
         timings: *node.timings(),
-        cluster_size: node.cluster_size(),
-        quorum: node.quorum(),
-        loop_at: now,
     }
 }

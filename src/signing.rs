@@ -360,18 +360,21 @@ mod tests {
 
     fn msg() -> Message {
         Message {
-            v: 1,
+            v: crate::election::PROTOCOL_VERSION,
             group: "g".into(),
             from: "a".into(),
             term: 4,
             seq: 7,
             ts: 1,
+            members: "0a1b2c3d".into(),
             body: Body::Heartbeat {
                 leader: "a".into(),
                 timestamp: 1,
                 lease_ms: 2000,
                 priority: 1,
-                eligible: true,
+                candidacy: crate::election::Candidacy::Eligible,
+                hears: vec!["b".into()],
+                member_ids: vec!["a".into(), "b".into()],
             },
             kid: None,
             sig: None,

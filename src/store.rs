@@ -44,6 +44,12 @@ pub struct HistoryEntry {
     pub leaderless_ms: Option<u64>,
 }
 
+/// The first sequence number of a boot: the boot counter in the high 32 bits, so that numbers
+/// never repeat across restarts and peers' replay windows accept the new boot's messages.
+pub fn first_seq(boot: u64) -> u64 {
+    boot << 32
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error(

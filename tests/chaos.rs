@@ -78,13 +78,13 @@ async fn watch(
         .build()
         .unwrap();
     while !stop.load(Ordering::Relaxed) {
-        let sent = Instant::now();
+        let sent = pilot_election::clock::now();
         let status = client
             .get(format!("{url}/role/leader"))
             .send()
             .await
             .map(|r| r.status().as_u16());
-        let received = Instant::now();
+        let received = pilot_election::clock::now();
         if let Ok(status) = status {
             samples.lock().unwrap().push(Sample {
                 sent,
@@ -297,8 +297,8 @@ async fn frozen_and_killed_leaders_never_overlap_and_stale_terms_never_write() {
         let li = c.index(&leader);
         let pid = c.nodes[li].child.as_ref().expect("running").id();
         signal(pid, Signal::SIGSTOP);
-        let frozen = Instant::now();
-        tokio::time::sleep_until(frozen + LEASE * 3 / 2).await;
+        let frozen = pilot_election::clock::now();
+        pilot_election::clock::sleep_until(frozen + LEASE * 3 / 2).await;
         signal(pid, Signal::SIGCONT);
         let (l, t) = c.agreed(&all, AGREE_WITHIN, |_, t| t > term).await;
         w.written(t, &c).await;
@@ -359,7 +359,7 @@ async fn pilot_link_cuts_never_show_two_leaders() {
 /// The overlap rule itself must be able to fail.
 #[test]
 fn the_overlap_rule_flags_a_claim_inside_another_nodes_run_and_only_that() {
-    let t0 = Instant::now();
+    let t0 = pilot_election::clock::now();
     let ms = |n: u64| t0 + Duration::from_millis(n);
     let s = |a: u64, b: u64, leader: bool| Sample {
         sent: ms(a),

@@ -18,8 +18,6 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use serde_json::Value;
 
 const IMAGE: &str = "pilot-election:test";
@@ -153,7 +151,7 @@ fn wait_for<T>(
     what: &str,
     mut probe: impl FnMut() -> Result<T, String>,
 ) -> (T, Duration) {
-    let start = Instant::now();
+    let start = pilot_election::clock::now();
     loop {
         match probe() {
             Ok(v) => return (v, start.elapsed()),
@@ -478,7 +476,7 @@ fn killing_the_leader_container_elects_a_new_leader_within_t_plus_2s() {
     let _serial = serial();
     let (cluster, leader, term) = Cluster::with_leader();
 
-    let start = Instant::now();
+    let start = pilot_election::clock::now();
     docker(&["kill", cluster.container(&leader)]);
     let survivors = Cluster::others(&leader);
     let limit = ELECTION_TIMEOUT + Duration::from_secs(2);
@@ -499,7 +497,7 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
     let old = cluster.api(&leader);
     let all = cluster.addrs(&NODES);
 
-    let start = Instant::now();
+    let start = pilot_election::clock::now();
     docker(&[
         "network",
         "disconnect",
@@ -548,7 +546,7 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
     eprintln!("containers: reconnected {leader}; all three agree on {after} in term {after_term} after {took:?}");
     assert!(after_term >= next_term);
     // Agreement was reached; it must also last: watch a few heartbeats for a second claimant.
-    let watch = Instant::now();
+    let watch = pilot_election::clock::now();
     while watch.elapsed() < LEASE {
         let views = views(&NODES, &all);
         assert_at_most_one_self_leader(&views);
@@ -563,7 +561,7 @@ fn docker_stop_of_the_leader_hands_over_within_1s_and_exits_0() {
     let survivors = Cluster::others(&leader);
     let addrs = cluster.addrs(&survivors);
 
-    let start = Instant::now();
+    let start = pilot_election::clock::now();
     let mut stop = Command::new("docker")
         .args(["stop", cluster.container(&leader)])
         .stdin(Stdio::null())

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use pilot_election::election::{CommandError, Input, Outcome, Role, Timings};
-use pilot_election::sim::world::{core_factory, World, WorldConfig};
+use pilot_election::sim::world::{core_factory, NodeSpec, World, WorldConfig};
 
 const SEEDS: u64 = 12;
 
@@ -20,7 +20,7 @@ fn world(seed: u64, size: usize) -> World {
             group: "cases".into(),
             timings: t(),
             nodes: (0..size)
-                .map(|i| (format!("n{i}"), 100 + i as u32, true))
+                .map(|i| NodeSpec::new(format!("n{i}"), 100 + i as u32))
                 .collect(),
             rates: (0..size).map(|i| 1.0 + 0.01 * i as f64).collect(),
         },
@@ -253,7 +253,7 @@ fn step_down_is_refused_with_reasons() {
             current: term
         }))
     );
-    for (who, reason) in [("nobody", "no such member"), ("n2", "this node")] {
+    for (who, reason) in [("nobody", "not a member"), ("n2", "this node")] {
         let r = w.command(
             leader,
             Input::StepDown {
@@ -284,7 +284,7 @@ fn step_down_is_refused_with_reasons() {
         },
     ) {
         Some(Err(CommandError::SuccessorIneligible { reason, .. })) => {
-            assert!(reason.contains("not a candidate"), "{reason}")
+            assert!(reason.contains("withdrawn its candidacy"), "{reason}")
         }
         other => panic!("{other:?}"),
     }

@@ -1,18 +1,26 @@
-//! The simulator must be able to fail: protocols known to split brain are run through the same
-//! harness and must be caught.
+//! The simulator must be able to fail: protocols and runtimes known to break safety are run
+//! through the same harness and must be caught.
+//!
+//! - the bash workflow's naive bully (no quorum, no terms, silence is death);
+//! - the core with unsafe timings;
+//! - the old membership rule, "count any sender up to the configured size", with four nodes
+//!   that each believe the cluster has three;
+//! - the old runtime order, which published the API snapshot only after a step's actions (a
+//!   `resign` could leave while the API still answered "leader").
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use pilot_election::election::{
-    Action, Body, CommandError, Config, Input, Message, Outcome, Persistent, Role, Timings, View,
-    PROTOCOL_VERSION,
+    Action, Body, Candidacy, CommandError, Config, Input, MemberSet, Message, Node, Outcome,
+    Persistent, Role, Timings, View, PROTOCOL_VERSION,
 };
 use pilot_election::sim::scenario::{run_chaos, Scenario};
-use pilot_election::sim::world::{core_factory, Factory, Protocol};
+use pilot_election::sim::world::{core_factory, Factory, NodeSpec, Protocol, World, WorldConfig};
+use pilot_election::sim::Family;
 use tokio::time::Instant;
 
-/// The reference workflow's bully: no quorum, no terms, silence is death, the highest priority
+/// The bash workflow's bully: no quorum, no terms, silence is death, the highest priority
 /// heard recently declares itself leader.
 struct NaiveBully {
     id: String,
@@ -54,6 +62,7 @@ impl NaiveBully {
             term: 0,
             seq: self.seq,
             ts: 0,
+            members: "bully".into(),
             body,
             kid: None,
             sig: None,
@@ -102,12 +111,16 @@ impl Protocol for NaiveBully {
                     timestamp: 0,
                     lease_ms: 0,
                     priority: self.priority,
-                    eligible: true,
+                    candidacy: Candidacy::Eligible,
+                    hears: Vec::new(),
+                    member_ids: Vec::new(),
                 }
             } else {
                 Body::Presence {
                     priority: self.priority,
-                    eligible: true,
+                    candidacy: Candidacy::Eligible,
+                    hears: Vec::new(),
+                    member_ids: Vec::new(),
                 }
             };
             self.send(body);
@@ -140,7 +153,10 @@ impl Protocol for NaiveBully {
             leader_since: None,
             priority: self.priority,
             eligible: true,
+            candidacy: Candidacy::Eligible,
             can_campaign: true,
+            can_vote: true,
+            config_conflicts: Vec::new(),
             shutting_down: false,
         }
     }
@@ -158,14 +174,21 @@ fn caught(scenarios: impl Iterator<Item = Scenario>, factory: impl Fn() -> Facto
         .collect()
 }
 
+fn chaos_seeds(n: u64) -> impl Iterator<Item = Scenario> {
+    (0..)
+        .map(Scenario::from_seed)
+        .filter(|s| s.family == Family::Chaos && s.size >= 3)
+        .take(n as usize)
+}
+
 #[test]
 fn the_naive_bully_splits_brain_and_the_simulator_sees_it() {
-    let seeds: Vec<Scenario> = (0..60).map(Scenario::from_seed).collect();
+    let seeds: Vec<Scenario> = chaos_seeds(30).collect();
     let bad = caught(seeds.iter().cloned(), bully_factory);
     println!(
         "naive bully: violations in {} of {} seeds",
         bad.len(),
-        seeds.iter().filter(|s| s.size >= 3).count()
+        seeds.len()
     );
     assert!(
         bad.len() >= 10,
@@ -182,10 +205,10 @@ fn the_core_with_unsafe_timings_is_caught_too() {
         ..Timings::default()
     };
     assert!(unsafe_timings.validate().is_err());
-    let scenarios = (0..100).map(|seed| Scenario {
+    let scenarios = chaos_seeds(60).map(|s| Scenario {
         timings: unsafe_timings,
         quiet: false,
-        ..Scenario::from_seed(seed)
+        ..s
     });
     let bad = caught(scenarios, core_factory);
     println!(
@@ -196,4 +219,301 @@ fn the_core_with_unsafe_timings_is_caught_too() {
         !bad.is_empty(),
         "unsafe timings must show up as lease overlaps"
     );
+}
+
+/// The old membership rule: whoever sends counts towards a quorum of the configured size. The
+/// real core is wrapped so that it sees every sender as one of `size - 1` member slots (the
+/// least recently heard slot is given to a new sender), which is exactly how counting any
+/// sender up to a cluster size behaves.
+struct AnySender {
+    inner: Node,
+    own: String,
+    /// Slot id -> (real id, last heard).
+    slots: BTreeMap<String, Option<(String, Instant)>>,
+}
+
+impl AnySender {
+    fn new(c: Config, p: Persistent, now: Instant, seed: u64, seq: u64, size: usize) -> Self {
+        let slot_ids: Vec<String> = (1..size).map(|k| format!("slot-{k}")).collect();
+        let members = MemberSet::new(&c.node_id, slot_ids.iter().cloned()).unwrap();
+        let own = c.node_id.clone();
+        let inner = Node::new(Config { members, ..c }, p, now, seed, seq);
+        AnySender {
+            inner,
+            own,
+            slots: slot_ids.into_iter().map(|s| (s, None)).collect(),
+        }
+    }
+
+    /// The slot standing for `real`, taking one (the least recently heard) if it has none.
+    fn slot_for(&mut self, real: &str, now: Instant) -> String {
+        if real == self.own {
+            return real.to_string();
+        }
+        let found = self
+            .slots
+            .iter()
+            .find(|(_, v)| v.as_ref().is_some_and(|(r, _)| r == real))
+            .map(|(k, _)| k.clone());
+        let slot = found.unwrap_or_else(|| {
+            self.slots
+                .iter()
+                .min_by_key(|(_, v)| v.as_ref().map(|(_, at)| *at))
+                .map(|(k, _)| k.clone())
+                .expect("at least one slot")
+        });
+        self.slots
+            .insert(slot.clone(), Some((real.to_string(), now)));
+        slot
+    }
+
+    fn real_of(&self, id: &str) -> String {
+        match self.slots.get(id) {
+            Some(Some((real, _))) => real.clone(),
+            _ => id.to_string(),
+        }
+    }
+
+    fn known_slot(&self, real: &str) -> String {
+        self.slots
+            .iter()
+            .find(|(_, v)| v.as_ref().is_some_and(|(r, _)| r == real))
+            .map(|(k, _)| k.clone())
+            .unwrap_or_else(|| real.to_string())
+    }
+
+    fn inward(&mut self, mut m: Message, now: Instant) -> Message {
+        let slot = self.slot_for(&m.from, now);
+        m.from = slot.clone();
+        m.members = self.inner.members().fingerprint().to_string();
+        let inner_ids: Vec<String> = self.inner.members().ids().map(str::to_string).collect();
+        let own = self.own.clone();
+        let map = |me: &Self, id: &str| {
+            if id == own {
+                id.to_string()
+            } else {
+                me.known_slot(id)
+            }
+        };
+        let mapped: Vec<String>;
+        match &mut m.body {
+            Body::Heartbeat {
+                leader,
+                hears,
+                member_ids,
+                ..
+            } => {
+                *leader = slot;
+                mapped = hears.iter().map(|h| map(self, h)).collect();
+                *hears = mapped;
+                *member_ids = inner_ids;
+            }
+            Body::Ack {
+                leader,
+                hears,
+                member_ids,
+                ..
+            } => {
+                *leader = map(self, leader);
+                mapped = hears.iter().map(|h| map(self, h)).collect();
+                *hears = mapped;
+                *member_ids = inner_ids;
+            }
+            Body::Presence {
+                hears, member_ids, ..
+            } => {
+                mapped = hears.iter().map(|h| map(self, h)).collect();
+                *hears = mapped;
+                *member_ids = inner_ids;
+            }
+            Body::Election { candidate, .. } => *candidate = slot,
+            Body::Vote { candidate, .. } => *candidate = map(self, candidate),
+            Body::Leader { leader, .. } => *leader = slot,
+            Body::Resign {
+                leader, successor, ..
+            } => {
+                *leader = slot;
+                if let Some(s) = successor {
+                    *s = map(self, s);
+                }
+            }
+        }
+        m
+    }
+
+    fn outward(&self, mut m: Message) -> Message {
+        match &mut m.body {
+            Body::Vote { candidate, .. } => *candidate = self.real_of(candidate),
+            Body::Ack { leader, hears, .. } => {
+                *leader = self.real_of(leader);
+                *hears = hears.iter().map(|h| self.real_of(h)).collect();
+            }
+            Body::Heartbeat { hears, .. } | Body::Presence { hears, .. } => {
+                *hears = hears.iter().map(|h| self.real_of(h)).collect();
+            }
+            Body::Resign {
+                successor: Some(s), ..
+            } => *s = self.real_of(s),
+            _ => {}
+        }
+        m
+    }
+}
+
+impl Protocol for AnySender {
+    fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
+        let input = match input {
+            Input::Message(m) if m.from != self.own => Input::Message(self.inward(m, now)),
+            other => other,
+        };
+        self.inner.handle(now, input)
+    }
+    fn poll_action(&mut self) -> Option<Action> {
+        match self.inner.poll_action()? {
+            Action::Publish(m) => Some(Action::Publish(self.outward(m))),
+            Action::Persist(mut p) => {
+                p.voted_for = p.voted_for.map(|v| self.real_of(&v));
+                Some(Action::Persist(p))
+            }
+            other => Some(other),
+        }
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+    fn view(&self, now: Instant) -> View {
+        let mut v = self.inner.view(now);
+        v.leader = v.leader.map(|l| self.real_of(&l));
+        v.voted_for = v.voted_for.map(|l| self.real_of(&l));
+        v
+    }
+    fn has_successor(&self, now: Instant) -> bool {
+        self.inner.has_successor(now)
+    }
+}
+
+/// Four nodes, each configured for a cluster of three (a replacement started before the old
+/// node was removed, or a scale-up with a stale configuration), split into halves again and
+/// again.
+fn four_nodes_split(seed: u64, factory: Factory, members: Option<[Vec<String>; 4]>) -> World {
+    let ids = ["n1", "n2", "n3", "n4"];
+    let nodes = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| NodeSpec {
+            members: members.as_ref().map(|m| m[i].clone()),
+            ..NodeSpec::new(*id, 100 + i as u32)
+        })
+        .collect();
+    let mut w = World::new(
+        WorldConfig {
+            seed,
+            group: "split".into(),
+            timings: Timings::default(),
+            nodes,
+            rates: vec![1.0, 1.02, 0.98, 1.01],
+        },
+        factory,
+    );
+    let mut rng = pilot_election::election::Rng::new(seed);
+    let mut at = Duration::from_secs(10);
+    for _ in 0..12 {
+        let side: Vec<usize> = match rng.below(3) {
+            0 => vec![0, 1],
+            1 => vec![0, 2],
+            _ => vec![0, 3],
+        };
+        w.heal();
+        w.partition(&side);
+        at += Duration::from_millis(2000 + rng.below(8000));
+        w.run_until(at);
+    }
+    w
+}
+
+#[test]
+fn counting_any_sender_up_to_a_stale_size_splits_brain_and_is_caught() {
+    let seeds = 0..10u64;
+    let any_sender = || -> Factory {
+        Box::new(|c, p, now, seed, seq| Box::new(AnySender::new(c, p, now, seed, seq, 3)))
+    };
+    let bad: Vec<u64> = seeds
+        .clone()
+        .filter(|&s| {
+            !four_nodes_split(s, any_sender(), None)
+                .checker
+                .violations
+                .is_empty()
+        })
+        .collect();
+    println!(
+        "counting any sender: split brain in {} of 10 seeds",
+        bad.len()
+    );
+    assert!(bad.len() >= 5, "the old rule must be caught: {bad:?}");
+
+    // The real core with explicit member sets in the same situations stays safe.
+    let set = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let replacement = [
+        set(&["n1", "n2", "n3"]),
+        set(&["n1", "n2", "n3"]),
+        set(&["n1", "n2", "n3"]),
+        set(&["n1", "n2", "n4"]),
+    ];
+    let scale_up = [
+        set(&["n1", "n2", "n3"]),
+        set(&["n1", "n2", "n3"]),
+        set(&["n1", "n2", "n3"]),
+        set(&["n1", "n2", "n3", "n4"]),
+    ];
+    for s in seeds {
+        for members in [replacement.clone(), scale_up.clone()] {
+            let w = four_nodes_split(s, core_factory(), Some(members));
+            assert!(
+                w.checker.violations.is_empty(),
+                "seed {s}: {:?}",
+                w.checker.violations
+            );
+        }
+    }
+}
+
+#[test]
+fn the_old_runtime_order_is_caught_at_the_first_handover() {
+    // With the snapshot published after the actions, the resign leaves while the API still
+    // answers "leader"; a stall right there lets the successor lead while it does.
+    for seed in 0..5u64 {
+        let nodes = (0..3)
+            .map(|i| NodeSpec::new(format!("n{i}"), 100 + i as u32))
+            .collect();
+        let mut w = World::new(
+            WorldConfig {
+                seed,
+                group: "order".into(),
+                timings: Timings::default(),
+                nodes,
+                rates: vec![1.0; 3],
+            },
+            core_factory(),
+        );
+        w.runtime.snapshot_after_actions = true;
+        w.run_until(Duration::from_secs(10));
+        let (leader, _) = w.agreed_leader().expect("a leader");
+        w.runtime.stall_chance = 1.0;
+        w.runtime.stall_max = Duration::from_millis(250);
+        let _ = w.command(
+            leader,
+            Input::StepDown {
+                successor: None,
+                expected_term: None,
+            },
+        );
+        w.run_until(Duration::from_secs(12));
+        let seen: Vec<String> = w.checker.violations.iter().map(|v| v.to_string()).collect();
+        assert!(
+            seen.iter()
+                .any(|v| v.contains("while its API still answered leader")),
+            "seed {seed}: {seen:?}"
+        );
+    }
 }

@@ -7,8 +7,6 @@ mod devnet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use devnet::{pilotctl_path, temp_dir, Devnet, DEADLINE};
 use pilot_election::pilotctl::{ErrorCode, Pilotctl, PilotctlError, Subscription};
 use serde_json::json;
@@ -50,7 +48,7 @@ fn process_gone(pid: u32) -> bool {
 }
 
 async fn wait_gone(pid: u32) {
-    let start = Instant::now();
+    let start = pilot_election::clock::now();
     while !process_gone(pid) {
         assert!(start.elapsed() < DEADLINE, "process {pid} still alive");
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -197,7 +195,7 @@ async fn drop_and_delay_faults_shape_delivery() {
     assert_eq!(net.status().await["stats"]["delivered"], 0);
     net.post("/heal", json!({})).await;
     net.post("/delay", json!({"ms": 300})).await;
-    let start = Instant::now();
+    let start = pilot_election::clock::now();
     publish(&net, "n2", "n2", "t", "late").await;
     assert_eq!(next_event(&mut sub).await, "late");
     assert!(start.elapsed() >= Duration::from_millis(300));
@@ -333,7 +331,7 @@ async fn publish_latency_through_pilotctl() {
     let mut publish = Vec::with_capacity(N);
     let mut delivered = Vec::with_capacity(N);
     for i in 0..N {
-        let start = Instant::now();
+        let start = pilot_election::clock::now();
         ctl.publish("n2", "lat", &i.to_string()).await.unwrap();
         publish.push(start.elapsed());
         assert_eq!(next_event(&mut sub).await, i.to_string());
@@ -354,7 +352,7 @@ async fn publish_latency_through_pilotctl() {
 impl Devnet {
     /// Waits for the emulator to exit on its own, returning its exit status.
     fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let start = Instant::now();
+        let start = pilot_election::clock::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;

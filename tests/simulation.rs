@@ -28,8 +28,8 @@ fn many_seeds_hold_every_invariant() {
         }
         if !r.violations.is_empty() {
             eprintln!(
-                "seed {seed} (size {}) violated:\n  {}\n  replay: {}",
-                r.scenario.size,
+                "seed {seed} ({}) violated:\n  {}\n  replay: {}",
+                r.scenario.summary(),
                 r.violations
                     .iter()
                     .map(|v| v.to_string())
@@ -62,8 +62,10 @@ fn replay() {
     let r = run_seed(seed);
     println!("{}", r.trace);
     println!(
-        "seed {seed}: size {}, {} events, leader after heal {:?}",
-        r.scenario.size, r.events, r.leader_after_heal
+        "seed {seed}: {}, {} events, leader after heal {:?}",
+        r.scenario.summary(),
+        r.events,
+        r.leader_after_heal
     );
     for v in &r.violations {
         println!("VIOLATION {v}");

@@ -1,7 +1,7 @@
 //! Property tests: nothing on the wire can panic the parser or the signature check, and what
 //! parses is exactly what was sent.
 
-use pilot_election::election::{Body, Message, MAX_MESSAGE_BYTES};
+use pilot_election::election::{Body, Candidacy, Message, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 use pilot_election::signing::{KeyRing, Rejection};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -52,28 +52,63 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
+fn candidacy() -> impl Strategy<Value = Candidacy> {
+    prop_oneof![
+        Just(Candidacy::Eligible),
+        Just(Candidacy::Booting),
+        Just(Candidacy::Cooling),
+        Just(Candidacy::Withdrawn),
+        Just(Candidacy::Stopping),
+    ]
+}
+
+fn ids() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec("[a-z0-9-]{1,12}", 0..6)
+}
+
 fn body() -> impl Strategy<Value = Body> {
     let id = "[a-z0-9-]{1,12}";
     prop_oneof![
-        (id, any::<u64>(), any::<u64>(), any::<u32>(), any::<bool>()).prop_map(
-            |(leader, timestamp, lease_ms, priority, eligible)| Body::Heartbeat {
-                leader,
-                timestamp,
-                lease_ms,
-                priority,
-                eligible
-            }
-        ),
-        (id, any::<u64>(), any::<u32>(), any::<bool>()).prop_map(
-            |(leader, hb_seq, priority, eligible)| Body::Ack {
+        (
+            id,
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            candidacy(),
+            ids(),
+            ids()
+        )
+            .prop_map(
+                |(leader, timestamp, lease_ms, priority, candidacy, hears, member_ids)| {
+                    Body::Heartbeat {
+                        leader,
+                        timestamp,
+                        lease_ms,
+                        priority,
+                        candidacy,
+                        hears,
+                        member_ids,
+                    }
+                }
+            ),
+        (id, any::<u64>(), any::<u32>(), candidacy(), ids(), ids()).prop_map(
+            |(leader, hb_seq, priority, candidacy, hears, member_ids)| Body::Ack {
                 leader,
                 hb_seq,
                 priority,
-                eligible
+                candidacy,
+                hears,
+                member_ids,
             }
         ),
-        (any::<u32>(), any::<bool>())
-            .prop_map(|(priority, eligible)| Body::Presence { priority, eligible }),
+        (any::<u32>(), candidacy(), ids(), ids()).prop_map(
+            |(priority, candidacy, hears, member_ids)| Body::Presence {
+                priority,
+                candidacy,
+                hears,
+                member_ids,
+            }
+        ),
         (id, any::<u32>(), any::<bool>()).prop_map(|(candidate, priority, pre_vote)| {
             Body::Election {
                 candidate,
@@ -99,14 +134,18 @@ fn message(from: String, term: u64, seq: u64, body: Body) -> Message {
             timestamp,
             lease_ms,
             priority,
-            eligible,
+            candidacy,
+            hears,
+            member_ids,
             ..
         } => Body::Heartbeat {
             leader: from.clone(),
             timestamp,
             lease_ms,
             priority,
-            eligible,
+            candidacy,
+            hears,
+            member_ids,
         },
         Body::Election {
             priority, pre_vote, ..
@@ -126,12 +165,13 @@ fn message(from: String, term: u64, seq: u64, body: Body) -> Message {
         other => other,
     };
     Message {
-        v: 1,
+        v: PROTOCOL_VERSION,
         group: "g".into(),
         from,
         term,
         seq,
         ts: 0,
+        members: "0a1b2c3d".into(),
         body,
         kid: None,
         sig: None,

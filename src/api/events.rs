@@ -10,7 +10,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Serialize;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::{current_leader, AppState};
 use crate::election::Role;
@@ -25,7 +24,7 @@ pub struct LeaderEvent {
 }
 
 fn event_of(snap: &Snapshot) -> LeaderEvent {
-    let now = Instant::now();
+    let now = crate::clock::now();
     LeaderEvent {
         node: snap.view.node_id.clone(),
         leader: current_leader(&snap.view, snap, now),

@@ -1,12 +1,14 @@
-//! `GET /healthz` (the election loop runs) and `GET /readyz` (the transport works).
+//! `GET /healthz` (the election loop runs) and `GET /readyz` (this node counts towards a
+//! quorum: an orchestrator may take the next node down).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::AppState;
+use crate::clock;
+use crate::runtime::Snapshot;
 use crate::transport::Health;
 
 #[derive(Serialize)]
@@ -21,7 +23,7 @@ pub struct HealthBody {
 pub async fn get_healthz(State(s): State<AppState>) -> (StatusCode, Json<HealthBody>) {
     let last = *s.clock.lock().unwrap_or_else(|e| e.into_inner());
     let lease = s.snapshot.borrow().timings.lease;
-    let age = Instant::now().saturating_duration_since(last);
+    let age = clock::now().saturating_duration_since(last);
     let ok = age <= lease && s.snapshot.has_changed().is_ok();
     let code = if ok {
         StatusCode::OK
@@ -41,21 +43,99 @@ pub async fn get_healthz(State(s): State<AppState>) -> (StatusCode, Json<HealthB
 #[derive(Serialize)]
 pub struct ReadyBody {
     ready: bool,
+    /// Past its start-up guard: its vote counts.
+    can_vote: bool,
+    /// Members heard within the election timeout with this node's member set, this node
+    /// included, and how many a quorum needs.
+    voters_heard: usize,
+    quorum: usize,
+    /// Members whose member set differs from this node's (their votes do not count).
+    mismatched_members: Vec<String>,
+    /// Why it is not ready, one sentence each; empty when ready.
+    reasons: Vec<String>,
     transport: Health,
 }
 
+/// Ready when this node's vote counts towards a quorum again: past its start-up guard, not
+/// stopping, its transport working, and hearing enough members that share its member set to
+/// form a quorum. A readiness-driven rolling restart therefore never takes a second voter down
+/// while the first cannot vote yet (docs/protocol.md, rule 8).
+pub fn readiness(snap: &Snapshot) -> ReadyBody {
+    let own = snap.member_set.fingerprint();
+    let quorum = snap.member_set.quorum();
+    let voters_heard = 1 + snap
+        .members
+        .iter()
+        .filter(|m| m.live && m.matches(own) == Some(true))
+        .count();
+    let mismatched: Vec<String> = snap
+        .members
+        .iter()
+        .filter(|m| m.live && m.matches(own) == Some(false))
+        .map(|m| m.id.clone())
+        .collect();
+    let mut reasons = Vec::new();
+    let v = &snap.view;
+    if v.shutting_down {
+        reasons.push("shutting down".to_string());
+    } else if !v.config_conflicts.is_empty() {
+        let diffs: Vec<String> = snap
+            .members
+            .iter()
+            .filter(|m| v.config_conflicts.contains(&m.id))
+            .map(|m| format!("{} (differs by {})", m.id, m.member_difference.join(", ")))
+            .collect();
+        reasons.push(format!(
+            "no node votes while members list member sets more than one member apart: {}; \
+             change one member at a time",
+            diffs.join("; ")
+        ));
+    } else if !v.can_vote {
+        reasons.push(format!(
+            "starting up: cannot vote until the start-up guard ends (at most {} ms after start, \
+             sooner when the leader hands over)",
+            snap.timings.election_timeout.as_millis()
+        ));
+    }
+    if !snap.transport.healthy {
+        reasons.push(format!(
+            "transport {} not working: {}",
+            snap.transport.kind,
+            snap.transport
+                .last_error
+                .as_deref()
+                .unwrap_or("no error reported yet")
+        ));
+    }
+    if voters_heard < quorum {
+        let mut r = format!(
+            "hears {voters_heard} of the {quorum} members a quorum needs (this node included)"
+        );
+        if !mismatched.is_empty() {
+            r.push_str(&format!(
+                "; members {} list other members (fingerprint ≠ ours {own}): give every node the same --member/--peer list",
+                mismatched.join(", ")
+            ));
+        }
+        reasons.push(r);
+    }
+    ReadyBody {
+        ready: reasons.is_empty(),
+        can_vote: v.can_vote,
+        voters_heard,
+        quorum,
+        mismatched_members: mismatched,
+        reasons,
+        transport: snap.transport.clone(),
+    }
+}
+
 pub async fn get_readyz(State(s): State<AppState>) -> (StatusCode, Json<ReadyBody>) {
-    let transport = s.snapshot.borrow().transport.clone();
-    let code = if transport.healthy {
+    let body = readiness(&s.snapshot());
+    let code = if body.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        code,
-        Json(ReadyBody {
-            ready: transport.healthy,
-            transport,
-        }),
-    )
+    (code, Json(body))
 }

@@ -3,7 +3,6 @@
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::{age_ms, current_leader, wall_clock, ApiError, AppState};
 
@@ -20,7 +19,7 @@ pub struct LeaderBody {
 
 pub async fn get_leader(State(s): State<AppState>) -> Result<Json<LeaderBody>, ApiError> {
     let snap = s.snapshot();
-    let now = Instant::now();
+    let now = crate::clock::now();
     let v = &snap.view;
     let Some(leader) = current_leader(v, &snap, now) else {
         return Err(ApiError::NoLeader { term: v.term });
@@ -49,7 +48,7 @@ pub struct TermBody {
 
 pub async fn get_term(State(s): State<AppState>) -> Json<TermBody> {
     let snap = s.snapshot();
-    let now = Instant::now();
+    let now = crate::clock::now();
     Json(TermBody {
         term: snap.view.term,
         leader: current_leader(&snap.view, &snap, now),

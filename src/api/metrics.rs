@@ -3,13 +3,12 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use tokio::time::Instant;
 
 use super::AppState;
 
 pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     let snap = s.snapshot();
-    let now = Instant::now();
+    let now = crate::clock::now();
     let m = &s.metrics;
     m.is_leader.set(i64::from(snap.view.is_leader_at(now)));
     m.term.set(snap.view.term as i64);
@@ -19,12 +18,13 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     };
     m.last_heartbeat_age.set(hb_age);
     for member in &snap.members {
+        // -1 for a member never heard, like the heartbeat age without a leader.
+        let age = member
+            .last_seen
+            .map_or(-1.0, |at| now.saturating_duration_since(at).as_secs_f64());
         m.member_last_seen_age
             .get_or_create(&vec![("member", member.id.clone())])
-            .set(
-                now.saturating_duration_since(member.last_seen)
-                    .as_secs_f64(),
-            );
+            .set(age);
     }
     (
         [(

@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
-use tokio::time::Instant;
 
 use super::{current_leader, AppState};
 
@@ -23,7 +22,7 @@ pub struct RoleBody {
 /// 200 when this node's role (judged now) is the one asked for, 503 otherwise.
 fn answer(s: &AppState, want_leader: bool) -> (StatusCode, Json<RoleBody>) {
     let snap = s.snapshot();
-    let now = Instant::now();
+    let now = crate::clock::now();
     let leading = snap.view.is_leader_at(now);
     let code = if leading == want_leader {
         StatusCode::OK

@@ -6,7 +6,8 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use super::{age_ms, current_leader, AppState};
-use crate::election::Role;
+use crate::clock;
+use crate::election::{rank, Candidacy, Rank, Role};
 use crate::transport::Health;
 
 #[derive(Serialize)]
@@ -18,10 +19,14 @@ pub struct StatusBody {
     voted_for: Option<String>,
     priority: u32,
     eligible: bool,
+    candidacy: Candidacy,
     can_campaign: bool,
+    can_vote: bool,
     shutting_down: bool,
     cluster_size: usize,
     quorum: usize,
+    /// Fingerprint of this node's member set; every member should show the same.
+    fingerprint: String,
     members: Vec<MemberBody>,
     timings: TimingsBody,
     transport: Health,
@@ -30,12 +35,22 @@ pub struct StatusBody {
 #[derive(Serialize)]
 pub struct MemberBody {
     id: String,
-    priority: u32,
+    priority: Option<u32>,
+    candidacy: Option<Candidacy>,
+    /// Advertises that it would lead now.
     eligible: bool,
-    last_seen_ms: u64,
+    /// `null` when it has never been heard.
+    last_seen_ms: Option<u64>,
     live: bool,
-    /// 1 = the best-ranked of the members listed and this node.
-    rank: usize,
+    /// Its latest message says it hears this node.
+    two_way: bool,
+    /// Could win an election now (two-way, hears a quorum, same member set).
+    viable: bool,
+    fingerprint: Option<String>,
+    /// Same member set as this node; `null` when it has never been heard.
+    matches: Option<bool>,
+    /// 1 = would lead first among the members heard and this node; `null` if never heard.
+    rank: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -50,26 +65,32 @@ pub struct TimingsBody {
 
 pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
     let snap = s.snapshot();
-    let now = Instant::now();
+    let now: Instant = clock::now();
     let v = &snap.view;
-    let mut ranks: Vec<(u32, &str)> = snap
+    let own = snap.member_set.fingerprint().to_string();
+    let heard = snap
         .members
         .iter()
-        .map(|m| (m.priority, m.id.as_str()))
-        .chain(std::iter::once((v.priority, v.node_id.as_str())))
-        .collect();
-    ranks.sort_by(|a, b| b.cmp(a));
-    let rank_of = |p: u32, id: &str| ranks.iter().position(|r| *r == (p, id)).unwrap_or(0) + 1;
+        .filter(|m| m.last_seen.is_some())
+        .map(|m| Rank::new(m.priority, &m.id));
+    let positions =
+        rank::positions(heard.chain(std::iter::once(Rank::new(v.priority, &v.node_id))));
+    let rank_of = |id: &str| positions.iter().find(|(r, _)| r.id == id).map(|(_, i)| *i);
     let members = snap
         .members
         .iter()
         .map(|m| MemberBody {
             id: m.id.clone(),
-            priority: m.priority,
-            eligible: m.eligible,
-            last_seen_ms: age_ms(m.last_seen, now),
+            priority: m.last_seen.map(|_| m.priority),
+            candidacy: m.candidacy,
+            eligible: m.candidacy == Some(Candidacy::Eligible),
+            last_seen_ms: m.last_seen.map(|at| age_ms(at, now)),
             live: m.live,
-            rank: rank_of(m.priority, &m.id),
+            two_way: m.two_way,
+            viable: m.viable,
+            fingerprint: m.fingerprint.clone(),
+            matches: m.matches(&own),
+            rank: rank_of(&m.id),
         })
         .collect();
     let t = &snap.timings;
@@ -86,10 +107,13 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
         voted_for: v.voted_for.clone(),
         priority: v.priority,
         eligible: v.eligible,
+        candidacy: v.candidacy,
         can_campaign: v.can_campaign,
+        can_vote: v.can_vote,
         shutting_down: v.shutting_down,
-        cluster_size: snap.cluster_size,
-        quorum: snap.quorum,
+        cluster_size: snap.member_set.len(),
+        quorum: snap.member_set.quorum(),
+        fingerprint: own,
         members,
         timings: TimingsBody {
             heartbeat_ms: t.heartbeat.as_millis() as u64,

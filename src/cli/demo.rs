@@ -170,8 +170,8 @@ impl Demo {
         what: &str,
         accept: impl Fn(&str, u64) -> bool,
     ) -> Result<(String, u64), String> {
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
+        let deadline = crate::clock::now() + within;
+        while crate::clock::now() < deadline {
             for &i in nodes {
                 if let Some(Ok(Some(status))) = self.children[i].as_mut().map(Child::try_wait) {
                     let log = std::fs::read_to_string(self.dir.join(format!("{}.log", IDS[i])))
@@ -228,7 +228,7 @@ async fn run_demo(args: &DemoArgs) -> Result<(), String> {
             .timeout(Duration::from_millis(500))
             .build()
             .map_err(|e| e.to_string())?,
-        start: Instant::now(),
+        start: crate::clock::now(),
         pilot: None,
     };
     let over = match args.transport {
@@ -279,7 +279,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         d.spawn(i).map_err(|e| format!("cannot start {id}: {e}"))?;
     }
     d.say("started node-a, node-b, node-c");
-    let t0 = Instant::now();
+    let t0 = crate::clock::now();
     let (first, term) = d
         .agreed(&[0, 1, 2], WAIT, "no leader agreed", |_, _| true)
         .await?;
@@ -293,7 +293,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         let _ = c.start_kill();
         let _ = c.wait().await;
     }
-    let crashed = Instant::now();
+    let crashed = crate::clock::now();
     d.say(&format!("{first} crashed (kill -9)"));
     let survivors: Vec<usize> = (0..3).filter(|i| *i != li).collect();
     let (second, term2) = d
@@ -329,7 +329,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         .find(|i| IDS[*i] != second)
         .unwrap_or(li);
     let successor = IDS[si];
-    let asked = Instant::now();
+    let asked = crate::clock::now();
     let deadline = asked + Duration::from_secs(10);
     loop {
         let resp = d
@@ -342,7 +342,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         if resp.status().as_u16() == 202 {
             break;
         }
-        if Instant::now() > deadline {
+        if crate::clock::now() > deadline {
             return Err(format!(
                 "step-down refused: {}",
                 resp.text().await.unwrap_or_default()
@@ -350,7 +350,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         }
         sleep(Duration::from_millis(200)).await;
     }
-    let asked = Instant::now();
+    let asked = crate::clock::now();
     d.say(&format!(
         "asked {second} to step down in favour of {successor}"
     ));

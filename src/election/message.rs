@@ -1,14 +1,19 @@
 //! Wire messages: what nodes publish on `election:<group>`.
 //!
-//! Every message is one JSON object with a common header (`v, type, group, from, term, seq, ts`)
-//! and the fields of its type. `election`, `leader` and `heartbeat` keep the reference workflow's
-//! field names so that its jq observers still work. Unknown fields are ignored so that newer
-//! nodes can add fields without breaking older ones.
+//! Every message is one JSON object with a common header (`v, type, group, from, term, seq, ts,
+//! members`) and the fields of its type (docs/protocol.md, "Messages"). `election`, `leader` and
+//! `heartbeat` keep the field names of the bash workflow this project replaces (`leader`, `term`,
+//! `timestamp`), so a jq observer written for it still works. Unknown fields are ignored so that
+//! newer nodes can add fields without breaking older ones; a change of meaning bumps
+//! [`PROTOCOL_VERSION`].
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol version this build speaks. Version 2 added the member fingerprint, the
+/// advertised candidacy and the `hears` list; nodes of different versions ignore each other.
+pub const PROTOCOL_VERSION: u32 = 2;
+/// Most ids a `hears` list may hold (a member set is bounded far below this by its byte size).
+pub const MAX_HEARS: usize = 1024;
 /// Messages larger than this are dropped before parsing.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 /// Longest node id, group or key id accepted on the wire.
@@ -26,6 +31,10 @@ pub struct Message {
     /// Wall-clock send time in unix milliseconds. Informational only: the protocol never reads it.
     #[serde(default)]
     pub ts: u64,
+    /// Fingerprint of the sender's member set ([`super::MemberSet::fingerprint`]). Required;
+    /// defaulted only so that a message of another version is refused for its version.
+    #[serde(default)]
+    pub members: String,
     #[serde(flatten)]
     pub body: Body,
     /// Id of the cluster key that signed this message.
@@ -43,22 +52,31 @@ pub enum Body {
     /// From the leader every heartbeat interval.
     Heartbeat {
         leader: String,
-        /// Wall-clock unix seconds, as the reference workflow sent it.
+        /// Wall-clock unix seconds, as the bash workflow sent it.
         #[serde(default)]
         timestamp: u64,
         lease_ms: u64,
         priority: u32,
-        eligible: bool,
+        candidacy: Candidacy,
+        hears: Vec<String>,
+        member_ids: Vec<String>,
     },
     /// A follower's answer to one heartbeat; a quorum of them renews the lease.
     Ack {
         leader: String,
         hb_seq: u64,
         priority: u32,
-        eligible: bool,
+        candidacy: Candidacy,
+        hears: Vec<String>,
+        member_ids: Vec<String>,
     },
-    /// From a node that knows no leader (or has not spoken for a heartbeat interval).
-    Presence { priority: u32, eligible: bool },
+    /// From a node that knows no leader, whose candidacy changed, or whose acks are late.
+    Presence {
+        priority: u32,
+        candidacy: Candidacy,
+        hears: Vec<String>,
+        member_ids: Vec<String>,
+    },
     /// A candidacy: a pre-vote round asks for `term` without anyone changing state.
     Election {
         candidate: String,
@@ -86,7 +104,78 @@ pub enum Body {
     },
 }
 
+/// Whether a node would campaign and lead now, as it tells the others (rule 11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Candidacy {
+    /// Would campaign and lead now.
+    Eligible,
+    /// Inside its start-up guard (rule 8): will be eligible soon, cannot vote or lead yet.
+    Booting,
+    /// Resigned less than `T` ago (rule 10): not campaigning, but an operator may name it.
+    Cooling,
+    /// Candidacy withdrawn by its operator (`--no-candidate`, `POST /candidacy`).
+    Withdrawn,
+    /// Shutting down.
+    Stopping,
+}
+
+impl Candidacy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Candidacy::Eligible => "eligible",
+            Candidacy::Booting => "booting",
+            Candidacy::Cooling => "cooling",
+            Candidacy::Withdrawn => "withdrawn",
+            Candidacy::Stopping => "stopping",
+        }
+    }
+}
+
+/// What a node says about itself in heartbeats, acks and presences: rank, candidacy, the
+/// members it heard within `T` (the two-way evidence of rule 11) and its whole member set (so
+/// that a change of more than one member at a time is seen, rule 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advert<'a> {
+    pub priority: u32,
+    pub candidacy: Candidacy,
+    pub hears: &'a [String],
+    pub member_ids: &'a [String],
+}
+
 impl Body {
+    /// The sender's advertisement, for the types that carry one.
+    pub fn advert(&self) -> Option<Advert<'_>> {
+        match self {
+            Body::Heartbeat {
+                priority,
+                candidacy,
+                hears,
+                member_ids,
+                ..
+            }
+            | Body::Ack {
+                priority,
+                candidacy,
+                hears,
+                member_ids,
+                ..
+            }
+            | Body::Presence {
+                priority,
+                candidacy,
+                hears,
+                member_ids,
+            } => Some(Advert {
+                priority: *priority,
+                candidacy: *candidacy,
+                hears,
+                member_ids,
+            }),
+            _ => None,
+        }
+    }
+
     /// The wire name of the type, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -120,6 +209,17 @@ impl Message {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(WireError::TooLarge(bytes.len()));
         }
+        // The version first, so that a node of another version is named as such rather than
+        // as malformed (its fields may differ).
+        #[derive(Deserialize)]
+        struct Version {
+            v: u32,
+        }
+        if let Ok(Version { v }) = serde_json::from_slice::<Version>(bytes) {
+            if v != PROTOCOL_VERSION {
+                return Err(WireError::Version(v));
+            }
+        }
         let msg: Message =
             serde_json::from_slice(bytes).map_err(|e| WireError::Malformed(e.to_string()))?;
         msg.check()?;
@@ -140,6 +240,18 @@ impl Message {
         }
         if self.kid.as_deref().is_some_and(|k| !id_ok(k)) {
             return Err(WireError::Invalid("`kid` must be 1 to 256 bytes"));
+        }
+        if self.members.is_empty() || self.members.len() > 64 {
+            return Err(WireError::Invalid("`members` must be 1 to 64 bytes"));
+        }
+        if let Some(a) = self.body.advert() {
+            for list in [a.hears, a.member_ids] {
+                if list.len() > MAX_HEARS || !list.iter().all(|h| id_ok(h)) {
+                    return Err(WireError::Invalid(
+                        "`hears` and `member_ids` must be at most 1024 ids of 1 to 256 bytes",
+                    ));
+                }
+            }
         }
         match &self.body {
             Body::Heartbeat { leader, .. }
@@ -188,18 +300,21 @@ mod tests {
 
     fn heartbeat() -> Message {
         Message {
-            v: 1,
+            v: PROTOCOL_VERSION,
             group: "g1".into(),
             from: "a".into(),
             term: 3,
             seq: 9,
             ts: 0,
+            members: "0badf00d".into(),
             body: Body::Heartbeat {
                 leader: "a".into(),
                 timestamp: 0,
                 lease_ms: 2000,
                 priority: 7,
-                eligible: true,
+                candidacy: Candidacy::Eligible,
+                hears: vec!["b".into(), "c".into()],
+                member_ids: vec!["a".into(), "b".into(), "c".into()],
             },
             kid: None,
             sig: None,
@@ -227,11 +342,15 @@ mod tests {
                 leader: "a".into(),
                 hb_seq: 4,
                 priority: 1,
-                eligible: false,
+                candidacy: Candidacy::Cooling,
+                hears: vec![],
+                member_ids: vec!["a".into()],
             },
             Body::Presence {
                 priority: 2,
-                eligible: true,
+                candidacy: Candidacy::Booting,
+                hears: vec!["a".into()],
+                member_ids: vec!["a".into(), "x".into()],
             },
             Body::Election {
                 candidate: "a".into(),
@@ -268,28 +387,32 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_ignored() {
-        let text = r#"{"v":1,"type":"presence","group":"g","from":"x","term":1,"seq":2,"ts":3,
-            "priority":5,"eligible":true,"future":{"a":[1,2]}}"#;
+        let text = r#"{"v":2,"type":"presence","group":"g","from":"x","term":1,"seq":2,"ts":3,
+            "members":"01234567","priority":5,"candidacy":"eligible","hears":["y"],"member_ids":["x","y"],"future":{"a":[1,2]}}"#;
         let m = Message::parse(text.as_bytes()).unwrap();
         assert_eq!(
             m.body,
             Body::Presence {
                 priority: 5,
-                eligible: true
+                candidacy: Candidacy::Eligible,
+                hears: vec!["y".into()],
+                member_ids: vec!["x".into(), "y".into()],
             }
         );
     }
 
     #[test]
     fn malformed_input_is_an_error_value() {
-        let cases: [&[u8]; 8] = [
+        let cases: [&[u8]; 10] = [
             b"",
             b"null",
             b"{",
             b"[1,2]",
             br#"{"v":1,"type":"nope","group":"g","from":"x","term":1,"seq":1}"#,
-            br#"{"v":1,"type":"presence","group":"g","from":"x","term":-1,"seq":1,"priority":1,"eligible":true}"#,
-            br#"{"v":1,"type":"heartbeat","group":"g","from":"x","term":1,"seq":1,"leader":"y","lease_ms":1,"priority":1,"eligible":true}"#,
+            br#"{"v":2,"type":"presence","group":"g","from":"x","term":-1,"seq":1,"members":"m","priority":1,"candidacy":"eligible","hears":[],"member_ids":["x"]}"#,
+            br#"{"v":2,"type":"heartbeat","group":"g","from":"x","term":1,"seq":1,"members":"m","leader":"y","lease_ms":1,"priority":1,"candidacy":"eligible","hears":[],"member_ids":["x"]}"#,
+            br#"{"v":2,"type":"presence","group":"g","from":"x","term":1,"seq":1,"priority":1,"candidacy":"eligible","hears":[],"member_ids":["x"]}"#,
+            br#"{"v":2,"type":"presence","group":"g","from":"x","term":1,"seq":1,"members":"m","priority":1,"candidacy":"eligible","hears":[""],"member_ids":["x"]}"#,
             &[0xff, 0xfe, 0x00],
         ];
         for c in cases {
@@ -299,8 +422,8 @@ mod tests {
                 String::from_utf8_lossy(c)
             );
         }
-        let v2 = br#"{"v":2,"type":"presence","group":"g","from":"x","term":1,"seq":1,"priority":1,"eligible":true}"#;
-        assert_eq!(Message::parse(v2), Err(WireError::Version(2)));
+        let v1 = br#"{"v":1,"type":"presence","group":"g","from":"x","term":1,"seq":1,"priority":1,"eligible":true}"#;
+        assert_eq!(Message::parse(v1), Err(WireError::Version(1)));
         let big = vec![b' '; MAX_MESSAGE_BYTES + 1];
         assert_eq!(
             Message::parse(&big),

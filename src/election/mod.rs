@@ -1,25 +1,41 @@
 //! The election core: a deterministic, sans-IO state machine.
 //!
 //! It owns no clock, socket, process or entropy. The shell feeds it [`Input`]s with the current
-//! monotonic time, then drains [`Action`]s with [`Node::poll_action`] and sleeps until
+//! time, then drains [`Action`]s with [`Node::poll_action`] and sleeps until
 //! [`Node::poll_timeout`]. Because time and randomness are arguments, a whole cluster of cores
 //! can be run deterministically by the simulator in [`crate::sim`].
 //!
-//! The protocol (see DESIGN.md, "The protocol") is a prioritized quorum election with leases:
-//! pre-vote, one persisted vote per term, leader stickiness, rank stagger, leases renewed by
-//! quorum acknowledgements, CheckQuorum, resign with or without a successor, and preemption.
+//! The protocol is specified in docs/protocol.md (numbered rules, the safety argument and the
+//! invariants the simulator checks): a prioritized quorum election among an explicit member set,
+//! with pre-vote, one persisted vote per term, leases renewed by quorum acknowledgements,
+//! CheckQuorum, resign with or without a successor, preemption, and ranking that trusts only
+//! members proven to hear the cluster.
+//!
+//! Layout: [`interface`] (the types that cross the boundary), [`membership`] (who votes),
+//! [`rank`] (who leads first), `peers` (what this node knows of the others), `node` (the state
+//! machine), [`message`] (the wire), `timings` (durations and the safety inequality).
 
+pub mod interface;
+pub mod membership;
 mod message;
 mod node;
+mod peers;
 mod priority;
+pub mod rank;
 mod rng;
 mod timings;
 
-pub use message::{Body, Message, WireError, MAX_ID_BYTES, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
-pub use node::{
-    Action, CommandError, Config, Input, Member, Node, Outcome, Persistent, Reason, Role,
-    Transition, View,
+pub use interface::{
+    Action, CommandError, Config, Input, Member, Outcome, Persistent, Reason, Role, Transition,
+    View,
 };
+pub use membership::{quorum_of, MemberSet, MembershipError};
+pub use message::{
+    Advert, Body, Candidacy, Message, WireError, MAX_HEARS, MAX_ID_BYTES, MAX_MESSAGE_BYTES,
+    PROTOCOL_VERSION,
+};
+pub use node::Node;
 pub use priority::{cksum, default_priority};
+pub use rank::Rank;
 pub use rng::Rng;
 pub use timings::{Timings, TimingsError};

@@ -1,225 +1,59 @@
-//! The election state machine of one node.
+//! The election state machine of one node. Every rule it implements is numbered in
+//! docs/protocol.md; comments cite them as "rule N".
+//!
+//! Reading order: [`Node::handle`] (one input), [`Node::on_time`] (timers), [`Node::on_message`]
+//! (the wire), then the command handlers. State that only exists in one role lives inside that
+//! role's variant of [`State`], so it cannot go stale when the role changes.
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::message::{Body, Message, PROTOCOL_VERSION};
+use super::interface::{
+    Action, CommandError, Config, Input, Member, Outcome, Persistent, Reason, Role, Transition,
+    View,
+};
+use super::membership::MemberSet;
+use super::message::{Body, Candidacy, Message, PROTOCOL_VERSION};
+use super::peers::{Peer, Peers};
+use super::rank::Rank;
 use super::rng::Rng;
 use super::timings::Timings;
 
-/// Static configuration of one node.
+/// How many resign messages an ex-leader repeats (one per heartbeat interval) so that one lost
+/// message does not cost the successor a full election timeout (rule 10).
+const RESIGN_REPEATS: u8 = 3;
+/// Flap damping (rule 12): losses of eligibility within this many preemption waits count.
+const FLAP_WINDOW: u32 = 10;
+/// Flap damping: the preemption wait doubles per recent flap, at most this many times.
+const MAX_FLAP_DOUBLINGS: u32 = 4;
+
+/// The leader a follower knows.
 #[derive(Debug, Clone)]
-pub struct Config {
-    pub node_id: String,
-    pub group: String,
-    /// `N`: the number of voting members. Quorum is `N/2 + 1`.
-    pub cluster_size: usize,
-    pub priority: u32,
-    /// Whether this node is a candidate at start.
-    pub eligible: bool,
-    pub timings: Timings,
+struct KnownLeader {
+    id: String,
+    /// Last heartbeat (or victory declaration) from it.
+    heard_at: Instant,
+    /// When this node learned of it.
+    since: Instant,
 }
 
-/// What must survive a restart: without it a node could vote twice in one term.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Persistent {
-    pub term: u64,
-    pub voted_for: Option<String>,
-}
-
-/// A node's role in the protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Follower,
-    /// Asking for pre-votes: nothing has changed yet.
-    PreCandidate,
-    /// Has raised the term, voted for itself, and asks for real votes.
-    Candidate,
-    Leader,
-}
-
-/// Why the known leader changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    Elected,
-    StepDown,
-    Transfer,
-    Preempted,
-    LeaseExpired,
-    LeaderTimeout,
-    HigherTerm,
-    Shutdown,
-}
-
-impl Reason {
-    pub const ALL: [Reason; 8] = [
-        Reason::Elected,
-        Reason::StepDown,
-        Reason::Transfer,
-        Reason::Preempted,
-        Reason::LeaseExpired,
-        Reason::LeaderTimeout,
-        Reason::HigherTerm,
-        Reason::Shutdown,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Elected => "elected",
-            Reason::StepDown => "step_down",
-            Reason::Transfer => "transfer",
-            Reason::Preempted => "preempted",
-            Reason::LeaseExpired => "lease_expired",
-            Reason::LeaderTimeout => "leader_timeout",
-            Reason::HigherTerm => "higher_term",
-            Reason::Shutdown => "shutdown",
-        }
-    }
-}
-
-/// A change of the leader this node knows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Transition {
-    pub term: u64,
-    pub leader: Option<String>,
-    pub previous: Option<String>,
-    pub reason: Reason,
-    pub at: Instant,
-}
-
-/// What this node currently believes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct View {
-    pub node_id: String,
-    pub role: Role,
-    pub term: u64,
-    pub leader: Option<String>,
-    pub voted_for: Option<String>,
-    /// For a leader: the end of its lease. It is leader only before this instant.
-    pub lease_until: Option<Instant>,
-    /// Last time the leader was heard (for a leader: last lease renewal).
-    pub leader_heard_at: Option<Instant>,
-    /// When this node learned of the current leader.
-    pub leader_since: Option<Instant>,
-    pub priority: u32,
-    /// Configured candidacy.
-    pub eligible: bool,
-    /// Whether it would campaign now (eligible and not starting up, cooling down or stopping).
-    pub can_campaign: bool,
-    pub shutting_down: bool,
-}
-
-impl View {
-    /// Leadership as a client may rely on it: the role and an unexpired lease.
-    pub fn is_leader_at(&self, now: Instant) -> bool {
-        self.role == Role::Leader && self.lease_until.is_some_and(|l| now < l)
-    }
-}
-
-/// Another member, as last heard.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub id: String,
-    pub priority: u32,
-    /// Advertised: whether it would campaign now.
-    pub eligible: bool,
-    pub last_seen: Instant,
-    /// Since when it has been heard without a gap of `T` and advertised as eligible.
-    pub eligible_since: Option<Instant>,
-}
-
-/// What the shell gives the core.
-#[derive(Debug, Clone)]
-pub enum Input {
-    /// Time has passed; fire whatever timers are due.
-    Tick,
-    /// A message from the wire (already parsed and authenticated by the shell).
-    Message(Message),
-    /// Operator asks the leader to step down, optionally naming who should lead next.
-    StepDown {
-        successor: Option<String>,
-        expected_term: Option<u64>,
-    },
-    /// Announce or withdraw candidacy, optionally with a new priority.
-    SetCandidacy {
-        eligible: bool,
-        priority: Option<u32>,
-    },
-    /// The process is stopping: hand over if leading, never campaign again.
-    Shutdown,
-}
-
-/// What the core asks the shell to do, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Write durably before executing any later action.
-    Persist(Persistent),
-    /// Send to the group (every member, this one included, may receive it).
-    Publish(Message),
-    /// The known leader changed.
-    Transition(Transition),
-    /// Role, term, leader, vote or candidacy changed.
-    StateChanged(View),
-}
-
-/// How an input was taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Acted upon (a command done, a message that counted).
-    Accepted,
-    /// A message for an older term or a finished round.
-    Stale,
-    /// A message not for us (other group, our own echo) or refused by a rule.
-    Ignored,
-    /// The step-down command was carried out.
-    SteppedDown {
-        term: u64,
-        successor: Option<String>,
-    },
-}
-
-/// Why a command was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CommandError {
-    #[error("this node is not the leader (term {term}, leader {leader:?})")]
-    NotLeader { term: u64, leader: Option<String> },
-    #[error("expected term {expected} but the current term is {current}")]
-    TermMismatch { expected: u64, current: u64 },
-    #[error("successor {successor:?} cannot lead: {reason}")]
-    SuccessorIneligible { successor: String, reason: String },
-}
-
-#[derive(Debug, Clone)]
-struct Guard {
-    /// The leader (or candidate we voted for) whose lease our silence protects.
-    holder: String,
-    until: Instant,
-}
-
-/// A pre-vote we would grant but for a guard that is about to expire. Answering it the moment
-/// the guard expires saves the candidate a whole retry after a leader crash, when the voters
-/// heard the last heartbeat a few milliseconds after the candidate did.
-#[derive(Debug, Clone)]
-struct Deferred {
-    candidate: String,
-    priority: u32,
-    term: u64,
-}
-
+/// A pre-vote or vote round this node runs for itself.
 #[derive(Debug, Clone)]
 struct Round {
     term: u64,
+    /// Members with our member set that granted, this node included.
     grants: BTreeSet<String>,
+    /// When the request left: a lease built on these votes runs from here (rule 6).
     started: Instant,
     deadline: Instant,
+    /// The shell has run the step that started the round, so the term and the self-vote are
+    /// on disk (it runs a step's actions before the next input).
+    durable: bool,
 }
 
+/// A heartbeat waiting for acknowledgements.
 #[derive(Debug, Clone)]
 struct PendingHeartbeat {
     seq: u64,
@@ -230,69 +64,131 @@ struct PendingHeartbeat {
 #[derive(Debug, Clone)]
 struct Leadership {
     since: Instant,
+    /// The node leads only before this instant (rule 6).
     lease_until: Instant,
+    /// The send time the lease was last renewed from.
     renewed_at: Instant,
     next_heartbeat: Instant,
+    /// Heartbeats younger than the lease, oldest first.
     pending: VecDeque<PendingHeartbeat>,
 }
 
-/// Rank: `(priority, id)` compared lexicographically, greater wins.
-fn outranks(a: (u32, &str), b: (u32, &str)) -> bool {
-    a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)) == Ordering::Greater
+/// The role and the state only that role has.
+#[derive(Debug, Clone)]
+enum State {
+    Follower { leader: Option<KnownLeader> },
+    PreCandidate(Round),
+    Candidate(Round),
+    Leader(Leadership),
 }
 
-/// The top-ranked of some members, by the same rank as [`outranks`].
-fn top_ranked<'a>(members: impl Iterator<Item = &'a Member>) -> Option<&'a Member> {
-    members.max_by(|a, b| a.priority.cmp(&b.priority).then_with(|| a.id.cmp(&b.id)))
+/// A promise this node keeps for a leader's lease (rule 5): no vote for anyone else until
+/// `until`.
+#[derive(Debug, Clone)]
+struct Guard {
+    holder: String,
+    until: Instant,
 }
 
-/// How many resign messages an ex-leader repeats (one per heartbeat interval) so that one lost
-/// message does not cost the successor a full election timeout.
-const RESIGN_REPEATS: u8 = 3;
+/// The start-up guard (rule 8): for `T` after start, or until released, this node neither
+/// votes nor campaigns, because an acknowledgement it sent before a crash may still be holding
+/// up a leader's lease.
+#[derive(Debug, Clone, Copy)]
+struct BootGuard {
+    until: Instant,
+    /// The term persisted at start: evidence about this or a later term releases the guard.
+    term: u64,
+}
+
+/// A leader that resigned in `term`: out of the ranking until a new term.
+#[derive(Debug, Clone)]
+struct Resigned {
+    leader: String,
+    term: u64,
+}
+
+/// After a resign that named a successor, votes go only to it until `until` (rule 10).
+#[derive(Debug, Clone)]
+struct Favored {
+    candidate: String,
+    until: Instant,
+}
+
+/// A pre-vote we would grant but for a guard that is about to expire. Answering it the moment
+/// the guard expires saves the candidate a whole retry after a leader crash, when the voters
+/// heard the last heartbeat a few milliseconds after the candidate did.
+#[derive(Debug, Clone)]
+struct DeferredPreVote {
+    candidate: String,
+    priority: u32,
+    term: u64,
+}
+
+/// What this node tells the others about itself.
+struct OwnAdvert {
+    priority: u32,
+    candidacy: Candidacy,
+    hears: Vec<String>,
+    member_ids: Vec<String>,
+}
+
+/// The resign an ex-leader repeats while nobody leads yet.
+#[derive(Debug, Clone)]
+struct PendingResign {
+    message: Message,
+    repeats_left: u8,
+}
+
+/// When a follower campaigns: `wait` after `base`, plus the stagger of rule 11 and jitter; or at
+/// once (`at_once`) when a resign named it.
+#[derive(Debug, Clone)]
+struct CampaignTimer {
+    base: Instant,
+    wait: Duration,
+    jitter: Duration,
+    at_once: Option<Instant>,
+}
 
 /// The election state machine of one node.
 #[derive(Debug)]
 pub struct Node {
     id: String,
     group: String,
-    quorum: usize,
-    cluster_size: usize,
-    t: Timings,
+    members: MemberSet,
+    timings: Timings,
+    /// Current priority (changeable through `SetCandidacy`).
     priority: u32,
+    /// Configured candidacy.
     eligible: bool,
     rng: Rng,
 
+    /// Durable (rule 2, rule 3): the shell persists both before any message that depends on
+    /// them leaves.
     term: u64,
     voted_for: Option<String>,
 
-    role: Role,
-    leader: Option<String>,
-    leader_heard_at: Option<Instant>,
-    leader_since: Option<Instant>,
-    guard: Option<Guard>,
-    resigned: Option<(String, u64)>,
-    favored: Option<(String, Instant)>,
-    members: BTreeMap<String, Member>,
-
-    boot_until: Instant,
+    state: State,
+    boot: Option<BootGuard>,
+    /// After resigning, no campaign until then (rule 10).
     cooldown_until: Option<Instant>,
     shutting_down: bool,
+    guard: Option<Guard>,
+    resigned: Option<Resigned>,
+    favored: Option<Favored>,
+    deferred: Option<DeferredPreVote>,
+    /// Rank vetoes this node has cast since it last knew a leader: rival id -> first veto.
+    /// A rival that has not won within `T` of the first stops counting (the bounded veto).
+    vetoes: BTreeMap<String, Instant>,
+    peers: Peers,
+    timer: CampaignTimer,
 
-    timer_base: Instant,
-    timer_wait: Duration,
-    jitter: Duration,
-    campaign_at: Option<Instant>,
-
-    round: Option<Round>,
-    leadership: Option<Leadership>,
-    deferred: Option<Deferred>,
-
-    last_sent: Option<Instant>,
+    /// Next sequence number; the shell starts it above every number used before.
     seq: u64,
-    pending_resign: Option<(Message, u8)>,
-
+    last_sent: Option<Instant>,
+    /// The candidacy the others last heard from us; a change is announced at once.
+    advertised: Option<Candidacy>,
+    pending_resign: Option<PendingResign>,
     actions: VecDeque<Action>,
-    last_view: View,
 }
 
 impl Node {
@@ -308,60 +204,44 @@ impl Node {
         seq_start: u64,
     ) -> Node {
         let t = config.timings;
-        let cluster_size = config.cluster_size.max(1);
-        let view = View {
-            node_id: config.node_id.clone(),
-            role: Role::Follower,
-            term: persisted.term,
-            leader: None,
-            voted_for: persisted.voted_for.clone(),
-            lease_until: None,
-            leader_heard_at: None,
-            leader_since: None,
-            priority: config.priority,
-            eligible: config.eligible,
-            can_campaign: false,
-            shutting_down: false,
-        };
+        let peers = Peers::new(&config.node_id, &config.members, t.election_timeout);
         let mut node = Node {
             id: config.node_id,
             group: config.group,
-            quorum: cluster_size / 2 + 1,
-            cluster_size,
-            t,
+            members: config.members,
+            timings: t,
             priority: config.priority,
             eligible: config.eligible,
             rng: Rng::new(seed),
             term: persisted.term,
             voted_for: persisted.voted_for,
-            role: Role::Follower,
-            leader: None,
-            leader_heard_at: None,
-            leader_since: None,
+            state: State::Follower { leader: None },
+            // Rule 8: an ack sent before a crash may still hold a lease.
+            boot: Some(BootGuard {
+                until: now + t.election_timeout,
+                term: persisted.term,
+            }),
+            cooldown_until: None,
+            shutting_down: false,
             guard: None,
             resigned: None,
             favored: None,
-            members: BTreeMap::new(),
-            // Rule 7: we may have acked a leader just before a crash; that ack may still hold
-            // its lease, so for T we neither vote nor campaign.
-            boot_until: now + t.election_timeout,
-            cooldown_until: None,
-            shutting_down: false,
-            timer_base: now,
-            timer_wait: t.election_timeout,
-            jitter: Duration::ZERO,
-            campaign_at: None,
-            round: None,
-            leadership: None,
             deferred: None,
-            last_sent: None,
+            vetoes: BTreeMap::new(),
+            peers,
+            timer: CampaignTimer {
+                base: now,
+                wait: t.election_timeout,
+                jitter: Duration::ZERO,
+                at_once: None,
+            },
             seq: seq_start,
+            last_sent: None,
+            advertised: None,
             pending_resign: None,
             actions: VecDeque::new(),
-            last_view: view,
         };
-        node.jitter = node.draw_jitter();
-        node.last_view = node.view(now);
+        node.timer.jitter = node.draw_jitter();
         node
     }
 
@@ -374,19 +254,20 @@ impl Node {
     }
 
     pub fn role(&self) -> Role {
-        self.role
+        match self.state {
+            State::Follower { .. } => Role::Follower,
+            State::PreCandidate(_) => Role::PreCandidate,
+            State::Candidate(_) => Role::Candidate,
+            State::Leader(_) => Role::Leader,
+        }
     }
 
-    pub fn quorum(&self) -> usize {
-        self.quorum
-    }
-
-    pub fn cluster_size(&self) -> usize {
-        self.cluster_size
+    pub fn members(&self) -> &MemberSet {
+        &self.members
     }
 
     pub fn timings(&self) -> &Timings {
-        &self.t
+        &self.timings
     }
 
     /// The next sequence number this node would use.
@@ -394,13 +275,12 @@ impl Node {
         self.seq
     }
 
-    pub fn members(&self) -> impl Iterator<Item = &Member> {
-        self.members.values()
-    }
-
-    /// Whether the member was heard within `T`.
-    pub fn is_live(&self, m: &Member, now: Instant) -> bool {
-        now < m.last_seen + self.t.election_timeout
+    /// Every other member as this node knows it.
+    pub fn peers(&self, now: Instant) -> Vec<Member> {
+        self.peers
+            .iter()
+            .map(|p| self.peers.describe(p, now))
+            .collect()
     }
 
     pub fn persistent(&self) -> Persistent {
@@ -410,22 +290,39 @@ impl Node {
         }
     }
 
+    /// Whether a stopping leader has anyone to hand over to (else it may exit at once).
+    pub fn has_successor(&self, now: Instant) -> bool {
+        self.best_successor(now).is_some()
+    }
+
     pub fn view(&self, now: Instant) -> View {
+        let (leader, heard, since, lease) = match &self.state {
+            State::Follower { leader: Some(l) } => {
+                (Some(l.id.clone()), Some(l.heard_at), Some(l.since), None)
+            }
+            State::Leader(l) => (
+                Some(self.id.clone()),
+                Some(l.renewed_at),
+                Some(l.since),
+                Some(l.lease_until),
+            ),
+            _ => (None, None, None, None),
+        };
         View {
             node_id: self.id.clone(),
-            role: self.role,
+            role: self.role(),
             term: self.term,
-            leader: self.leader.clone(),
+            leader,
             voted_for: self.voted_for.clone(),
-            lease_until: self.leadership.as_ref().map(|l| l.lease_until),
-            leader_heard_at: match &self.leadership {
-                Some(l) => Some(l.renewed_at),
-                None => self.leader_heard_at,
-            },
-            leader_since: self.leader_since,
+            lease_until: lease,
+            leader_heard_at: heard,
+            leader_since: since,
             priority: self.priority,
             eligible: self.eligible,
+            candidacy: self.candidacy(now),
             can_campaign: self.can_campaign(now),
+            can_vote: !self.booting(now) && self.peers.conflicts(now).is_empty(),
+            config_conflicts: self.peers.conflicts(now),
             shutting_down: self.shutting_down,
         }
     }
@@ -440,31 +337,40 @@ impl Node {
         let mut next: Option<Instant> = None;
         let mut at = |i: Instant| next = Some(next.map_or(i, |n| n.min(i)));
         at(self.next_presence());
-        if let Some(l) = &self.leadership {
-            at(l.next_heartbeat);
-            at(l.lease_until);
-        }
-        if let Some(r) = &self.round {
-            at(r.deadline);
+        match &self.state {
+            State::Leader(l) => {
+                at(l.next_heartbeat);
+                at(l.lease_until);
+            }
+            State::Candidate(r) if r.grants.len() >= self.members.quorum() => at(r.started),
+            // (A round that won waits only for its step's actions; see `Round::durable`.)
+            State::PreCandidate(r) | State::Candidate(r) => at(r.deadline),
+            State::Follower { leader: Some(l) } => at(l.heard_at + self.timings.election_timeout),
+            State::Follower { leader: None } => {
+                if let Some(d) = self.election_deadline() {
+                    at(d);
+                }
+            }
         }
         if let (Some(_), Some(g)) = (&self.deferred, &self.guard) {
             at(g.until);
         }
-        if let Some(heard) = self.leader_heard_at {
-            if self.leader.is_some() && self.role != Role::Leader {
-                at(heard + self.t.election_timeout);
-            }
+        // Candidacy changes are announced when they happen.
+        if let Some(b) = &self.boot {
+            at(b.until);
         }
-        if self.role == Role::Follower {
-            if let Some(d) = self.election_deadline() {
-                at(d);
-            }
+        if let Some(c) = self.cooldown_until {
+            at(c);
         }
         next
     }
 
     /// Feeds one input. Commands may be refused; messages never are (they are just counted).
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
+        // The previous step's actions have run: a round it started is on disk now.
+        if let State::PreCandidate(r) | State::Candidate(r) = &mut self.state {
+            r.durable = true;
+        }
         // Time first: a node that wakes from a long pause must notice its lease ran out before it
         // does anything as leader.
         self.on_time(now);
@@ -484,45 +390,48 @@ impl Node {
             }
         };
         self.on_time(now);
-        self.emit_view(now);
         result
     }
 
     // ---- timers -------------------------------------------------------------------------
 
     fn on_time(&mut self, now: Instant) {
-        if let Some(l) = &self.leadership {
-            if now >= l.lease_until {
-                // CheckQuorum: no quorum acked within the lease; we may no longer lead.
-                self.stop_leading(now, Reason::LeaseExpired);
-            }
+        let t = self.timings.election_timeout;
+        let lease_over = matches!(&self.state, State::Leader(l) if now >= l.lease_until);
+        let leader_silent =
+            matches!(&self.state, State::Follower { leader: Some(l) } if now >= l.heard_at + t);
+        let round_over = matches!(
+            &self.state,
+            State::PreCandidate(r) | State::Candidate(r) if now >= r.deadline
+        );
+        let quorum = self.members.quorum();
+        let won =
+            matches!(&self.state, State::Candidate(r) if r.durable && r.grants.len() >= quorum);
+        if won {
+            self.become_leader(now);
+        } else if lease_over {
+            // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.
+            // Saying so (rule 10) frees the followers' guards at once.
+            self.resign(now, None, Reason::LeaseExpired);
+        } else if leader_silent {
+            self.set_leader(now, None, Reason::LeaderTimeout);
+        } else if round_over {
+            self.state = State::Follower { leader: None };
+            self.reset_timer(now, self.retry_wait());
         }
-        if self.role != Role::Leader && self.leader.is_some() {
-            if let Some(heard) = self.leader_heard_at {
-                if now >= heard + self.t.election_timeout {
-                    self.set_leader(now, None, Reason::LeaderTimeout);
-                }
-            }
-        }
-        if let Some(r) = &self.round {
-            if now >= r.deadline {
-                self.round = None;
-                self.role = Role::Follower;
-                self.reset_timer(now, self.retry_wait());
-            }
-        }
-        if let Some((_, until)) = &self.favored {
-            if now >= *until {
-                self.favored = None;
-            }
+        if self.favored.as_ref().is_some_and(|f| now >= f.until) {
+            self.favored = None;
         }
         if self.cooldown_until.is_some_and(|c| now >= c) {
             self.cooldown_until = None;
         }
-        if self.role == Role::Leader {
+        if self.boot.is_some_and(|b| now >= b.until) {
+            self.boot = None;
+        }
+        if matches!(self.state, State::Leader(_)) {
             self.maybe_preempt(now);
         }
-        if let Some(l) = &self.leadership {
+        if let State::Leader(l) = &self.state {
             if now >= l.next_heartbeat {
                 self.send_heartbeat(now);
             }
@@ -531,110 +440,183 @@ impl Node {
             self.answer_deferred(now);
         }
         // Our own vote counts like any other: never while it may be holding up someone's lease.
-        let own_vote_free = self.may_vote(now, &self.id);
-        if self.role == Role::Follower && self.can_campaign(now) && own_vote_free {
-            if let Some(deadline) = self.election_deadline() {
-                if now >= deadline {
-                    self.start_pre_vote(now);
+        if matches!(self.state, State::Follower { .. })
+            && self.can_campaign(now)
+            && self.may_vote(now, &self.id.clone())
+            && self.election_deadline().is_some_and(|d| now >= d)
+        {
+            self.start_pre_vote(now);
+        }
+        if !matches!(self.state, State::Leader(_)) {
+            if now >= self.next_presence() {
+                if !self.repeat_resign(now) {
+                    self.send_presence(now);
                 }
+            } else if self.advertised != Some(self.candidacy(now)) {
+                self.send_presence(now);
             }
         }
-        if self.role != Role::Leader && now >= self.next_presence() {
-            if let Some((msg, left)) = self.pending_resign.take() {
-                if left > 0 && self.leader.is_none() && msg.term == self.term {
-                    let mut again = msg.clone();
-                    again.seq = self.take_seq();
-                    self.publish(now, again);
-                    self.pending_resign = Some((msg, left - 1));
-                    return;
-                }
-            }
-            self.send_presence(now);
+    }
+
+    /// Repeats a pending resign instead of a presence, while nobody leads in its term yet.
+    fn repeat_resign(&mut self, now: Instant) -> bool {
+        let Some(p) = self.pending_resign.take() else {
+            return false;
+        };
+        let nobody_leads = matches!(self.state, State::Follower { leader: None });
+        if p.repeats_left == 0 || !nobody_leads || p.message.term != self.term {
+            return false;
         }
+        let mut again = p.message.clone();
+        again.seq = self.take_seq();
+        self.publish(now, again);
+        self.pending_resign = Some(PendingResign {
+            message: p.message,
+            repeats_left: p.repeats_left - 1,
+        });
+        true
     }
 
     /// Every node is heard at least every heartbeat interval: a follower through its acks, so
     /// it only announces itself when the heartbeats it answers are late.
     fn next_presence(&self) -> Instant {
-        let every = if self.leader.is_some() && self.role != Role::Leader {
-            self.t.heartbeat * 2
-        } else {
-            self.t.heartbeat
+        let h = self.timings.heartbeat;
+        let every = match self.state {
+            State::Follower { leader: Some(_) } => h * 2,
+            _ => h,
         };
-        self.last_sent.map_or(self.timer_base, |s| s + every)
+        self.last_sent.map_or(self.timer.base, |s| s + every)
     }
 
     fn draw_jitter(&mut self) -> Duration {
         // Smaller than the stagger so that jitter never reorders two ranks.
-        let max = (self.t.stagger / 5).max(self.t.heartbeat / 10);
+        let max = (self.timings.stagger / 5).max(self.timings.heartbeat / 10);
         Duration::from_nanos(self.rng.below(max.as_nanos() as u64))
     }
 
     fn reset_timer(&mut self, now: Instant, wait: Duration) {
-        self.timer_base = now;
-        self.timer_wait = wait;
-        self.campaign_at = None;
-        self.jitter = self.draw_jitter();
+        self.timer = CampaignTimer {
+            base: now,
+            wait,
+            jitter: self.draw_jitter(),
+            at_once: None,
+        };
     }
 
     /// After a failed round. Pre-votes change nothing anywhere, so retrying often is cheap.
     fn retry_wait(&self) -> Duration {
-        self.t.heartbeat
+        self.timings.heartbeat
     }
 
-    fn counts_as_rival(&self, m: &Member, now: Instant) -> bool {
-        m.eligible && self.is_live(m, now) && !self.resigned_in_this_term(&m.id)
+    fn booting(&self, now: Instant) -> bool {
+        self.boot.is_some_and(|b| now < b.until)
+    }
+
+    fn cooling(&self, now: Instant) -> bool {
+        self.cooldown_until.is_some_and(|c| now < c)
+    }
+
+    fn can_campaign(&self, now: Instant) -> bool {
+        self.eligible
+            && !self.shutting_down
+            && !self.booting(now)
+            && !self.cooling(now)
+            && !self.config_conflict(now)
+    }
+
+    /// Rule 1: a live member lists members more than one id away from ours.
+    fn config_conflict(&self, now: Instant) -> bool {
+        self.peers.conflict_until().is_some_and(|u| now < u)
+    }
+
+    /// Candidacy as others should rank it (rule 11).
+    fn candidacy(&self, now: Instant) -> Candidacy {
+        if self.shutting_down {
+            Candidacy::Stopping
+        } else if !self.eligible {
+            Candidacy::Withdrawn
+        } else if self.booting(now) {
+            Candidacy::Booting
+        } else if self.cooling(now) {
+            Candidacy::Cooling
+        } else {
+            Candidacy::Eligible
+        }
     }
 
     /// A leader that resigned in our current term stays out of the ranking until a new term.
     fn resigned_in_this_term(&self, id: &str) -> bool {
         self.resigned
             .as_ref()
-            .is_some_and(|(r, t)| r == id && *t == self.term)
+            .is_some_and(|r| r.leader == id && r.term == self.term)
+    }
+
+    fn me(&self) -> Rank<'_> {
+        Rank::new(self.priority, &self.id)
+    }
+
+    /// Members whose candidacy makes a lower-ranked node wait its stagger (rule 11): they could
+    /// win (two-way, hearing a quorum, same members; liveness is checked by the caller) and are
+    /// eligible or about to be.
+    fn stagger_rival(&self, p: &Peer) -> bool {
+        matches!(
+            p.candidacy,
+            Some(Candidacy::Eligible) | Some(Candidacy::Booting)
+        ) && self.peers.could_win(p)
+            && !self.resigned_in_this_term(&p.id)
     }
 
     /// When a follower campaigns, if nothing else happens first: `T` (or a shorter wait after a
-    /// resign or a failed round) plus `S` per live eligible member that outranks it, plus jitter.
-    /// Members drop out of that count as they go silent, so the deadline is the first instant at
-    /// which the wait covers the members still live then. Exact, so the shell can sleep until it.
+    /// resign or a failed round) plus `S` per rival that outranks it, plus jitter. Rivals drop
+    /// out of that count as they go silent, so the deadline is the first instant at which the
+    /// wait covers the rivals still live then. Exact, so the shell can sleep until it.
     fn election_deadline(&self) -> Option<Instant> {
-        if self.leader.is_some() || !self.eligible || self.shutting_down {
+        if !matches!(self.state, State::Follower { leader: None })
+            || !self.eligible
+            || self.shutting_down
+        {
             return None;
         }
-        let floor = self
-            .boot_until
-            .max(self.cooldown_until.unwrap_or(self.boot_until));
-        if let Some(at) = self.campaign_at {
+        // Not before the start-up guard, the cooldown and a promise to someone else end.
+        let promised = self
+            .guard
+            .as_ref()
+            .filter(|g| g.holder != self.id)
+            .map(|g| g.until);
+        let floor = [
+            self.boot.map(|b| b.until),
+            self.cooldown_until,
+            promised,
+            self.peers.conflict_until(),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        let floor = floor.unwrap_or(self.timer.base);
+        if let Some(at) = self.timer.at_once {
             return Some(at.max(floor));
         }
-        let base = self.timer_base + self.timer_wait + self.jitter;
-        let me = (self.priority, self.id.as_str());
+        let base = self.timer.base + self.timer.wait + self.timer.jitter;
+        let me = self.me();
+        let t = self.timings.election_timeout;
         let mut expiries: Vec<Instant> = self
-            .members
-            .values()
-            .filter(|m| m.eligible && !self.resigned_in_this_term(&m.id))
-            .filter(|m| outranks((m.priority, &m.id), me))
-            .map(|m| m.last_seen + self.t.election_timeout)
+            .peers
+            .iter()
+            .filter(|p| self.stagger_rival(p) && self.peers.rank(p).outranks(&me))
+            .filter_map(|p| p.last_seen.map(|s| s + t))
             .filter(|e| *e > base)
             .collect();
         expiries.sort();
         let n = expiries.len();
         let mut lo = base;
         for i in 0..=n {
-            let candidate = lo.max(base + self.t.stagger * (n - i) as u32);
+            let candidate = lo.max(base + self.timings.stagger * (n - i) as u32);
             match expiries.get(i) {
                 Some(hi) if candidate >= *hi => lo = *hi,
                 _ => return Some(candidate.max(floor)),
             }
         }
         Some(lo.max(floor))
-    }
-
-    fn can_campaign(&self, now: Instant) -> bool {
-        self.eligible
-            && !self.shutting_down
-            && now >= self.boot_until
-            && self.cooldown_until.is_none_or(|c| now >= c)
     }
 
     // ---- sending ----------------------------------------------------------------------
@@ -645,24 +627,23 @@ impl Node {
         s
     }
 
-    fn message(&mut self, body: Body) -> Message {
+    fn message_for_term(&mut self, term: u64, body: Body) -> Message {
         Message {
             v: PROTOCOL_VERSION,
             group: self.group.clone(),
             from: self.id.clone(),
-            term: self.term,
+            term,
             seq: self.take_seq(),
             ts: 0,
+            members: self.members.fingerprint().to_string(),
             body,
             kid: None,
             sig: None,
         }
     }
 
-    fn message_for_term(&mut self, term: u64, body: Body) -> Message {
-        let mut m = self.message(body);
-        m.term = term;
-        m
+    fn message(&mut self, body: Body) -> Message {
+        self.message_for_term(self.term, body)
     }
 
     fn publish(&mut self, now: Instant, m: Message) {
@@ -674,36 +655,46 @@ impl Node {
         self.actions.push_back(Action::Persist(self.persistent()));
     }
 
-    /// Candidacy as others should rank it: a node that is only starting up still counts (it
-    /// will campaign soon), one cooling down after a resign or stopping does not.
-    fn advertised_eligible(&self, now: Instant) -> bool {
-        self.eligible && !self.shutting_down && self.cooldown_until.is_none_or(|c| now >= c)
+    /// Our rank, candidacy, the members we hear and our member set, for the next heartbeat,
+    /// ack or presence.
+    fn advert(&mut self, now: Instant) -> OwnAdvert {
+        let candidacy = self.candidacy(now);
+        self.advertised = Some(candidacy);
+        OwnAdvert {
+            priority: self.priority,
+            candidacy,
+            hears: self.peers.hearing(now),
+            member_ids: self.members.ids().map(str::to_string).collect(),
+        }
     }
 
     fn send_presence(&mut self, now: Instant) {
-        let body = Body::Presence {
-            priority: self.priority,
-            eligible: self.advertised_eligible(now),
-        };
-        let m = self.message(body);
+        let a = self.advert(now);
+        let m = self.message(Body::Presence {
+            priority: a.priority,
+            candidacy: a.candidacy,
+            hears: a.hears,
+            member_ids: a.member_ids,
+        });
         self.publish(now, m);
     }
 
     fn send_heartbeat(&mut self, now: Instant) {
+        let a = self.advert(now);
         let body = Body::Heartbeat {
             leader: self.id.clone(),
             timestamp: 0,
-            lease_ms: self.t.lease.as_millis() as u64,
-            priority: self.priority,
-            eligible: self.advertised_eligible(now),
+            lease_ms: self.timings.lease.as_millis() as u64,
+            priority: a.priority,
+            candidacy: a.candidacy,
+            hears: a.hears,
+            member_ids: a.member_ids,
         };
         let m = self.message(body);
-        let quorum = self.quorum;
-        let lease = self.t.lease;
-        let interval = self.t.heartbeat;
-        if let Some(l) = &mut self.leadership {
-            let mut acks = BTreeSet::new();
-            acks.insert(self.id.clone());
+        let quorum = self.members.quorum();
+        let (lease, interval) = (self.timings.lease, self.timings.heartbeat);
+        if let State::Leader(l) = &mut self.state {
+            let acks = BTreeSet::from([self.id.clone()]);
             if acks.len() >= quorum {
                 // A cluster of one is its own quorum.
                 l.lease_until = l.lease_until.max(now + lease);
@@ -726,82 +717,97 @@ impl Node {
         self.publish(now, m);
     }
 
+    fn send_ack(&mut self, now: Instant, leader: &str, hb_seq: u64) {
+        let a = self.advert(now);
+        let m = self.message(Body::Ack {
+            leader: leader.to_string(),
+            hb_seq,
+            priority: a.priority,
+            candidacy: a.candidacy,
+            hears: a.hears,
+            member_ids: a.member_ids,
+        });
+        self.publish(now, m);
+    }
+
     // ---- state changes ----------------------------------------------------------------
 
-    fn emit_view(&mut self, now: Instant) {
-        let v = self.view(now);
-        let changed = v.role != self.last_view.role
-            || v.term != self.last_view.term
-            || v.leader != self.last_view.leader
-            || v.voted_for != self.last_view.voted_for
-            || v.priority != self.last_view.priority
-            || v.eligible != self.last_view.eligible
-            || v.can_campaign != self.last_view.can_campaign
-            || v.shutting_down != self.last_view.shutting_down;
-        self.last_view = v.clone();
-        if changed {
-            self.actions.push_back(Action::StateChanged(v));
+    fn known_leader(&self) -> Option<&str> {
+        match &self.state {
+            State::Follower { leader: Some(l) } => Some(&l.id),
+            State::Leader(_) => Some(&self.id),
+            _ => None,
         }
     }
 
-    fn set_leader(&mut self, now: Instant, leader: Option<String>, reason: Reason) {
-        if self.leader == leader {
+    /// Records a change of the known leader for the shell (history, metrics, logs).
+    fn transition(&mut self, previous: Option<String>, leader: Option<String>, reason: Reason) {
+        if previous == leader {
             return;
-        }
-        let previous = self.leader.take();
-        self.leader = leader.clone();
-        self.leader_since = leader.as_ref().map(|_| now);
-        if leader.is_none() {
-            self.leader_heard_at = None;
         }
         self.actions.push_back(Action::Transition(Transition {
             term: self.term,
             leader,
             previous,
             reason,
-            at: now,
         }));
     }
 
-    /// Leaves the leader role *before* anything announces it.
+    /// Sets (or forgets) the leader of a follower; any round in progress is abandoned.
+    fn set_leader(&mut self, now: Instant, leader: Option<String>, reason: Reason) {
+        let previous = self.known_leader().map(str::to_string);
+        let known = match (&self.state, leader.clone()) {
+            (_, None) => None,
+            (State::Follower { leader: Some(l) }, Some(id)) if l.id == id => Some(KnownLeader {
+                heard_at: now,
+                ..l.clone()
+            }),
+            (_, Some(id)) => Some(KnownLeader {
+                id,
+                heard_at: now,
+                since: now,
+            }),
+        };
+        self.state = State::Follower { leader: known };
+        self.transition(previous, leader, reason);
+    }
+
+    /// Leaves the leader role. The caller announces it afterwards, if at all: the shell
+    /// publishes the resulting view before any message of this step leaves (rule 9).
     fn stop_leading(&mut self, now: Instant, reason: Reason) {
-        if self.leadership.take().is_some() {
-            self.role = Role::Follower;
+        if matches!(self.state, State::Leader(_)) {
             self.set_leader(now, None, reason);
-            self.reset_timer(now, self.t.election_timeout);
+            self.reset_timer(now, self.timings.election_timeout);
         }
     }
 
     fn adopt_term(&mut self, now: Instant, term: u64) {
         debug_assert!(term > self.term);
+        let was_leader = matches!(self.state, State::Leader(_));
+        let previous = self.known_leader().map(str::to_string);
         self.term = term;
         self.voted_for = None;
-        self.round = None;
-        if self.leadership.take().is_some() {
-            self.reset_timer(now, self.t.election_timeout);
+        self.state = State::Follower { leader: None };
+        if was_leader {
+            self.reset_timer(now, self.timings.election_timeout);
         }
-        self.role = Role::Follower;
-        if self.leader.is_some() {
-            self.set_leader(now, None, Reason::HigherTerm);
-        }
+        self.transition(previous, None, Reason::HigherTerm);
         self.persist();
     }
 
-    // ---- campaigning ------------------------------------------------------------------
+    // ---- campaigning (rule 4) -------------------------------------------------------
 
     fn start_pre_vote(&mut self, now: Instant) {
         let term = self.term + 1;
-        let mut grants = BTreeSet::new();
-        grants.insert(self.id.clone());
-        self.role = Role::PreCandidate;
-        self.round = Some(Round {
+        self.state = State::PreCandidate(Round {
             term,
-            grants,
+            grants: BTreeSet::from([self.id.clone()]),
             started: now,
-            deadline: now + self.t.heartbeat * 2,
+            deadline: now + self.timings.heartbeat * 2,
+            durable: false,
         });
-        self.campaign_at = None;
-        if self.quorum <= 1 {
+        self.timer.at_once = None;
+        if self.members.quorum() <= 1 {
             self.start_election(now);
             return;
         }
@@ -817,21 +823,17 @@ impl Node {
     fn start_election(&mut self, now: Instant) {
         self.term += 1;
         self.voted_for = Some(self.id.clone());
-        if self.leader.is_some() {
-            self.set_leader(now, None, Reason::HigherTerm);
-        }
         self.persist();
-        let mut grants = BTreeSet::new();
-        grants.insert(self.id.clone());
-        self.role = Role::Candidate;
-        self.round = Some(Round {
+        self.state = State::Candidate(Round {
             term: self.term,
-            grants,
+            grants: BTreeSet::from([self.id.clone()]),
             started: now,
-            deadline: now + self.t.election_timeout / 2,
+            deadline: now + self.timings.election_timeout / 2,
+            durable: false,
         });
-        if self.quorum <= 1 {
-            self.become_leader(now);
+        if self.members.quorum() <= 1 {
+            // Its own vote is a quorum: it leads at the next tick, once the term is on disk
+            // (rule 3), never before.
             return;
         }
         let body = Body::Election {
@@ -844,29 +846,30 @@ impl Node {
     }
 
     fn become_leader(&mut self, now: Instant) {
-        let Some(round) = self.round.take() else {
+        let State::Candidate(round) = &self.state else {
             return;
         };
-        // The lease runs from when the election left this node; every vote came after that.
-        let lease_until = round.started + self.t.lease;
+        // Rule 6: the lease runs from when the election left this node; every vote came after.
+        let started = round.started;
+        let lease_until = started + self.timings.lease;
         if now >= lease_until {
-            self.role = Role::Follower;
+            self.state = State::Follower { leader: None };
             self.reset_timer(now, self.retry_wait());
             return;
         }
-        self.role = Role::Leader;
+        self.state = State::Leader(Leadership {
+            since: now,
+            lease_until,
+            renewed_at: started,
+            next_heartbeat: now,
+            pending: VecDeque::new(),
+        });
         self.resigned = None;
         self.favored = None;
         self.guard = None;
         self.pending_resign = None;
-        self.leadership = Some(Leadership {
-            since: now,
-            lease_until,
-            renewed_at: round.started,
-            next_heartbeat: now,
-            pending: VecDeque::new(),
-        });
-        self.set_leader(now, Some(self.id.clone()), Reason::Elected);
+        self.vetoes.clear();
+        self.transition(None, Some(self.id.clone()), Reason::Elected);
         let body = Body::Leader {
             leader: self.id.clone(),
             elected_at: 0,
@@ -878,49 +881,25 @@ impl Node {
 
     // ---- receiving --------------------------------------------------------------------
 
-    fn note_member(&mut self, now: Instant, m: &Message) {
-        let advertised = match &m.body {
-            Body::Heartbeat {
-                priority, eligible, ..
-            }
-            | Body::Ack {
-                priority, eligible, ..
-            }
-            | Body::Presence { priority, eligible } => Some((*priority, *eligible)),
-            Body::Election { priority, .. } => Some((*priority, true)),
-            _ => None,
-        };
-        let gap = self.t.election_timeout;
-        let entry = self
-            .members
-            .entry(m.from.clone())
-            .or_insert_with(|| Member {
-                id: m.from.clone(),
-                priority: advertised.map_or(0, |a| a.0),
-                eligible: false,
-                last_seen: now,
-                eligible_since: None,
-            });
-        if now >= entry.last_seen + gap {
-            entry.eligible_since = None;
-        }
-        entry.last_seen = now;
-        if let Some((priority, eligible)) = advertised {
-            entry.priority = priority;
-            entry.eligible = eligible;
-        }
-        if entry.eligible {
-            entry.eligible_since.get_or_insert(now);
-        } else {
-            entry.eligible_since = None;
-        }
-    }
-
     fn on_message(&mut self, now: Instant, m: Message) -> Outcome {
         if m.group != self.group || m.from == self.id || m.v != PROTOCOL_VERSION {
             return Outcome::Ignored;
         }
-        self.note_member(now, &m);
+        // Rule 1: a node outside our member set changes nothing, not even our term.
+        if !self.members.contains(&m.from) {
+            return Outcome::NotMember;
+        }
+        let same_members = m.members == self.members.fingerprint();
+        self.peers.heard(now, &m);
+        self.release_boot_guard(&m);
+        let counted = matches!(
+            m.body,
+            Body::Election { .. } | Body::Vote { .. } | Body::Ack { .. }
+        );
+        if counted && !same_members {
+            // Rule 1: votes, acks and candidacies only count between equal member sets.
+            return Outcome::OtherMembers;
+        }
         match &m.body {
             Body::Election {
                 pre_vote: true,
@@ -928,7 +907,7 @@ impl Node {
                 priority,
             } => {
                 let (candidate, priority) = (candidate.clone(), *priority);
-                return self.on_pre_vote_request(now, &m, &candidate, priority);
+                return self.on_pre_vote_request(now, m.term, &candidate, priority);
             }
             Body::Vote {
                 pre_vote: true,
@@ -955,14 +934,7 @@ impl Node {
             Body::Heartbeat { .. } => {
                 let o = self.follow(now, &m.from);
                 if o == Outcome::Accepted {
-                    let body = Body::Ack {
-                        leader: m.from.clone(),
-                        hb_seq: m.seq,
-                        priority: self.priority,
-                        eligible: self.advertised_eligible(now),
-                    };
-                    let ack = self.message(body);
-                    self.publish(now, ack);
+                    self.send_ack(now, &m.from, m.seq);
                 }
                 o
             }
@@ -991,9 +963,28 @@ impl Node {
         }
     }
 
+    /// Rule 8: the start-up guard stands in for acknowledgements sent before a restart, all of
+    /// which were for leaders of terms up to the one persisted at start. Evidence that those
+    /// leases are over ends it early: the resign of a leader of that term or a later one (it
+    /// stopped leading before it said so, and its election proved every earlier lease over), or
+    /// a leader of a later term (its election needed every earlier lease to be over).
+    fn release_boot_guard(&mut self, m: &Message) {
+        let Some(b) = self.boot else {
+            return;
+        };
+        let release = match m.body {
+            Body::Resign { .. } => m.term >= b.term,
+            Body::Heartbeat { .. } | Body::Leader { .. } => m.term > b.term,
+            _ => false,
+        };
+        if release {
+            self.boot = None;
+        }
+    }
+
     /// A heartbeat or victory declaration from `from` in our term.
     fn follow(&mut self, now: Instant, from: &str) -> Outcome {
-        if self.role == Role::Leader {
+        if matches!(self.state, State::Leader(_)) {
             // Two leaders in one term cannot happen; never yield to an impostor of our term.
             return Outcome::Ignored;
         }
@@ -1001,29 +992,28 @@ impl Node {
             // A heartbeat that was overtaken by its sender's resignation.
             return Outcome::Stale;
         }
-        if let Some(l) = &self.leader {
+        if let Some(l) = self.known_leader() {
             if l != from {
                 return Outcome::Ignored;
             }
         }
-        self.round = None;
         self.deferred = None;
-        self.role = Role::Follower;
-        self.leader_heard_at = Some(now);
+        self.favored = None;
+        self.vetoes.clear();
         self.set_leader(now, Some(from.to_string()), Reason::Elected);
+        // Rule 5: our ack (sent by the caller) may renew its lease; no other vote for T.
         self.guard = Some(Guard {
             holder: from.to_string(),
-            until: now + self.t.election_timeout,
+            until: now + self.timings.election_timeout,
         });
-        self.favored = None;
-        self.reset_timer(now, self.t.election_timeout);
+        self.reset_timer(now, self.timings.election_timeout);
         Outcome::Accepted
     }
 
     fn on_ack(&mut self, from: &str, hb_seq: u64) -> Outcome {
-        let quorum = self.quorum;
-        let lease = self.t.lease;
-        let Some(l) = &mut self.leadership else {
+        let quorum = self.members.quorum();
+        let lease = self.timings.lease;
+        let State::Leader(l) = &mut self.state else {
             return Outcome::Stale;
         };
         let Some(p) = l.pending.iter_mut().find(|p| p.seq == hb_seq) else {
@@ -1031,6 +1021,7 @@ impl Node {
         };
         p.acks.insert(from.to_string());
         if p.acks.len() >= quorum {
+            // Rule 6: from the heartbeat's send time, which every ack came after.
             let until = p.sent_at + lease;
             if until > l.lease_until {
                 l.lease_until = until;
@@ -1041,18 +1032,18 @@ impl Node {
     }
 
     fn on_grant(&mut self, now: Instant, term: u64, from: &str, stage: Role) -> Outcome {
-        if self.role != stage {
+        if self.role() != stage {
             return Outcome::Stale;
         }
-        let quorum = self.quorum;
-        let Some(r) = &mut self.round else {
+        let quorum = self.members.quorum();
+        let (State::PreCandidate(r) | State::Candidate(r)) = &mut self.state else {
             return Outcome::Stale;
         };
         if r.term != term {
             return Outcome::Stale;
         }
         r.grants.insert(from.to_string());
-        if r.grants.len() >= quorum {
+        if r.grants.len() >= quorum && (r.durable || stage == Role::PreCandidate) {
             match stage {
                 Role::PreCandidate => self.start_election(now),
                 _ => self.become_leader(now),
@@ -1061,13 +1052,11 @@ impl Node {
         Outcome::Accepted
     }
 
-    /// Whether this node may vote for `candidate` now, whatever the term and rank: no live
-    /// leader whose lease our silence protects, not starting up, not leading ourselves.
+    /// Whether this node may vote for `candidate` now, whatever the term and rank: not starting
+    /// up (rule 8), not leading, and no lease our silence protects but the candidate's (rule 5).
     fn may_vote(&self, now: Instant, candidate: &str) -> bool {
-        if now < self.boot_until {
-            return false;
-        }
-        if self.leadership.is_some() {
+        if self.booting(now) || self.config_conflict(now) || matches!(self.state, State::Leader(_))
+        {
             return false;
         }
         match &self.guard {
@@ -1076,49 +1065,70 @@ impl Node {
         }
     }
 
-    /// The rank rule shared by pre-votes and votes.
-    fn acceptable_candidate(&self, now: Instant, candidate: &str, priority: u32) -> bool {
-        if let Some((favored, until)) = &self.favored {
-            if now < *until {
-                return favored == candidate;
+    /// Whoever this node would rather see lead than `candidate` (rule 10, rule 11): the favored
+    /// successor of a recent resign, or a rival that outranks it and could win. `None` when the
+    /// candidate is acceptable.
+    fn veto(&self, now: Instant, candidate: &str, priority: u32) -> Option<String> {
+        if let Some(f) = &self.favored {
+            if now < f.until {
+                return (f.candidate != candidate).then(|| f.candidate.clone());
             }
         }
-        if self.can_campaign(now) && outranks((self.priority, &self.id), (priority, candidate)) {
-            return false;
+        let them = Rank::new(priority, candidate);
+        let t = self.timings.election_timeout;
+        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);
+        if self.can_campaign(now) && self.me().outranks(&them) && !spent(&self.id) {
+            return Some(self.id.clone());
         }
-        !self.members.values().any(|m| {
-            m.id != candidate
-                && self.counts_as_rival(m, now)
-                && outranks((m.priority, &m.id), (priority, candidate))
-        })
+        self.peers
+            .iter()
+            .filter(|p| p.id != candidate && !spent(&p.id))
+            .filter(|p| p.candidacy == Some(Candidacy::Eligible) && self.peers.viable(p, now))
+            .filter(|p| !self.resigned_in_this_term(&p.id))
+            .find(|p| self.peers.rank(p).outranks(&them))
+            .map(|p| p.id.clone())
+    }
+
+    /// The veto, remembered so that a rival which cannot win stops blocking after `T`.
+    fn cast_veto(&mut self, now: Instant, candidate: &str, priority: u32) -> bool {
+        match self.veto(now, candidate, priority) {
+            Some(rival) => {
+                let favored = self.favored.as_ref().is_some_and(|f| f.candidate == rival);
+                if !favored {
+                    self.vetoes.entry(rival).or_insert(now);
+                }
+                true
+            }
+            None => false,
+        }
     }
 
     fn on_pre_vote_request(
         &mut self,
         now: Instant,
-        m: &Message,
+        term: u64,
         candidate: &str,
         priority: u32,
     ) -> Outcome {
-        if m.term <= self.term {
+        if term <= self.term {
             return Outcome::Stale;
         }
-        if self.may_vote(now, candidate) && self.acceptable_candidate(now, candidate, priority) {
-            self.grant_pre_vote(now, candidate, m.term);
+        if self.may_vote(now, candidate) && !self.cast_veto(now, candidate, priority) {
+            self.grant_pre_vote(now, candidate, term);
             return Outcome::Accepted;
         }
         // The silent leader still counts as live until the same moment its guard expires, so
         // judge the candidate as of then.
         if let Some(until) = self.guard.as_ref().map(|g| g.until) {
-            let defer = self.leadership.is_none()
-                && until >= self.boot_until
-                && until <= now + self.t.heartbeat
-                && self.acceptable_candidate(until, candidate, priority);
+            let defer = !matches!(self.state, State::Leader(_))
+                && self.boot.is_none_or(|b| until >= b.until)
+                && until <= now + self.timings.heartbeat
+                && self.veto(until, candidate, priority).is_none();
             if defer {
-                self.deferred = Some(Deferred {
+                self.deferred = Some(DeferredPreVote {
                     candidate: candidate.to_string(),
                     priority,
-                    term: m.term,
+                    term,
                 });
             }
         }
@@ -1142,7 +1152,7 @@ impl Node {
         if let Some(d) = self.deferred.take() {
             if d.term > self.term
                 && self.may_vote(now, &d.candidate)
-                && self.acceptable_candidate(now, &d.candidate, d.priority)
+                && !self.cast_veto(now, &d.candidate, d.priority)
             {
                 self.grant_pre_vote(now, &d.candidate, d.term);
             }
@@ -1151,32 +1161,33 @@ impl Node {
 
     fn on_vote_request(&mut self, now: Instant, candidate: &str, priority: u32) -> Outcome {
         // Terms are equal here (a higher one was adopted by the caller).
-        let already = self.voted_for.as_deref();
-        let granted = match already {
+        let already = self.voted_for.clone();
+        let granted = match &already {
+            // Rule 3: one vote per term.
             Some(v) => v == candidate,
             None => {
-                matches!(self.role, Role::Follower | Role::PreCandidate)
+                matches!(self.state, State::Follower { .. } | State::PreCandidate(_))
                     && self.may_vote(now, candidate)
-                    && self.acceptable_candidate(now, candidate, priority)
+                    && !self.cast_veto(now, candidate, priority)
             }
         };
         if !granted {
             return Outcome::Ignored;
         }
-        if self.role == Role::PreCandidate {
-            self.round = None;
-            self.role = Role::Follower;
+        if matches!(self.state, State::PreCandidate(_)) {
+            self.state = State::Follower { leader: None };
         }
         if already.is_none() {
+            // Rule 3: durable before the vote leaves (the shell executes actions in order).
             self.voted_for = Some(candidate.to_string());
             self.persist();
         }
-        // Until T passes, the lease the candidate may build on our vote is protected.
+        // Rule 5: until T passes, the lease the candidate may build on our vote is protected.
         self.guard = Some(Guard {
             holder: candidate.to_string(),
-            until: now + self.t.election_timeout,
+            until: now + self.timings.election_timeout,
         });
-        self.reset_timer(now, self.t.election_timeout);
+        self.reset_timer(now, self.timings.election_timeout);
         let body = Body::Vote {
             candidate: candidate.to_string(),
             granted: true,
@@ -1191,12 +1202,15 @@ impl Node {
         if self.resigned_in_this_term(from) {
             return Outcome::Stale;
         }
-        if self.role == Role::Leader {
+        if matches!(self.state, State::Leader(_)) {
             return Outcome::Ignored;
         }
-        self.resigned = Some((from.to_string(), self.term));
+        self.resigned = Some(Resigned {
+            leader: from.to_string(),
+            term: self.term,
+        });
         if self.guard.as_ref().is_some_and(|g| g.holder == from) {
-            // The leader stopped leading before it said so: its lease no longer needs us.
+            // Rule 10: the leader stopped leading before it said so; its lease needs us no more.
             self.guard = None;
         }
         let reason = if successor.is_some() {
@@ -1204,22 +1218,28 @@ impl Node {
         } else {
             Reason::StepDown
         };
-        if self.leader.as_deref() == Some(from) {
+        if self.known_leader() == Some(from) {
             self.set_leader(now, None, reason);
         }
-        if let Some(m) = self.members.get_mut(from) {
-            m.eligible = false;
-            m.eligible_since = None;
-        }
+        self.peers.resigned(now, from);
+        let t = self.timings.election_timeout;
         match successor {
             Some(s) if s == self.id => {
-                self.favored = Some((s, now + self.t.election_timeout));
+                // Named by the leader (or its operator): campaign at once, cooldown or not.
+                self.cooldown_until = None;
+                self.favored = Some(Favored {
+                    candidate: s,
+                    until: now + t,
+                });
                 self.reset_timer(now, Duration::ZERO);
-                self.campaign_at = Some(now);
+                self.timer.at_once = Some(now);
             }
             Some(s) => {
-                self.favored = Some((s, now + self.t.election_timeout));
-                self.reset_timer(now, self.t.election_timeout);
+                self.favored = Some(Favored {
+                    candidate: s,
+                    until: now + t,
+                });
+                self.reset_timer(now, t);
             }
             None => {
                 self.favored = None;
@@ -1232,38 +1252,49 @@ impl Node {
     // ---- commands ---------------------------------------------------------------------
 
     fn leading(&self, now: Instant) -> bool {
-        self.role == Role::Leader
-            && self
-                .leadership
-                .as_ref()
-                .is_some_and(|l| now < l.lease_until)
+        matches!(&self.state, State::Leader(l) if now < l.lease_until)
     }
 
-    /// Stops leading, then tells everyone, then cools down for `T`.
+    /// Stops leading, then tells everyone, then cools down for `T` (rules 9 and 10).
     fn resign(&mut self, now: Instant, successor: Option<String>, reason: Reason) {
         self.stop_leading(now, reason);
-        self.resigned = Some((self.id.clone(), self.term));
-        self.cooldown_until = Some(now + self.t.election_timeout);
-        self.favored = successor
-            .clone()
-            .map(|s| (s, now + self.t.election_timeout));
+        self.resigned = Some(Resigned {
+            leader: self.id.clone(),
+            term: self.term,
+        });
+        let t = self.timings.election_timeout;
+        self.cooldown_until = Some(now + t);
+        // The resign itself tells the others we cool down.
+        self.advertised = Some(self.candidacy(now));
+        self.favored = successor.clone().map(|s| Favored {
+            candidate: s,
+            until: now + t,
+        });
         let body = Body::Resign {
             leader: self.id.clone(),
             successor,
         };
         let m = self.message(body);
-        self.pending_resign = Some((m.clone(), RESIGN_REPEATS));
+        self.pending_resign = Some(PendingResign {
+            message: m.clone(),
+            repeats_left: RESIGN_REPEATS,
+        });
         self.publish(now, m);
     }
 
-    /// The best live eligible member to hand over to, if any.
+    /// The best member to hand over to: one that could win now or the moment our resign
+    /// releases its start-up guard.
     fn best_successor(&self, now: Instant) -> Option<String> {
-        top_ranked(
-            self.members
-                .values()
-                .filter(|m| m.eligible && self.is_live(m, now)),
-        )
-        .map(|m| m.id.clone())
+        self.peers
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.candidacy,
+                    Some(Candidacy::Eligible) | Some(Candidacy::Booting)
+                ) && self.peers.viable(p, now)
+            })
+            .max_by(|a, b| self.peers.rank(a).cmp(&self.peers.rank(b)))
+            .map(|p| p.id.clone())
     }
 
     fn check_successor(&self, now: Instant, s: &str) -> Result<(), CommandError> {
@@ -1276,17 +1307,37 @@ impl Node {
         if s == self.id {
             return refuse("it is this node, which is stepping down".into());
         }
-        let Some(m) = self.members.get(s) else {
-            return refuse("no such member has been heard from".into());
+        if !self.members.contains(s) {
+            return refuse(format!("it is not a member ({})", self.members));
+        }
+        let p = self.peers.get(s).expect("every member has an entry");
+        let Some(seen) = p.last_seen else {
+            return refuse("it has never been heard from".into());
         };
-        if !self.is_live(m, now) {
-            let ms = now.duration_since(m.last_seen).as_millis();
+        if !self.peers.live(p, now) {
+            let ms = now.duration_since(seen).as_millis();
             return refuse(format!("not heard from for {ms} ms"));
         }
-        if !m.eligible {
-            return refuse("it is not a candidate (withdrawn, starting up or cooling down)".into());
+        if p.fingerprint.as_deref() != Some(self.members.fingerprint()) {
+            return refuse(format!(
+                "it has another member set (fingerprint {}, ours {})",
+                p.fingerprint.as_deref().unwrap_or("?"),
+                self.members.fingerprint()
+            ));
         }
-        Ok(())
+        if !self.peers.two_way(p, now) {
+            return refuse("it does not hear this node (one-way link)".into());
+        }
+        if !self.peers.viable(p, now) {
+            return refuse("it does not hear a quorum of the members".into());
+        }
+        match p.candidacy {
+            Some(Candidacy::Withdrawn) => refuse("it has withdrawn its candidacy".into()),
+            Some(Candidacy::Stopping) => refuse("it is shutting down".into()),
+            None => refuse("it has not advertised its candidacy yet".into()),
+            // An operator's choice overrides the cooldown, and our resign ends a start-up guard.
+            Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),
+        }
     }
 
     fn on_step_down(
@@ -1298,7 +1349,7 @@ impl Node {
         if !self.leading(now) {
             return Err(CommandError::NotLeader {
                 term: self.term,
-                leader: self.leader.clone(),
+                leader: self.known_leader().map(str::to_string),
             });
         }
         if let Some(expected) = expected_term {
@@ -1328,6 +1379,7 @@ impl Node {
         eligible: bool,
         priority: Option<u32>,
     ) -> Result<Outcome, CommandError> {
+        let changed = self.eligible != eligible || priority.is_some_and(|p| p != self.priority);
         self.eligible = eligible;
         if let Some(p) = priority {
             self.priority = p;
@@ -1336,14 +1388,13 @@ impl Node {
             if self.leading(now) {
                 let successor = self.best_successor(now);
                 self.resign(now, successor, Reason::StepDown);
-            } else if matches!(self.role, Role::PreCandidate | Role::Candidate) {
-                self.round = None;
-                self.role = Role::Follower;
-                self.reset_timer(now, self.t.election_timeout);
+            } else if matches!(self.state, State::PreCandidate(_) | State::Candidate(_)) {
+                self.state = State::Follower { leader: None };
+                self.reset_timer(now, self.timings.election_timeout);
             }
         }
         // Tell the others at once so their ranking follows.
-        if self.role != Role::Leader {
+        if changed && !matches!(self.state, State::Leader(_)) {
             self.send_presence(now);
         }
         Ok(Outcome::Accepted)
@@ -1357,36 +1408,43 @@ impl Node {
         if self.leading(now) {
             let successor = self.best_successor(now);
             self.resign(now, successor, Reason::Shutdown);
-        } else {
-            self.round = None;
-            if self.role != Role::Follower {
-                self.stop_leading(now, Reason::Shutdown);
-                self.role = Role::Follower;
-            }
+        } else if matches!(self.state, State::PreCandidate(_) | State::Candidate(_)) {
+            self.state = State::Follower { leader: None };
         }
     }
 
+    /// Rule 12: hand over to a better-ranked member once it has been eligible and viable long
+    /// enough; the wait doubles with every recent flap so that a crash-looping node is not handed
+    /// leadership again and again.
     fn maybe_preempt(&mut self, now: Instant) {
-        if self.t.preempt_after.is_zero() || !self.leading(now) {
+        let p_after = self.timings.preempt_after;
+        if p_after.is_zero() || !self.leading(now) {
             return;
         }
-        let me = (self.priority, self.id.as_str());
         // At least T, so the member is past its own start-up guard and can campaign at once; and
         // counted from our own election too, so that a handover an operator asked for holds for
         // at least that long.
-        let wait = self.t.preempt_after.max(self.t.election_timeout);
-        let since = self.leadership.as_ref().map_or(now, |l| l.since);
-        if now < since + wait {
+        let wait = p_after.max(self.timings.election_timeout);
+        let State::Leader(l) = &self.state else {
+            return;
+        };
+        if now < l.since + wait {
             return;
         }
-        let best = top_ranked(
-            self.members
-                .values()
-                .filter(|m| m.eligible && self.is_live(m, now))
-                .filter(|m| outranks((m.priority, &m.id), me))
-                .filter(|m| m.eligible_since.is_some_and(|s| now >= s + wait)),
-        )
-        .map(|m| m.id.clone());
+        let me = self.me();
+        let window = wait * FLAP_WINDOW;
+        let best = self
+            .peers
+            .iter()
+            .filter(|p| p.candidacy == Some(Candidacy::Eligible) && self.peers.viable(p, now))
+            .filter(|p| self.peers.rank(p).outranks(&me))
+            .filter(|p| {
+                let flaps = self.peers.flaps_within(p, now, window) as u32;
+                let needed = wait * 2u32.pow(flaps.min(MAX_FLAP_DOUBLINGS));
+                p.eligible_since.is_some_and(|s| now >= s + needed)
+            })
+            .max_by(|a, b| self.peers.rank(a).cmp(&self.peers.rank(b)))
+            .map(|p| p.id.clone());
         if let Some(successor) = best {
             self.resign(now, Some(successor), Reason::Preempted);
         }

@@ -1,10 +1,11 @@
-//! The safety invariants, checked after every simulated event.
+//! The safety invariants (docs/protocol.md, "What the simulator checks"), checked after every
+//! simulated event and at every send.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::election::{Config, Persistent, Role, Timings, View};
+use crate::election::{Body, Config, Message, Persistent, Role, Timings, View};
 
 /// One broken invariant, with the true time it was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,19 +80,78 @@ impl Checker {
         }
     }
 
-    /// Terms never decrease, across restarts; at most one leader per term.
-    pub fn on_view(&mut self, now: u64, node: usize, config: &Config, view: &View) {
+    /// At the moment a message leaves: a granted vote and a candidacy are already on disk
+    /// (rule 3), and a resign never leaves while the node still answers as leader (rule 9).
+    pub fn on_send(
+        &mut self,
+        now: u64,
+        node: usize,
+        disk: &Persistent,
+        answers_leader: bool,
+        m: &Message,
+    ) {
+        let on_disk = |who: &str| disk.term == m.term && disk.voted_for.as_deref() == Some(who);
+        match &m.body {
+            Body::Vote {
+                candidate,
+                granted: true,
+                pre_vote: false,
+            } if !on_disk(candidate) => {
+                let what = format!(
+                    "{} sent its vote for {candidate} in term {} before it was on disk ({disk:?})",
+                    m.from, m.term
+                );
+                self.violate(now, what);
+            }
+            Body::Election {
+                pre_vote: false, ..
+            } if !on_disk(&m.from) => {
+                let what = format!(
+                    "{} asked for votes in term {} before its own vote was on disk ({disk:?})",
+                    m.from, m.term
+                );
+                self.violate(now, what);
+            }
+            Body::Resign { .. } if answers_leader => {
+                let what = format!(
+                    "node {node} ({}) sent resign in term {} while its API still answered leader",
+                    m.from, m.term
+                );
+                self.violate(now, what);
+            }
+            _ => {}
+        }
+    }
+
+    /// A node's term never falls below what it persisted (a term it adopted but had not yet
+    /// written may be lost to a crash: nobody relied on it); a leader's term is on disk, so the
+    /// fencing token never goes back; at most one leader per term.
+    pub fn on_view(
+        &mut self,
+        now: u64,
+        node: usize,
+        config: &Config,
+        disk: &Persistent,
+        view: &View,
+    ) {
+        self.max_term[node] = self.max_term[node].max(disk.term);
         if view.term < self.max_term[node] {
             self.violate(
                 now,
                 format!(
-                    "{} went back from term {} to {}",
+                    "{} went back from term {} (on disk) to {}",
                     config.node_id, self.max_term[node], view.term
                 ),
             );
         }
-        self.max_term[node] = self.max_term[node].max(view.term);
         if view.role == Role::Leader {
+            if disk.term != view.term {
+                let what = format!(
+                    "{} leads in term {} which is not on disk ({disk:?})",
+                    config.node_id, view.term
+                );
+                self.violate(now, what);
+            }
             let holder = self
                 .leaders_by_term
                 .entry(view.term)
@@ -106,13 +166,13 @@ impl Checker {
         }
     }
 
-    /// Never two nodes with an unexpired lease at the same true time.
+    /// Never two nodes answering as leader at the same true time.
     pub fn on_claims(&mut self, now: u64, claimants: &[String]) {
         if claimants.len() > 1 {
             self.violate(
                 now,
                 format!(
-                    "{} nodes hold a lease at once: {:?}",
+                    "{} nodes answer as leader at once: {:?}",
                     claimants.len(),
                     claimants
                 ),

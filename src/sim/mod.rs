@@ -1,11 +1,12 @@
 //! Deterministic simulation of whole clusters of election cores.
 //!
-//! One seed fixes everything: cluster size, fault schedule, message loss, delays, clock drift and
-//! jitter. The world advances a virtual true clock from event to event; each node sees its own
-//! drifting monotonic clock. After every event the [`checker`] verifies the safety invariants, so a
-//! violation names the exact seed and moment, and `SIM_SEED=<seed>` replays it.
+//! One seed fixes everything: the scenario family, cluster size, timings, fault schedule,
+//! message loss, delays, clock rates and jitter. The world advances a virtual true clock from
+//! event to event; each node sees its own drifting clock, and a model of the runtime executes
+//! its actions one at a time. After every event the [`checker`] verifies the safety invariants,
+//! so a violation names the exact seed and moment, and `SIM_SEED=<seed>` replays it.
 //!
-//! The simulator is generic over [`Protocol`], so that a deliberately naive protocol can be run
+//! The simulator is generic over [`Protocol`], so that deliberately broken protocols can be run
 //! through the same harness to show that it does catch split brain.
 
 pub mod checker;
@@ -13,5 +14,5 @@ pub mod scenario;
 pub mod world;
 
 pub use checker::Violation;
-pub use scenario::{run_seed, Scenario, SeedReport};
+pub use scenario::{run_scenario, run_seed, Family, Scenario, SeedReport};
 pub use world::{Protocol, World, WorldConfig};

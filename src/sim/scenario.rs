@@ -1,35 +1,195 @@
-//! Seeded scenarios: chaos then healing, quiet runs under light loss, and measurements.
+//! Seeded scenarios. Each seed picks a family and draws everything else:
+//! - **chaos**: random faults of every kind (loss, per-link loss, duplicates, delays beyond the
+//!   lease, partitions, one-way links, crashes between single actions, pauses, loop stalls,
+//!   clock-rate changes, graceful stops, operator commands), then healing, then liveness and
+//!   the steady-state rank check;
+//! - **persistent**: one node goes deaf, mute, one-way or crash-loops and stays so; the rest,
+//!   a quorum connected both ways, must have a leader within a bound and keep one;
+//! - **rolling**: every node restarted in turn (graceful and `kill -9` mixed, in every order,
+//!   readiness-driven or not, with loss), leaderless time per leader restart measured;
+//! - **membership**: growing, shrinking and replacing members one at a time, and stray nodes,
+//!   under partitions and crashes;
+//! - and, for some seeds, a **quiet** run under 2 % loss that must see no leader change.
+//!
+//! Timings are drawn across the whole range validation accepts, often at its minimum `T`; clock
+//! rates sit at ±r or anywhere within, and change mid-run. Every duration of a scenario scales
+//! with `T`, so a seed means the same at any timing.
 
 use std::time::Duration;
 
 use super::checker::Violation;
-use super::world::{core_factory, Factory, NetConfig, World, WorldConfig};
-use crate::election::{default_priority, Input, Rng, Timings};
+use super::world::{core_factory, Factory, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig};
+use crate::election::{default_priority, quorum_of, Input, Rng, Timings};
 
-/// Cluster sizes the seeds cycle through.
-pub const SIZES: [usize; 5] = [1, 2, 3, 5, 7];
+/// What one seed runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Family {
+    Chaos,
+    Persistent(Fault),
+    Rolling(RollingPlan),
+    Membership(MemberPlan),
+}
+
+/// A fault that stays (rule 11's liveness promise is about these).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fault {
+    /// Hears nobody, still sends (a dead subscriber).
+    Deaf,
+    /// Sends to nobody, still hears.
+    Mute,
+    /// Hears one other member only one way: that member does not hear it.
+    OneWayOut,
+    /// Crashes and restarts in a loop: up and down for these multiples of `T`.
+    Flapping { up: f64, down: f64 },
+    /// Every link of the node loses this share of messages.
+    LossyLinks(f64),
+}
+
+impl Fault {
+    pub fn name(&self) -> String {
+        match self {
+            Fault::Deaf => "deaf".into(),
+            Fault::Mute => "mute".into(),
+            Fault::OneWayOut => "one-way".into(),
+            Fault::Flapping { up, down } => format!("flapping {up:.2}T up / {down:.2}T down"),
+            Fault::LossyLinks(p) => format!("lossy links {:.0}%", p * 100.0),
+        }
+    }
+}
+
+/// Which node the persistent fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Leader,
+    TopRanked,
+    Follower,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RollingPlan {
+    pub passes: usize,
+    /// Share of restarts that are `kill -9` instead of SIGTERM.
+    pub kill_share: f64,
+    /// Wait for the restarted node to be ready (vote) before the next one.
+    pub readiness: bool,
+    pub loss: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberPlan {
+    /// 3 → 4 → 5 members, one at a time.
+    Grow,
+    /// 5 → 4 → 3.
+    Shrink,
+    /// Replace a member by a node with a new id: add the new one, then remove the old one.
+    Replace,
+    /// A node that is not a member keeps running (a replacement started early, a stale scale-up).
+    Stray,
+}
 
 /// What one seed is about to do; derived from the seed alone.
 #[derive(Debug, Clone)]
 pub struct Scenario {
     pub seed: u64,
+    pub family: Family,
     pub size: usize,
     pub timings: Timings,
-    /// Faults are injected between the end of warm-up and this instant (true time).
+    /// Chaos: faults are injected for this long after warm-up (true time).
     pub faults_until: Duration,
     /// Also run the quiet 2 %-loss check.
     pub quiet: bool,
+    /// Persistent faults: which node.
+    pub target: Target,
+}
+
+/// Draws timings across the range validation accepts, at its minimum `T` half the time.
+pub fn draw_timings(rng: &mut Rng) -> Timings {
+    if rng.chance(0.25) {
+        return Timings::default();
+    }
+    let h = Duration::from_millis([50, 100, 200, 500, 1000][rng.below(5) as usize]);
+    let lease = h.mul_f64(1.3 + rng.unit() * 4.7);
+    let max_drift = [0.0, 0.01, 0.05, 0.05, 0.1, 0.2][rng.below(6) as usize];
+    let mut t = Timings {
+        heartbeat: h,
+        lease,
+        election_timeout: lease,
+        stagger: h.mul_f64(0.1 + rng.unit() * 0.9),
+        preempt_after: Duration::ZERO,
+        max_drift,
+    };
+    let min = t.min_election_timeout();
+    t.election_timeout = if rng.chance(0.5) {
+        // Validation's floor, rounded up to the next nanosecond.
+        min + Duration::from_nanos(1)
+    } else {
+        min.mul_f64(1.0 + rng.unit() * 0.5)
+    };
+    t.preempt_after = match rng.below(4) {
+        0 => Duration::ZERO,
+        1 => t.election_timeout,
+        2 => t.election_timeout.mul_f64(1.7),
+        _ => t.election_timeout * 3,
+    };
+    t.validate().expect("drawn timings are valid");
+    t
 }
 
 impl Scenario {
     pub fn from_seed(seed: u64) -> Scenario {
-        let mut rng = Rng::new(seed);
+        let mut rng = Rng::new(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5CE7A210);
+        let timings = draw_timings(&mut rng);
+        let t = timings.election_timeout;
+        let pick = |rng: &mut Rng, sizes: &[usize]| sizes[rng.below(sizes.len() as u64) as usize];
+        let family = match seed % 8 {
+            0..=2 => Family::Chaos,
+            3 | 4 => Family::Persistent(match rng.below(7) {
+                0 => Fault::Deaf,
+                1 => Fault::Mute,
+                2 => Fault::OneWayOut,
+                3 => Fault::Flapping {
+                    up: 0.83,
+                    down: 0.17,
+                },
+                4 => Fault::Flapping {
+                    up: 2.7,
+                    down: 0.33,
+                },
+                5 => Fault::Flapping { up: 2.7, down: 1.3 },
+                _ => Fault::LossyLinks(0.1 + rng.unit() * 0.25),
+            }),
+            5 | 6 => Family::Rolling(RollingPlan {
+                passes: 1 + rng.below(2) as usize,
+                kill_share: [0.0, 0.0, 0.2, 0.5][rng.below(4) as usize],
+                readiness: rng.chance(0.7),
+                loss: [0.0, 0.0, 0.02, 0.05][rng.below(4) as usize],
+            }),
+            _ => Family::Membership(match rng.below(4) {
+                0 => MemberPlan::Grow,
+                1 => MemberPlan::Shrink,
+                2 => MemberPlan::Replace,
+                _ => MemberPlan::Stray,
+            }),
+        };
+        let size = match &family {
+            Family::Chaos => pick(&mut rng, &[1, 2, 3, 3, 4, 5, 5, 7]),
+            Family::Persistent(_) => pick(&mut rng, &[3, 3, 4, 5, 5, 7]),
+            Family::Rolling(_) => pick(&mut rng, &[2, 3, 3, 5, 5]),
+            Family::Membership(MemberPlan::Shrink) => 5,
+            Family::Membership(_) => pick(&mut rng, &[3, 3, 5]),
+        };
         Scenario {
             seed,
-            size: SIZES[(seed % SIZES.len() as u64) as usize],
-            timings: Timings::default(),
-            faults_until: Duration::from_secs(20 + rng.below(20)),
-            quiet: seed % 4 == 0,
+            size,
+            timings,
+            faults_until: t.mul_f64(7.0 + rng.unit() * 7.0),
+            quiet: seed % 16 == 0,
+            target: match rng.below(3) {
+                0 => Target::Leader,
+                1 => Target::TopRanked,
+                _ => Target::Follower,
+            },
+            family,
         }
     }
 
@@ -38,6 +198,37 @@ impl Scenario {
         format!(
             "SIM_SEED={} cargo test --release --test simulation -- --nocapture replay",
             self.seed
+        )
+    }
+
+    /// One line saying what the seed runs.
+    pub fn summary(&self) -> String {
+        let t = &self.timings;
+        let family = match &self.family {
+            Family::Chaos => "chaos".to_string(),
+            Family::Persistent(f) => format!("persistent {} ({:?})", f.name(), self.target),
+            Family::Rolling(p) => format!(
+                "rolling x{} kill {:.0}% {} loss {:.0}%",
+                p.passes,
+                p.kill_share * 100.0,
+                if p.readiness {
+                    "ready-gated"
+                } else {
+                    "ungated"
+                },
+                p.loss * 100.0
+            ),
+            Family::Membership(p) => format!("membership {p:?}"),
+        };
+        format!(
+            "{family}, {} nodes, h={:?} L={:?} T={:?} S={:?} P={:?} r={}",
+            self.size,
+            t.heartbeat,
+            t.lease,
+            t.election_timeout,
+            t.stagger,
+            t.preempt_after,
+            t.max_drift
         )
     }
 }
@@ -49,14 +240,32 @@ pub struct SeedReport {
     pub violations: Vec<Violation>,
     /// True time from healing to the first moment every node agreed on a leader holding its lease.
     pub leader_after_heal: Option<Duration>,
+    /// Persistent faults: share of the observed time the connected quorum had no agreed leader.
+    pub leaderless_share: Option<f64>,
+    /// Rolling restarts: leaderless time after each restart of the leader.
+    pub leader_restart_gaps: Vec<Duration>,
     pub events: u64,
     pub trace: String,
 }
 
-fn ids(size: usize, rng: &mut Rng) -> Vec<(String, u32, bool)> {
-    (0..size)
+impl SeedReport {
+    fn new(scenario: Scenario) -> SeedReport {
+        SeedReport {
+            scenario,
+            violations: Vec::new(),
+            leader_after_heal: None,
+            leaderless_share: None,
+            leader_restart_gaps: Vec::new(),
+            events: 0,
+            trace: String::new(),
+        }
+    }
+}
+
+/// Node ids: a mix of names and numbers (pilotctl's node ids are numbers).
+fn node_ids(count: usize, rng: &mut Rng) -> Vec<(String, u32)> {
+    (0..count)
         .map(|i| {
-            // A mix of named and numeric ids (pilotctl's node ids are numbers).
             let id = if rng.chance(0.5) {
                 format!("node-{}", i + 1)
             } else {
@@ -68,69 +277,140 @@ fn ids(size: usize, rng: &mut Rng) -> Vec<(String, u32, bool)> {
             } else {
                 default_priority(&id)
             };
-            (id, priority, true)
+            (id, priority)
         })
         .collect()
 }
 
-fn rates(size: usize, drift: f64, rng: &mut Rng) -> Vec<f64> {
-    (0..size)
-        .map(|_| 1.0 + (rng.unit() * 2.0 - 1.0) * drift * 0.999)
-        .collect()
+/// Clock rates: pinned at ±r, or anywhere within.
+fn draw_rate(drift: f64, rng: &mut Rng) -> f64 {
+    match rng.below(3) {
+        0 => 1.0 + drift,
+        1 => 1.0 - drift,
+        _ => 1.0 + (rng.unit() * 2.0 - 1.0) * drift,
+    }
 }
 
-/// Builds a world for `scenario` with the given protocol.
-pub fn world_for(scenario: &Scenario, factory: Factory) -> (World, Rng) {
-    let mut rng = Rng::new(scenario.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xC0FFEE);
-    let nodes = ids(scenario.size, &mut rng);
-    let rates = rates(scenario.size, scenario.timings.max_drift, &mut rng);
-    let world = World::new(
+/// Builds a world of `specs` for `scenario` with the given protocol.
+fn world_of(scenario: &Scenario, specs: Vec<NodeSpec>, factory: Factory, rng: &mut Rng) -> World {
+    let rates = (0..specs.len())
+        .map(|_| draw_rate(scenario.timings.max_drift, rng))
+        .collect();
+    World::new(
         WorldConfig {
             seed: scenario.seed,
             group: "sim".into(),
             timings: scenario.timings,
-            nodes,
+            nodes: specs,
             rates,
         },
         factory,
-    );
-    (world, rng)
+    )
 }
 
-/// Runs one seed of the chaos scenario with the real core.
-pub fn run_seed(seed: u64) -> SeedReport {
-    run_chaos(Scenario::from_seed(seed), core_factory())
+/// Builds the plain world of `scenario.size` nodes, all members of one set.
+pub fn world_for(scenario: &Scenario, factory: Factory) -> (World, Rng) {
+    let mut rng = Rng::new(scenario.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xC0FFEE);
+    let specs = node_ids(scenario.size, &mut rng)
+        .into_iter()
+        .map(|(id, p)| NodeSpec::new(id, p))
+        .collect();
+    let w = world_of(scenario, specs, factory, &mut rng);
+    (w, rng)
 }
 
-/// Chaos, then healing, then the liveness and steady-state checks; and, for some seeds, a quiet
-/// run under 2 % loss that must see no leader change at all.
-pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
-    let t = scenario.timings;
-    let (mut w, mut rng) = world_for(&scenario, factory);
-    let n = w.size();
-    let mut trace = String::new();
-    let mut log = |w: &World, what: String| {
+/// A time-stamped log of what a scenario did, for the replay trace.
+struct Trace(String);
+
+impl Trace {
+    fn log(&mut self, w: &World, what: impl AsRef<str>) {
         use std::fmt::Write;
         let _ = writeln!(
-            trace,
-            "{:>9.3}s {what} | {}",
+            self.0,
+            "{:>9.3}s {} | {}",
             w.now().as_secs_f64(),
+            what.as_ref(),
             w.describe()
         );
+    }
+}
+
+/// Runs one seed with the real core.
+pub fn run_seed(seed: u64) -> SeedReport {
+    run_scenario(Scenario::from_seed(seed), &core_factory)
+}
+
+/// Runs a scenario of any family with the protocol `factory` builds.
+pub fn run_scenario(scenario: Scenario, factory: &dyn Fn() -> Factory) -> SeedReport {
+    let mut report = match scenario.family.clone() {
+        Family::Chaos => run_chaos(scenario, factory()),
+        Family::Persistent(f) => run_persistent(scenario, f, factory()),
+        Family::Rolling(p) => run_rolling(scenario, p, factory()),
+        Family::Membership(p) => run_membership(scenario, p, factory()),
     };
+    if report.scenario.quiet {
+        let q = quiet_violations(&report.scenario, factory());
+        report.violations.extend(q);
+    }
+    report
+}
+
+/// Runs in steps of `step` until `cond` holds or `limit` passes; how long it took.
+fn run_until_cond(
+    w: &mut World,
+    limit: Duration,
+    step: Duration,
+    mut cond: impl FnMut(&World) -> bool,
+) -> Option<Duration> {
+    let start = w.now();
+    while w.now() < start + limit {
+        let next = w.now() + step;
+        w.run_until(next);
+        if cond(w) {
+            return Some(w.now() - start);
+        }
+    }
+    None
+}
+
+/// A sampling step fine enough for the timings.
+fn sample_step(t: &Timings) -> Duration {
+    (t.heartbeat / 20).max(Duration::from_millis(2))
+}
+
+/// What the runtime model does in seeds that exercise it: fsyncs of up to 5 ms, and now and
+/// then a stall of the loop of up to 1.5 leases.
+fn busy_runtime(t: &Timings, rng: &mut Rng) -> RuntimeModel {
+    RuntimeModel {
+        fsync_max: Duration::from_millis(5),
+        stall_chance: [0.0, 0.001, 0.005][rng.below(3) as usize],
+        stall_max: t.lease.mul_f64(1.5),
+        ..RuntimeModel::default()
+    }
+}
+
+/// Chaos, then healing, then the liveness and steady-state checks.
+pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
+    let t = scenario.timings;
+    let te = t.election_timeout;
+    let (mut w, mut rng) = world_for(&scenario, factory);
+    w.runtime = busy_runtime(&t, &mut rng);
+    let n = w.size();
+    let mut trace = Trace(String::new());
+    trace.log(&w, scenario.summary());
 
     // Warm-up: a clean start elects someone.
-    let warmup = t.election_timeout * 3;
+    let warmup = te * 3 + t.stagger * n as u32;
     w.run_until(warmup);
-    log(&w, "warm-up done".into());
+    trace.log(&w, "warm-up done");
 
     let heal_at = warmup + scenario.faults_until;
-    let commands_until = heal_at.saturating_sub(t.election_timeout);
+    let commands_until = heal_at.saturating_sub(te);
     let mut restarts: Vec<(Duration, usize)> = Vec::new();
     let mut now = warmup;
     let mut restored = false;
     while now < heal_at {
-        now += Duration::from_millis(200 + rng.below(2500));
+        now += te.mul_f64(0.07 + rng.unit() * 0.8);
         let now_c = now.min(heal_at);
         w.run_until(now_c);
         restarts.retain(|&(at, i)| {
@@ -145,15 +425,14 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
             break;
         }
         let i = rng.below(n as u64) as usize;
-        let what = match rng.below(11) {
+        let what = match rng.below(17) {
             0 => {
                 w.net.loss = rng.unit() * 0.2;
                 format!("loss {:.0}%", w.net.loss * 100.0)
             }
             1 => {
                 w.net.duplicate = rng.unit() * 0.05;
-                w.net.max_delay =
-                    Duration::from_millis(5 + rng.below(3 * t.heartbeat.as_millis() as u64));
+                w.net.max_delay = Duration::from_millis(5) + t.heartbeat.mul_f64(rng.unit() * 3.0);
                 format!(
                     "dup {:.1}%, max delay {:?}",
                     w.net.duplicate * 100.0,
@@ -178,10 +457,21 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
             }
             5 | 6 => {
                 if w.is_up(i) {
-                    w.crash(i);
-                    let back = now + Duration::from_millis(300 + rng.below(8000));
-                    restarts.push((back, i));
-                    format!("crash {i} until {:.3}s", back.as_secs_f64())
+                    if rng.chance(0.3) {
+                        let k = rng.below(4) as u32;
+                        w.crash_after_actions(i, k);
+                        let back = now + te.mul_f64(0.1 + rng.unit() * 2.5);
+                        restarts.push((back, i));
+                        format!(
+                            "crash {i} after {k} more actions, back at {:.3}s",
+                            back.as_secs_f64()
+                        )
+                    } else {
+                        w.crash(i);
+                        let back = now + te.mul_f64(0.1 + rng.unit() * 2.5);
+                        restarts.push((back, i));
+                        format!("crash {i} until {:.3}s", back.as_secs_f64())
+                    }
                 } else {
                     continue;
                 }
@@ -221,9 +511,56 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 let r = w.command(i, Input::SetCandidacy { eligible, priority });
                 format!("candidacy {i} eligible={eligible} priority={priority:?}: {r:?}")
             }
+            11 => {
+                let r = if rng.chance(0.5) {
+                    1.0 + t.max_drift * if rng.chance(0.5) { 1.0 } else { -1.0 }
+                } else {
+                    draw_rate(t.max_drift, &mut rng)
+                };
+                w.set_rate(i, r);
+                format!("clock of {i} at rate {r:.4}")
+            }
+            12 => {
+                let (a, b) = (i, rng.below(n as u64) as usize);
+                if a != b {
+                    let p = rng.unit() * 0.6;
+                    w.net.link_loss.insert((a, b), p);
+                    format!("link {a}->{b} loses {:.0}%", p * 100.0)
+                } else {
+                    continue;
+                }
+            }
+            13 => {
+                w.net.long_delay_chance = rng.unit() * 0.03;
+                w.net.long_delay = t.lease.mul_f64(1.0 + rng.unit() * 1.5);
+                format!(
+                    "{:.1}% of messages delayed up to {:?}",
+                    w.net.long_delay_chance * 100.0,
+                    w.net.long_delay
+                )
+            }
+            14 => {
+                if w.is_up(i) && !w.is_stopping(i) {
+                    w.stop(i);
+                    let back = now + te.mul_f64(0.2 + rng.unit() * 2.0);
+                    restarts.push((back, i));
+                    format!("SIGTERM {i}, back at {:.3}s", back.as_secs_f64())
+                } else {
+                    continue;
+                }
+            }
+            15 => {
+                if rng.chance(0.5) {
+                    w.deafen(i);
+                    format!("deafen {i}")
+                } else {
+                    w.mute(i);
+                    format!("mute {i}")
+                }
+            }
             _ => continue,
         };
-        log(&w, what);
+        trace.log(&w, what);
         if now >= commands_until && !restored {
             restore_candidacy(&mut w);
             restored = true;
@@ -234,67 +571,47 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     restore_candidacy(&mut w);
     w.heal();
     w.net = NetConfig::default();
-    for i in 0..n {
-        w.restart(i);
-    }
-    log(&w, "healed".into());
+    w.runtime.stall_chance = 0.0;
+    w.bring_all_up();
+    trace.log(&w, "healed");
 
-    // Liveness: T of start-up guard for restarted nodes, then 2T + N*S.
-    let budget = t.election_timeout * 3 + t.stagger * n as u32;
-    let deadline = heal_at + budget;
-    let mut leader_after_heal = None;
-    let step = Duration::from_millis(10);
-    let mut at = heal_at;
-    while at < deadline {
-        at += step;
-        w.run_until(at);
-        if w.agreed_leader().is_some() {
-            leader_after_heal = Some(at - heal_at);
-            break;
-        }
-    }
-    if leader_after_heal.is_none() {
+    let mut report = SeedReport::new(scenario.clone());
+    // Liveness: T of start-up guard for restarted nodes, then 2T + N*S, and a lease's worth for a
+    // node whose stalled step was still running.
+    let budget = te * 3 + t.stagger * n as u32 + t.lease * 2;
+    report.leader_after_heal = run_until_cond(&mut w, budget, sample_step(&t), |w| {
+        w.agreed_leader().is_some()
+    });
+    if report.leader_after_heal.is_none() {
         w.checker.violate(
-            deadline.as_nanos() as u64,
+            w.now().as_nanos() as u64,
             format!(
                 "no agreed leader {budget:?} after healing: {}",
                 w.describe()
             ),
         );
     }
-    // Steady state: after preemption has had its time, the top-ranked node leads.
-    let settle = deadline + t.preempt_after.max(t.election_timeout) + t.election_timeout * 2;
-    w.run_until(settle);
-    log(&w, "settled".into());
+    // Steady state: after preemption has had its time (flap damping may have raised it), the
+    // top-ranked node leads.
     if !t.preempt_after.is_zero() {
-        match w.agreed_leader() {
-            Some((i, _)) if w.is_top_ranked(i) => {}
-            Some((i, _)) => w.checker.violate(
-                settle.as_nanos() as u64,
-                format!(
-                    "steady-state leader {} is not the top-ranked node: {}",
-                    w.id(i),
-                    w.describe()
-                ),
-            ),
-            None => w.checker.violate(
-                settle.as_nanos() as u64,
-                format!("no agreed leader in steady state: {}", w.describe()),
-            ),
+        let wait = t.preempt_after.max(te);
+        let settle = wait * (16 + 2) + te * 2;
+        let top = run_until_cond(&mut w, settle, te / 4, |w| {
+            w.agreed_leader().is_some_and(|(i, _)| w.is_top_ranked(i))
+        });
+        trace.log(&w, "settled");
+        if top.is_none() {
+            let what = format!(
+                "steady-state leader is not the top-ranked node {settle:?} after healing: {}",
+                w.describe()
+            );
+            w.checker.violate(w.now().as_nanos() as u64, what);
         }
     }
-    let mut violations = w.checker.violations.clone();
-    let events = w.stats.events;
-    if scenario.quiet {
-        violations.extend(quiet_violations(&scenario));
-    }
-    SeedReport {
-        scenario,
-        violations,
-        leader_after_heal,
-        events,
-        trace,
-    }
+    report.violations = w.checker.violations.clone();
+    report.events = w.stats.events;
+    report.trace = trace.0;
+    report
 }
 
 fn restore_candidacy(w: &mut World) {
@@ -312,13 +629,518 @@ fn restore_candidacy(w: &mut World) {
     }
 }
 
-/// Under 2 % loss and no other fault, once a leader is agreed it must never change.
-pub fn quiet_violations(scenario: &Scenario) -> Vec<Violation> {
+/// Leaderless stretches of `group`, sampled: the share of the time without an agreed leader
+/// and the longest stretch.
+struct Watch {
+    step: Duration,
+    leaderless: Duration,
+    observed: Duration,
+    current: Duration,
+    longest: Duration,
+}
+
+impl Watch {
+    fn new(step: Duration) -> Watch {
+        Watch {
+            step,
+            leaderless: Duration::ZERO,
+            observed: Duration::ZERO,
+            current: Duration::ZERO,
+            longest: Duration::ZERO,
+        }
+    }
+
+    fn sample(&mut self, has_leader: bool) {
+        self.observed += self.step;
+        if has_leader {
+            self.current = Duration::ZERO;
+        } else {
+            self.leaderless += self.step;
+            self.current += self.step;
+            self.longest = self.longest.max(self.current);
+        }
+    }
+
+    fn share(&self) -> f64 {
+        self.leaderless.as_secs_f64() / self.observed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A leader that answers as leader and is followed by a quorum of the members (itself
+/// included), all in its term: the cluster works, whatever a faulty node sees.
+fn quorum_leader(w: &World) -> Option<usize> {
+    let n = w.size();
+    (0..n).find(|&l| {
+        if !w.claims_leadership(l) {
+            return false;
+        }
+        let Some(lv) = w.view(l) else {
+            return false;
+        };
+        let followers = (0..n)
+            .filter(|&i| w.is_up(i) && !w.is_paused(i))
+            .filter_map(|i| w.view(i))
+            .filter(|v| v.term == lv.term && v.leader.as_deref() == Some(lv.node_id.as_str()))
+            .count();
+        followers >= w.config(l).members.quorum()
+    })
+}
+
+/// The leader that every running node of `group` names, if it answers as leader (it may be
+/// outside the group).
+fn leader_seen_by(w: &World, group: &[usize]) -> Option<usize> {
+    let mut named: Option<(String, u64)> = None;
+    for &i in group {
+        if !w.is_up(i) || w.is_paused(i) {
+            continue;
+        }
+        let v = w.view(i)?;
+        let l = (v.leader.clone()?, v.term);
+        match &named {
+            None => named = Some(l),
+            Some(n) if *n == l => {}
+            Some(_) => return None,
+        }
+    }
+    let (leader, _) = named?;
+    let idx = (0..w.size()).find(|&i| w.id(i) == leader)?;
+    w.claims_leadership(idx).then_some(idx)
+}
+
+/// One node's fault stays; the others, a quorum connected both ways, must elect within a bound
+/// and keep a leader.
+pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> SeedReport {
     let t = scenario.timings;
-    let (mut w, _) = world_for(scenario, core_factory());
+    let te = t.election_timeout;
+    let (mut w, mut rng) = world_for(&scenario, factory);
+    w.runtime = RuntimeModel {
+        fsync_max: Duration::from_millis(2),
+        ..RuntimeModel::default()
+    };
+    let n = w.size();
+    let mut trace = Trace(String::new());
+    trace.log(&w, scenario.summary());
+    let mut report = SeedReport::new(scenario.clone());
+    let step = sample_step(&t);
+    if run_until_cond(&mut w, te * 4 + t.stagger * n as u32, step, |w| {
+        w.agreed_leader().is_some()
+    })
+    .is_none()
+    {
+        w.checker.violate(
+            w.now().as_nanos() as u64,
+            "no first leader before the fault",
+        );
+    }
+    // Let preemption settle so that the leader is usually the top-ranked node too.
+    w.run_until(w.now() + t.preempt_after.max(te) * 2);
+    let leader = w.agreed_leader().map(|(i, _)| i);
+    let top = (0..n).find(|&i| w.is_top_ranked(i));
+    let target = match scenario.target {
+        Target::Leader => leader.or(top),
+        Target::TopRanked => top,
+        Target::Follower => (0..n).find(|&i| Some(i) != leader),
+    }
+    .unwrap_or(0);
+    let group: Vec<usize> = (0..n).filter(|&i| i != target).collect();
+    let fault_at = w.now();
+    match fault {
+        Fault::Deaf => w.deafen(target),
+        Fault::Mute => w.mute(target),
+        Fault::OneWayOut => {
+            // The target hears one member that does not hear it.
+            let other = group[rng.below(group.len() as u64) as usize];
+            w.block(target, other);
+        }
+        Fault::LossyLinks(p) => {
+            for &j in &group {
+                w.net.link_loss.insert((target, j), p);
+                w.net.link_loss.insert((j, target), p);
+            }
+        }
+        Fault::Flapping { .. } => {}
+    }
+    trace.log(&w, format!("{} on node {target}", fault.name()));
+    // Bound for the first leader after the fault: the target's lease (if it led), the
+    // followers' guard, a round; plus the stagger of every rank.
+    let first_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2;
+    // Then no stretch without a leader longer than a failover.
+    let gap_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2;
+    let observe = te * 20;
+    let mut watch = Watch::new(step);
+    let mut first: Option<Duration> = None;
+    let (mut next_flip, mut up) = (fault_at, true);
+    while w.now() < fault_at + observe {
+        if let Fault::Flapping { up: u, down: d } = fault {
+            if w.now() >= next_flip {
+                if up {
+                    w.crash(target);
+                    next_flip = w.now() + te.mul_f64(d);
+                } else {
+                    w.restart(target);
+                    next_flip = w.now() + te.mul_f64(u);
+                }
+                up = !up;
+            }
+        }
+        let next = w.now() + step;
+        w.run_until(next);
+        let has = quorum_leader(&w).is_some();
+        if first.is_none() {
+            if has {
+                first = Some(w.now() - fault_at);
+            } else if w.now() - fault_at > first_bound {
+                let what = format!(
+                    "{}: no leader agreed by the connected quorum {first_bound:?} after the fault: {}",
+                    fault.name(),
+                    w.describe()
+                );
+                w.checker.violate(w.now().as_nanos() as u64, what);
+                break;
+            }
+            continue;
+        }
+        watch.sample(has);
+        if watch.current > gap_bound {
+            let what = format!(
+                "{}: the connected quorum was without a leader for {:?}: {}",
+                fault.name(),
+                watch.current,
+                w.describe()
+            );
+            w.checker.violate(w.now().as_nanos() as u64, what);
+            break;
+        }
+    }
+    trace.log(&w, "observed");
+    report.leaderless_share = Some(watch.share());
+    report.leader_after_heal = first;
+    report.violations = w.checker.violations.clone();
+    report.events = w.stats.events;
+    report.trace = trace.0;
+    report
+}
+
+/// Every node restarted in turn; leaderless time per leader restart.
+pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> SeedReport {
+    let t = scenario.timings;
+    let te = t.election_timeout;
+    let (mut w, mut rng) = world_for(&scenario, factory);
+    w.runtime = RuntimeModel {
+        fsync_max: Duration::from_millis(3),
+        ..RuntimeModel::default()
+    };
+    let n = w.size();
+    let mut trace = Trace(String::new());
+    trace.log(&w, scenario.summary());
+    let mut report = SeedReport::new(scenario.clone());
+    let step = sample_step(&t);
+    let all: Vec<usize> = (0..n).collect();
+    if run_until_cond(&mut w, te * 4 + t.stagger * n as u32, step, |w| {
+        w.agreed_leader().is_some()
+    })
+    .is_none()
+    {
+        w.checker.violate(
+            w.now().as_nanos() as u64,
+            "no first leader before the restarts",
+        );
+    }
+    w.net.loss = plan.loss;
+    for pass in 0..plan.passes {
+        // Highest id first (a StatefulSet), lowest first, or shuffled.
+        let mut order: Vec<usize> = all.clone();
+        match rng.below(3) {
+            0 => order.sort_by(|a, b| w.id(*b).cmp(w.id(*a))),
+            1 => order.sort_by(|a, b| w.id(*a).cmp(w.id(*b))),
+            _ => {
+                for k in (1..order.len()).rev() {
+                    order.swap(k, rng.below(k as u64 + 1) as usize);
+                }
+            }
+        }
+        for i in order {
+            let was_leader = w.claims_leadership(i);
+            let kill = rng.chance(plan.kill_share);
+            let stopped_at = w.now();
+            if kill {
+                w.crash(i);
+            } else {
+                w.stop(i);
+                let grace = w.runtime.handover_grace + te;
+                run_until_cond(&mut w, grace, step, |w| !w.is_up(i));
+            }
+            trace.log(
+                &w,
+                format!(
+                    "pass {pass}: {} {i}{}",
+                    if kill { "kill" } else { "SIGTERM" },
+                    if was_leader { " (leader)" } else { "" }
+                ),
+            );
+            let down = te.mul_f64(rng.unit() * 0.3);
+            let mut gap_end = None;
+            let back_at = w.now() + down;
+            while w.now() < back_at {
+                let next = w.now() + step;
+                w.run_until(next.min(back_at));
+                if gap_end.is_none() && leader_seen_by(&w, &all).is_some() {
+                    gap_end = Some(w.now());
+                }
+            }
+            w.restart(i);
+            if plan.readiness {
+                let ready = run_until_cond(&mut w, te * 3, step, |w| {
+                    w.view(i).is_some_and(|v| v.can_vote && v.leader.is_some())
+                });
+                if ready.is_none() {
+                    trace.log(&w, format!("node {i} not ready after 3T"));
+                }
+            } else {
+                w.run_until(w.now() + t.heartbeat.mul_f64(rng.unit()));
+            }
+            if was_leader {
+                let limit = te * 4 + t.stagger * n as u32;
+                let found = match gap_end {
+                    Some(e) => Some(e - stopped_at),
+                    None if leader_seen_by(&w, &all).is_some() => Some(w.now() - stopped_at),
+                    None => {
+                        run_until_cond(&mut w, limit, step, |w| leader_seen_by(w, &all).is_some())
+                            .map(|_| w.now() - stopped_at)
+                    }
+                };
+                match found {
+                    Some(gap) => report.leader_restart_gaps.push(gap),
+                    None => {
+                        let what = format!(
+                            "no leader {limit:?} after the leader's restart: {}",
+                            w.describe()
+                        );
+                        w.checker.violate(w.now().as_nanos() as u64, what);
+                    }
+                }
+            }
+        }
+    }
+    w.net = NetConfig::default();
+    let budget = te * 3 + t.stagger * n as u32;
+    report.leader_after_heal =
+        run_until_cond(&mut w, budget, step, |w| w.agreed_leader().is_some());
+    if report.leader_after_heal.is_none() {
+        let what = format!(
+            "no agreed leader {budget:?} after the rolling restart: {}",
+            w.describe()
+        );
+        w.checker.violate(w.now().as_nanos() as u64, what);
+    }
+    report.violations = w.checker.violations.clone();
+    report.events = w.stats.events;
+    report.trace = trace.0;
+    report
+}
+
+/// Membership changes one member at a time (and stray nodes) under partitions, loss and crashes.
+pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) -> SeedReport {
+    let t = scenario.timings;
+    let te = t.election_timeout;
+    let mut rng = Rng::new(scenario.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xC0FFEE);
+    // Every node that will ever exist: the initial members first, then the ones added later.
+    let extra = match plan {
+        MemberPlan::Grow => 2,
+        MemberPlan::Replace | MemberPlan::Stray => 1,
+        MemberPlan::Shrink => 0,
+    };
+    let ids = node_ids(scenario.size + extra, &mut rng);
+    let initial: Vec<String> = ids[..scenario.size]
+        .iter()
+        .map(|(i, _)| i.clone())
+        .collect();
+    let specs: Vec<NodeSpec> = ids
+        .iter()
+        .enumerate()
+        .map(|(k, (id, p))| NodeSpec {
+            members: Some(initial.clone()),
+            starts: k < scenario.size,
+            ..NodeSpec::new(id.clone(), *p)
+        })
+        .collect();
+    let mut w = world_of(&scenario, specs, factory, &mut rng);
+    w.runtime = RuntimeModel {
+        fsync_max: Duration::from_millis(3),
+        ..RuntimeModel::default()
+    };
+    let mut trace = Trace(String::new());
+    trace.log(&w, scenario.summary());
+    let mut report = SeedReport::new(scenario.clone());
+    let step = sample_step(&t);
+    w.run_until(te * 4 + t.stagger * scenario.size as u32);
+    let index = |w: &World, id: &str| (0..w.size()).find(|&i| w.id(i) == id).expect("known id");
+
+    // The sequence of member sets, each one member away from the previous.
+    let mut sets: Vec<Vec<String>> = vec![initial.clone()];
+    match plan {
+        MemberPlan::Grow => {
+            for (id, _) in &ids[scenario.size..] {
+                let mut next = sets.last().unwrap().clone();
+                next.push(id.clone());
+                sets.push(next);
+            }
+        }
+        MemberPlan::Shrink => {
+            for _ in 0..2 {
+                let mut next = sets.last().unwrap().clone();
+                let k = rng.below(next.len() as u64) as usize;
+                next.remove(k);
+                sets.push(next);
+            }
+        }
+        MemberPlan::Replace => {
+            let mut next = initial.clone();
+            next.push(ids[scenario.size].0.clone());
+            sets.push(next.clone());
+            let k = rng.below(initial.len() as u64) as usize;
+            next.retain(|id| *id != initial[k]);
+            sets.push(next);
+        }
+        MemberPlan::Stray => {}
+    }
+    // Some disorder between the operator's steps.
+    let noise = |w: &mut World, rng: &mut Rng, trace: &mut Trace| {
+        let n = w.size();
+        match rng.below(6) {
+            0 => {
+                let side: Vec<usize> = (0..n).filter(|_| rng.chance(0.5)).collect();
+                w.partition(&side);
+                trace.log(w, format!("partition {side:?}"));
+            }
+            1 => {
+                w.heal();
+                trace.log(w, "heal links");
+            }
+            2 => {
+                w.net.loss = rng.unit() * 0.1;
+                trace.log(w, format!("loss {:.0}%", w.net.loss * 100.0));
+            }
+            3 => {
+                let i = rng.below(n as u64) as usize;
+                if w.is_up(i) {
+                    w.crash(i);
+                    let back = w.now() + te.mul_f64(0.2 + rng.unit());
+                    w.run_until(back);
+                    w.restart(i);
+                    trace.log(w, format!("crash and restart {i}"));
+                }
+            }
+            _ => {}
+        }
+    };
+    if plan == MemberPlan::Stray {
+        // A replacement started before the old node was removed (its set swaps one member),
+        // or a scale-up whose new node lists one more member than the others.
+        let stray = index(&w, &ids[scenario.size].0);
+        let mut set = initial.clone();
+        if rng.chance(0.5) {
+            let k = rng.below(set.len() as u64) as usize;
+            set.remove(k);
+        }
+        set.push(ids[scenario.size].0.clone());
+        w.reconfigure(stray, &set);
+        w.restart(stray);
+        trace.log(&w, format!("stray {stray} with members {set:?}"));
+        let until = w.now() + te * 12;
+        while w.now() < until {
+            let next = w.now() + te.mul_f64(0.3 + rng.unit());
+            w.run_until(next);
+            noise(&mut w, &mut rng, &mut trace);
+        }
+        w.heal();
+        w.net = NetConfig::default();
+    } else {
+        for pair in sets.windows(2) {
+            let (old, new) = (&pair[0], &pair[1]);
+            trace.log(&w, format!("change members {old:?} -> {new:?}"));
+            // New member first, with the new set.
+            for id in new.iter().filter(|id| !old.contains(id)) {
+                let i = index(&w, id);
+                w.reconfigure(i, new);
+                w.restart(i);
+                trace.log(&w, format!("start {i} with the new set"));
+            }
+            // Every staying member restarted with the new set, one at a time.
+            let mut staying: Vec<&String> = new.iter().filter(|id| old.contains(id)).collect();
+            for k in (1..staying.len()).rev() {
+                staying.swap(k, rng.below(k as u64 + 1) as usize);
+            }
+            for id in staying {
+                let i = index(&w, id);
+                w.reconfigure(i, new);
+                if rng.chance(0.8) {
+                    w.stop(i);
+                    let grace = w.runtime.handover_grace + te;
+                    run_until_cond(&mut w, grace, step, |w| !w.is_up(i));
+                } else {
+                    w.crash(i);
+                }
+                w.run_until(w.now() + te.mul_f64(rng.unit() * 0.3));
+                w.restart(i);
+                trace.log(&w, format!("restart {i} with the new set"));
+                if rng.chance(0.3) {
+                    noise(&mut w, &mut rng, &mut trace);
+                }
+                run_until_cond(&mut w, te * 3, step, |w| {
+                    w.view(i).is_some_and(|v| v.can_vote)
+                });
+            }
+            // A removed member stops for good.
+            for id in old.iter().filter(|id| !new.contains(id)) {
+                let i = index(&w, id);
+                w.stop(i);
+                let grace = w.runtime.handover_grace + te;
+                run_until_cond(&mut w, grace, step, |w| !w.is_up(i));
+                w.crash(i);
+                trace.log(&w, format!("remove {i}"));
+            }
+            if rng.chance(0.5) {
+                noise(&mut w, &mut rng, &mut trace);
+            }
+            w.run_until(w.now() + te.mul_f64(rng.unit() * 2.0));
+        }
+        w.heal();
+        w.net = NetConfig::default();
+    }
+    // Liveness among the final members, all of them up.
+    let last = sets.last().unwrap().clone();
+    let members: Vec<usize> = last.iter().map(|id| index(&w, id)).collect();
+    for &i in &members {
+        w.restart(i);
+    }
+    trace.log(&w, "healed");
+    let budget = te * 4 + t.stagger * members.len() as u32 + t.lease;
+    report.leader_after_heal = run_until_cond(&mut w, budget, step, |w| {
+        w.agreed_leader_among(&members).is_some()
+    });
+    if report.leader_after_heal.is_none() && quorum_of(members.len()) <= members.len() {
+        let what = format!(
+            "no leader among the final members {budget:?} after the change: {}",
+            w.describe()
+        );
+        w.checker.violate(w.now().as_nanos() as u64, what);
+    }
+    report.violations = w.checker.violations.clone();
+    report.events = w.stats.events;
+    report.trace = trace.0;
+    report
+}
+
+/// Under 2 % loss and no other fault, once a leader is agreed it must never change.
+pub fn quiet_violations(scenario: &Scenario, factory: Factory) -> Vec<Violation> {
+    let t = scenario.timings;
+    let (mut w, _) = world_for(scenario, factory);
     w.net.loss = 0.02;
-    let start = t.election_timeout * 4;
+    let start = t.election_timeout * 4 + t.stagger * scenario.size as u32;
     w.run_until(start);
+    // Preemption may still move leadership once, to the top-ranked node.
+    w.run_until(start + t.preempt_after.max(t.election_timeout) * 2);
     let Some((leader, term)) = w.agreed_leader() else {
         return vec![Violation {
             at: w.now(),
@@ -326,7 +1148,7 @@ pub fn quiet_violations(scenario: &Scenario) -> Vec<Violation> {
         }];
     };
     let seen = w.transitions.len();
-    w.run_until(start + Duration::from_secs(60));
+    w.run_until(w.now() + t.election_timeout * 20);
     let mut v = w.checker.violations.clone();
     if let Some((at, i, tr)) = w.transitions.get(seen) {
         v.push(Violation {
@@ -342,44 +1164,39 @@ pub fn quiet_violations(scenario: &Scenario) -> Vec<Violation> {
     v
 }
 
-/// Simulated failover: true time from the crash of a stable leader until every survivor agrees on
-/// a new leader that holds its lease. `None` if none within a minute.
-pub fn failover_time(seed: u64, size: usize, timings: Timings) -> Option<Duration> {
-    let scenario = Scenario {
+/// A scenario of `size` nodes at `timings` without faults, for the measurements below.
+fn plain(seed: u64, size: usize, timings: Timings) -> Scenario {
+    Scenario {
         seed,
+        family: Family::Chaos,
         size,
         timings,
         faults_until: Duration::ZERO,
         quiet: false,
-    };
-    let (mut w, mut rng) = world_for(&scenario, core_factory());
+        target: Target::Leader,
+    }
+}
+
+/// Simulated failover: true time from the crash of a stable leader until every survivor agrees on
+/// a new leader that holds its lease. `None` if none within a minute.
+pub fn failover_time(seed: u64, size: usize, timings: Timings) -> Option<Duration> {
+    let (mut w, mut rng) = world_for(&plain(seed, size, timings), core_factory());
     let settle = timings.election_timeout * 4 + Duration::from_millis(rng.below(1000));
     w.run_until(settle);
     let (leader, _) = w.agreed_leader()?;
     w.crash(leader);
-    let step = Duration::from_millis(5);
-    let mut at = settle;
-    while at < settle + Duration::from_secs(60) {
-        at += step;
-        w.run_until(at);
-        if w.agreed_leader().is_some() {
-            return Some(at - settle);
-        }
-    }
-    None
+    run_until_cond(
+        &mut w,
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        |w| w.agreed_leader().is_some(),
+    )
 }
 
 /// Publishes per heartbeat interval in a steady cluster of `size`, and deliveries (each publish
 /// reaches every other node).
 pub fn traffic_per_interval(size: usize, timings: Timings) -> (f64, f64) {
-    let scenario = Scenario {
-        seed: size as u64,
-        size,
-        timings,
-        faults_until: Duration::ZERO,
-        quiet: false,
-    };
-    let (mut w, _) = world_for(&scenario, core_factory());
+    let (mut w, _) = world_for(&plain(size as u64, size, timings), core_factory());
     let warm = timings.election_timeout * 4;
     w.run_until(warm);
     let (p0, d0) = (w.stats.published, w.stats.delivered);
@@ -390,4 +1207,23 @@ pub fn traffic_per_interval(size: usize, timings: Timings) -> (f64, f64) {
         (w.stats.published - p0) as f64 / intervals,
         (w.stats.delivered - d0) as f64 / intervals,
     )
+}
+
+/// The persistent-fault family at default timings for figures: leaderless share per fault.
+pub fn persistent_figure(seed: u64, size: usize, fault: Fault, target: Target) -> SeedReport {
+    let scenario = Scenario {
+        family: Family::Persistent(fault),
+        target,
+        ..plain(seed, size, Timings::default())
+    };
+    run_persistent(scenario, fault, core_factory())
+}
+
+/// The rolling family at default timings for figures: leaderless time per leader restart.
+pub fn rolling_figure(seed: u64, size: usize, plan: RollingPlan) -> SeedReport {
+    let scenario = Scenario {
+        family: Family::Rolling(plan.clone()),
+        ..plain(seed, size, Timings::default())
+    };
+    run_rolling(scenario, plan, core_factory())
 }

@@ -1,15 +1,24 @@
-//! The simulated world: nodes, a lossy broadcast network, drifting clocks, crashes and pauses.
+//! The simulated world: nodes run by a model of the runtime, a lossy broadcast network with
+//! per-link faults, drifting clocks whose rates change, crashes between single actions, pauses
+//! and stalls, graceful stops and membership changes.
+//!
+//! The runtime model follows `crate::runtime` step by step: one input at a time; after the
+//! core's `handle`, the view everything answering for the node reads (the API snapshot) is
+//! updated, then the step's actions run one after the other, each taking some time (a `Persist`
+//! is an fsync); inputs that arrive meanwhile wait. A crash can therefore fall between any two
+//! actions, and a stall can hold the loop between a `resign` and the next step while the API
+//! keeps answering from the snapshot.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::checker::Checker;
 use crate::election::{
-    Action, CommandError, Config, Input, Message, Node, Outcome, Persistent, Rng, Role, Timings,
-    Transition, View,
+    Action, CommandError, Config, Input, Member, MemberSet, Message, Node, Outcome, Persistent,
+    Rng, Role, Timings, Transition, View,
 };
 
 /// What the simulator needs from an election implementation.
@@ -18,6 +27,14 @@ pub trait Protocol {
     fn poll_action(&mut self) -> Option<Action>;
     fn poll_timeout(&self) -> Option<Instant>;
     fn view(&self, now: Instant) -> View;
+    /// Whether a stopping leader has someone to hand over to (else it exits at once).
+    fn has_successor(&self, _now: Instant) -> bool {
+        false
+    }
+    /// The other members as this node knows them (for readiness and debugging).
+    fn peers(&self, _now: Instant) -> Vec<Member> {
+        Vec::new()
+    }
 }
 
 impl Protocol for Node {
@@ -33,6 +50,12 @@ impl Protocol for Node {
     fn view(&self, now: Instant) -> View {
         Node::view(self, now)
     }
+    fn has_successor(&self, now: Instant) -> bool {
+        Node::has_successor(self, now)
+    }
+    fn peers(&self, now: Instant) -> Vec<Member> {
+        Node::peers(self, now)
+    }
 }
 
 /// Builds a node: configuration, persisted state, local start time, seed, first sequence number.
@@ -43,15 +66,89 @@ pub fn core_factory() -> Factory {
     Box::new(|c, p, now, seed, seq| Box::new(Node::new(c, p, now, seed, seq)))
 }
 
+/// One node of the world as configured.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub id: String,
+    pub priority: u32,
+    pub eligible: bool,
+    /// Its member set; `None`: every node of the world.
+    pub members: Option<Vec<String>>,
+    /// Started with the world; a node that is not starts on its first [`World::restart`].
+    pub starts: bool,
+}
+
+impl NodeSpec {
+    pub fn new(id: impl Into<String>, priority: u32) -> NodeSpec {
+        NodeSpec {
+            id: id.into(),
+            priority,
+            eligible: true,
+            members: None,
+            starts: true,
+        }
+    }
+}
+
 /// The cluster to simulate.
 pub struct WorldConfig {
     pub seed: u64,
     pub group: String,
     pub timings: Timings,
-    /// `(id, priority, eligible)` per node.
-    pub nodes: Vec<(String, u32, bool)>,
+    pub nodes: Vec<NodeSpec>,
     /// Clock rate per node; 1.0 is true time.
     pub rates: Vec<f64>,
+}
+
+/// A node's clock: piecewise linear in true time, so its rate can change mid-run.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    /// True time (ns) and local reading (ns since the world's base) where the current rate began.
+    true0: u64,
+    local0: u64,
+    rate: f64,
+}
+
+impl Clock {
+    fn local(&self, t: u64) -> u64 {
+        self.local0 + ((t.saturating_sub(self.true0)) as f64 * self.rate) as u64
+    }
+}
+
+/// How the modelled runtime spends time on actions.
+#[derive(Debug, Clone)]
+pub struct RuntimeModel {
+    /// A `Persist` (write and fsync) takes up to this long.
+    pub fsync_max: Duration,
+    /// Chance that an action stalls the loop (a blocked thread, CPU starvation).
+    pub stall_chance: f64,
+    /// A stall lasts up to this long.
+    pub stall_max: Duration,
+    /// The broken order of an old runtime: the API snapshot is updated only after the step's
+    /// actions ran. Kept to show that the checker catches it (rule 9).
+    pub snapshot_after_actions: bool,
+    /// How long a stopping leader waits for its successor (the runtime's handover grace).
+    pub handover_grace: Duration,
+}
+
+impl Default for RuntimeModel {
+    fn default() -> Self {
+        RuntimeModel {
+            fsync_max: Duration::ZERO,
+            stall_chance: 0.0,
+            stall_max: Duration::ZERO,
+            snapshot_after_actions: false,
+            handover_grace: crate::runtime::exit_budget::HANDOVER,
+        }
+    }
+}
+
+/// A graceful stop in progress (SIGTERM): the node exits once its successor leads, at once when
+/// it did not lead or has nobody to hand over to, or after the grace.
+#[derive(Debug, Clone, Copy)]
+struct Stopping {
+    since: u64,
+    hand_over: bool,
 }
 
 /// One node's place in the world; survives crashes (the persisted state lives here).
@@ -60,18 +157,32 @@ struct Slot {
     node: Option<Box<dyn Protocol>>,
     persisted: Persistent,
     incarnation: u64,
-    rate: f64,
+    clock: Clock,
     paused_until: Option<u64>,
-    backlog: Vec<Message>,
+    /// Inputs waiting for the loop (it is busy or paused).
+    inbox: VecDeque<Input>,
+    /// Actions of the current step still to run.
+    running: VecDeque<Action>,
     wake_at: Option<u64>,
+    /// The core's view after its last step.
     view: Option<View>,
+    /// What the API answers from.
+    api: Option<View>,
+    stopping: Option<Stopping>,
+    /// Crash once this many more actions have run (a directed fault).
+    crash_after: Option<u32>,
+    /// An action came due while the process was frozen: run it on resume.
+    exec_missed: bool,
+    /// Wake-ups in a row that the node asked for in the past (a busy loop if it never ends).
+    overdue: u32,
 }
 
 #[derive(Debug)]
 enum Kind {
-    Deliver { to: usize, msg: Message },
+    Deliver { to: usize, msg: Box<Message> },
     Wake { node: usize },
     Resume { node: usize },
+    Exec { node: usize, incarnation: u64 },
 }
 
 #[derive(Debug)]
@@ -102,18 +213,26 @@ impl Ord for Event {
 #[derive(Debug, Clone)]
 pub struct NetConfig {
     pub loss: f64,
+    /// Extra loss on single directed links.
+    pub link_loss: BTreeMap<(usize, usize), f64>,
     pub duplicate: f64,
     pub min_delay: Duration,
     pub max_delay: Duration,
+    /// Chance that a message is held back much longer (beyond the lease), up to `long_delay`.
+    pub long_delay_chance: f64,
+    pub long_delay: Duration,
 }
 
 impl Default for NetConfig {
     fn default() -> Self {
         NetConfig {
             loss: 0.0,
+            link_loss: BTreeMap::new(),
             duplicate: 0.0,
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(20),
+            long_delay_chance: 0.0,
+            long_delay: Duration::ZERO,
         }
     }
 }
@@ -129,6 +248,8 @@ pub struct Stats {
 /// A whole simulated cluster.
 pub struct World {
     factory: Factory,
+    group: String,
+    timings: Timings,
     base: Instant,
     now: u64,
     seq: u64,
@@ -137,6 +258,7 @@ pub struct World {
     queue: BinaryHeap<Reverse<Event>>,
     blocked: BTreeSet<(usize, usize)>,
     pub net: NetConfig,
+    pub runtime: RuntimeModel,
     pub checker: Checker,
     pub stats: Stats,
     /// Every transition any node reported: (true time ns, node index, transition).
@@ -145,35 +267,52 @@ pub struct World {
 
 const MAX_EVENTS_PER_INSTANT: u32 = 10_000;
 
+fn member_set(id: &str, members: &[String]) -> MemberSet {
+    MemberSet::new(id, members.iter().cloned()).expect("simulated member sets are valid")
+}
+
 impl World {
     pub fn new(config: WorldConfig, factory: Factory) -> World {
-        let base = Instant::now();
+        let base = crate::clock::now();
         let n = config.nodes.len();
+        let everyone: Vec<String> = config.nodes.iter().map(|s| s.id.clone()).collect();
         let slots = config
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, (id, priority, eligible))| Slot {
+            .map(|(i, spec)| Slot {
                 config: Config {
-                    node_id: id.clone(),
+                    node_id: spec.id.clone(),
                     group: config.group.clone(),
-                    cluster_size: n,
-                    priority: *priority,
-                    eligible: *eligible,
+                    members: member_set(&spec.id, spec.members.as_ref().unwrap_or(&everyone)),
+                    priority: spec.priority,
+                    eligible: spec.eligible,
                     timings: config.timings,
                 },
                 node: None,
                 persisted: Persistent::default(),
                 incarnation: 0,
-                rate: config.rates.get(i).copied().unwrap_or(1.0),
+                clock: Clock {
+                    true0: 0,
+                    local0: 0,
+                    rate: config.rates.get(i).copied().unwrap_or(1.0),
+                },
                 paused_until: None,
-                backlog: Vec::new(),
+                inbox: VecDeque::new(),
+                running: VecDeque::new(),
                 wake_at: None,
                 view: None,
+                api: None,
+                stopping: None,
+                crash_after: None,
+                exec_missed: false,
+                overdue: 0,
             })
             .collect();
         let mut w = World {
             factory,
+            group: config.group,
+            timings: config.timings,
             base,
             now: 0,
             seq: 0,
@@ -182,18 +321,25 @@ impl World {
             queue: BinaryHeap::new(),
             blocked: BTreeSet::new(),
             net: NetConfig::default(),
+            runtime: RuntimeModel::default(),
             checker: Checker::new(n, config.timings),
             stats: Stats::default(),
             transitions: Vec::new(),
         };
-        for i in 0..n {
-            w.start(i);
+        for (i, spec) in config.nodes.iter().enumerate() {
+            if spec.starts {
+                w.start(i);
+            }
         }
         w
     }
 
     pub fn size(&self) -> usize {
         self.slots.len()
+    }
+
+    pub fn timings(&self) -> &Timings {
+        &self.timings
     }
 
     /// True time since the start.
@@ -217,20 +363,29 @@ impl World {
         self.slots[i].paused_until.is_some()
     }
 
+    pub fn is_stopping(&self, i: usize) -> bool {
+        self.slots[i].stopping.is_some()
+    }
+
     pub fn persisted(&self, i: usize) -> &Persistent {
         &self.slots[i].persisted
     }
 
     /// The node's own clock at true time `t` (ns).
     fn local(&self, i: usize, t: u64) -> Instant {
-        self.base + Duration::from_nanos((t as f64 * self.slots[i].rate) as u64)
+        self.base + Duration::from_nanos(self.slots[i].clock.local(t))
     }
 
     /// The first true time at which node `i`'s clock reads at least `at`.
     fn true_time(&self, i: usize, at: Instant) -> u64 {
-        let local = at.saturating_duration_since(self.base).as_nanos() as f64;
-        let mut t = (local / self.slots[i].rate).ceil() as u64;
-        while self.local(i, t) < at {
+        let c = self.slots[i].clock;
+        let local = at.saturating_duration_since(self.base).as_nanos() as u64;
+        let mut t = if local <= c.local0 {
+            c.true0
+        } else {
+            c.true0 + ((local - c.local0) as f64 / c.rate).ceil() as u64
+        };
+        while c.local(t) < local {
             t += 1;
         }
         t
@@ -240,29 +395,81 @@ impl World {
         self.local(i, self.now)
     }
 
-    /// The view of node `i` now, if it is up.
+    /// Changes node `i`'s clock rate from now on (its reading stays continuous).
+    pub fn set_rate(&mut self, i: usize, rate: f64) {
+        let local0 = self.slots[i].clock.local(self.now);
+        self.slots[i].clock = Clock {
+            true0: self.now,
+            local0,
+            rate,
+        };
+        // Timers were converted to true time at the old rate.
+        self.reschedule(i);
+    }
+
+    pub fn rate(&self, i: usize) -> f64 {
+        self.slots[i].clock.rate
+    }
+
+    /// The core's view of node `i` now, if it is up.
     pub fn view(&self, i: usize) -> Option<View> {
         let now = self.local_now(i);
         self.slots[i].node.as_ref().map(|n| n.view(now))
     }
 
-    /// Whether node `i` would answer "I am the leader" now.
-    pub fn claims_leadership(&self, i: usize) -> bool {
+    /// The other members as node `i` knows them now (empty when it is down).
+    pub fn peers(&self, i: usize) -> Vec<Member> {
         let now = self.local_now(i);
         self.slots[i]
-            .view
+            .node
             .as_ref()
-            .is_some_and(|v| self.slots[i].node.is_some() && v.is_leader_at(now))
+            .map(|n| n.peers(now))
+            .unwrap_or_default()
+    }
+
+    /// Whether node `i` would answer `/readyz` with 200: it can vote and hears a quorum of
+    /// members with its member set (the shell adds its transport's health).
+    pub fn ready(&self, i: usize) -> bool {
+        let Some(v) = self.view(i) else {
+            return false;
+        };
+        let own = self.slots[i].config.members.clone();
+        let heard = 1 + self
+            .peers(i)
+            .iter()
+            .filter(|m| m.live && m.matches(own.fingerprint()) == Some(true))
+            .count();
+        v.can_vote && !v.shutting_down && heard >= own.quorum()
+    }
+
+    /// Whether node `i` would answer "I am the leader" now: up, not frozen, and its API view
+    /// holds an unexpired lease on its own clock. A stalled loop still answers (from its last
+    /// snapshot); a frozen process does not answer at all.
+    pub fn claims_leadership(&self, i: usize) -> bool {
+        let now = self.local_now(i);
+        self.slots[i].node.is_some()
+            && self.slots[i].paused_until.is_none()
+            && self.slots[i]
+                .api
+                .as_ref()
+                .is_some_and(|v| v.is_leader_at(now))
     }
 
     /// The leader every running, unpaused node agrees on, if it also holds its lease.
     pub fn agreed_leader(&self) -> Option<(usize, u64)> {
+        let all: Vec<usize> = (0..self.size()).collect();
+        self.agreed_leader_among(&all)
+    }
+
+    /// The leader the running, unpaused nodes of `group` agree on, if it is one of them and
+    /// answers as leader.
+    pub fn agreed_leader_among(&self, group: &[usize]) -> Option<(usize, u64)> {
         let mut agreed: Option<(String, u64)> = None;
-        for i in 0..self.size() {
+        for &i in group {
             if !self.is_up(i) || self.is_paused(i) {
                 continue;
             }
-            let v = self.slots[i].view.as_ref()?;
+            let v = self.slots[i].api.as_ref()?;
             let l = v.leader.clone()?;
             match &agreed {
                 None => agreed = Some((l, v.term)),
@@ -271,7 +478,7 @@ impl World {
             }
         }
         let (leader, term) = agreed?;
-        let idx = (0..self.size()).find(|&i| *self.id(i) == leader)?;
+        let idx = group.iter().copied().find(|&i| *self.id(i) == leader)?;
         self.claims_leadership(idx).then_some((idx, term))
     }
 
@@ -285,8 +492,7 @@ impl World {
     }
 
     fn start(&mut self, i: usize) {
-        let slot = &mut self.slots[i];
-        slot.incarnation += 1;
+        self.slots[i].incarnation += 1;
         let seed = self.rng.next_u64();
         let now = self.local(i, self.now);
         let slot = &mut self.slots[i];
@@ -298,20 +504,58 @@ impl World {
             slot.incarnation << 32,
         );
         slot.node = Some(node);
-        slot.backlog.clear();
+        slot.inbox.clear();
+        slot.running.clear();
         slot.paused_until = None;
+        slot.stopping = None;
+        slot.crash_after = None;
+        slot.exec_missed = false;
         let _ = self.step(i, Input::Tick);
+        self.drain(i);
     }
 
-    /// Kills node `i`: volatile state is lost, persisted state kept.
+    /// Kills node `i` (`kill -9`): volatile state and the actions it had not run are lost,
+    /// persisted state kept.
     pub fn crash(&mut self, i: usize) {
         let slot = &mut self.slots[i];
         slot.node = None;
         slot.view = None;
+        slot.api = None;
         slot.wake_at = None;
         slot.paused_until = None;
-        slot.backlog.clear();
+        slot.inbox.clear();
+        slot.running.clear();
+        slot.stopping = None;
+        slot.crash_after = None;
+        slot.exec_missed = false;
         self.after_event();
+    }
+
+    /// Brings every node back up: armed crashes are disarmed, stopping nodes finish their stop
+    /// (within the handover grace) and every node that is down is started.
+    pub fn bring_all_up(&mut self) {
+        for slot in &mut self.slots {
+            slot.crash_after = None;
+        }
+        let grace = self.runtime.handover_grace + self.timings.election_timeout;
+        let until = self.now() + grace;
+        while (0..self.size()).any(|i| self.is_stopping(i)) && self.now() < until {
+            let next = self.now() + Duration::from_millis(5);
+            self.run_until(next);
+        }
+        for i in 0..self.size() {
+            if self.is_stopping(i) {
+                self.crash(i);
+            }
+            self.restart(i);
+        }
+    }
+
+    /// Kills node `i` once it has run `n` more actions (0: before the next one).
+    pub fn crash_after_actions(&mut self, i: usize, n: u32) {
+        if self.slots[i].node.is_some() {
+            self.slots[i].crash_after = Some(n);
+        }
     }
 
     pub fn restart(&mut self, i: usize) {
@@ -321,7 +565,33 @@ impl World {
         }
     }
 
-    /// Stops node `i` for `d` of true time; messages queue up and are processed when it wakes.
+    /// Gives node `i` another member set, taking effect at its next start (as a restart with
+    /// a new `--member` list does).
+    pub fn reconfigure(&mut self, i: usize, members: &[String]) {
+        let id = self.slots[i].config.node_id.clone();
+        self.slots[i].config.members = member_set(&id, members);
+    }
+
+    /// SIGTERM: the node hands over if it leads and exits by itself (see [`Stopping`]).
+    pub fn stop(&mut self, i: usize) {
+        if self.slots[i].node.is_none() || self.slots[i].stopping.is_some() {
+            return;
+        }
+        let now = self.local_now(i);
+        let hand_over = self.slots[i]
+            .node
+            .as_ref()
+            .is_some_and(|n| n.view(now).is_leader_at(now) && n.has_successor(now));
+        self.slots[i].stopping = Some(Stopping {
+            since: self.now,
+            hand_over,
+        });
+        self.deliver(i, Input::Shutdown);
+        self.after_event();
+    }
+
+    /// Stops node `i` for `d` of true time (SIGSTOP); messages queue up and are processed when
+    /// it wakes.
     pub fn pause(&mut self, i: usize, d: Duration) {
         if self.slots[i].node.is_none() || self.slots[i].paused_until.is_some() {
             return;
@@ -334,6 +604,28 @@ impl World {
     /// Drops everything `from` sends to `to` (one-way).
     pub fn block(&mut self, from: usize, to: usize) {
         self.blocked.insert((from, to));
+    }
+
+    pub fn unblock(&mut self, from: usize, to: usize) {
+        self.blocked.remove(&(from, to));
+    }
+
+    /// Node `i` hears nobody (it still sends).
+    pub fn deafen(&mut self, i: usize) {
+        for j in 0..self.size() {
+            if j != i {
+                self.block(j, i);
+            }
+        }
+    }
+
+    /// Nobody hears node `i` (it still receives).
+    pub fn mute(&mut self, i: usize) {
+        for j in 0..self.size() {
+            if j != i {
+                self.block(i, j);
+            }
+        }
     }
 
     /// Splits the cluster: no message crosses between `side` and the rest.
@@ -352,7 +644,14 @@ impl World {
         self.blocked.clear();
     }
 
-    /// Gives an operator command to node `i`; `None` when it is down or paused.
+    /// Whether messages from `a` reach `b` (ignoring loss).
+    pub fn link_up(&self, a: usize, b: usize) -> bool {
+        !self.blocked.contains(&(a, b))
+    }
+
+    /// Gives an operator command to node `i`: `None` when it is down, frozen or busy (a busy
+    /// loop takes the command after its step; the simulation only sends commands to idle nodes
+    /// so that their answers can be checked).
     pub fn command(&mut self, i: usize, input: Input) -> Option<Result<Outcome, CommandError>> {
         if self.slots[i].paused_until.is_some() {
             // A frozen process takes no command (and its configuration does not change).
@@ -367,42 +666,166 @@ impl World {
             }
         }
         self.slots[i].node.as_ref()?;
+        if !self.slots[i].running.is_empty() {
+            self.slots[i].inbox.push_back(input);
+            return None;
+        }
         let r = self.step(i, input);
+        self.drain(i);
         self.after_event();
         Some(r)
     }
 
-    /// Feeds one input to node `i` and executes what it asks for.
+    /// Hands an input to node `i`'s loop: now if it is idle, else after the current step.
+    fn deliver(&mut self, i: usize, input: Input) {
+        let slot = &self.slots[i];
+        if slot.node.is_none() {
+            return;
+        }
+        if slot.paused_until.is_some() || !slot.running.is_empty() {
+            self.slots[i].inbox.push_back(input);
+            return;
+        }
+        let _ = self.step(i, input);
+        self.drain(i);
+    }
+
+    /// Takes waiting inputs one step at a time while the loop is free.
+    fn drain(&mut self, i: usize) {
+        loop {
+            let slot = &self.slots[i];
+            if slot.node.is_none() || slot.paused_until.is_some() || !slot.running.is_empty() {
+                return;
+            }
+            let Some(next) = self.slots[i].inbox.pop_front() else {
+                return;
+            };
+            let _ = self.step(i, next);
+        }
+    }
+
+    /// One step of the modelled runtime: `handle`, the API snapshot (rule 9), then the actions.
     fn step(&mut self, i: usize, input: Input) -> Result<Outcome, CommandError> {
         let now = self.local(i, self.now);
         let Some(node) = self.slots[i].node.as_mut() else {
             return Ok(Outcome::Ignored);
         };
         let result = node.handle(now, input);
-        let mut out = Vec::new();
+        let mut out = VecDeque::new();
         while let Some(a) = node.poll_action() {
-            out.push(a);
+            out.push_back(a);
         }
-        let timeout = node.poll_timeout();
         let view = node.view(now);
-        for a in out {
-            match a {
-                Action::Persist(p) => {
-                    self.checker
-                        .on_persist(self.now, i, &self.slots[i].persisted, &p);
-                    self.slots[i].persisted = p;
-                }
-                Action::Publish(m) => self.send(i, m),
-                Action::Transition(t) => self.transitions.push((self.now, i, t)),
-                Action::StateChanged(_) => {}
+        let slot = &self.slots[i];
+        self.checker
+            .on_view(self.now, i, &slot.config, &slot.persisted, &view);
+        self.slots[i].view = Some(view.clone());
+        if !self.runtime.snapshot_after_actions {
+            self.slots[i].api = Some(view);
+        }
+        self.slots[i].running = out;
+        self.run_actions(i);
+        result
+    }
+
+    /// Runs the step's actions that take no time now and schedules the next one that does.
+    fn run_actions(&mut self, i: usize) {
+        loop {
+            let Some(front) = self.slots[i].running.front() else {
+                self.step_done(i);
+                return;
+            };
+            let persist = matches!(front, Action::Persist(_));
+            let cost = self.cost(persist);
+            if cost > 0 {
+                let incarnation = self.slots[i].incarnation;
+                self.push(
+                    self.now + cost,
+                    Kind::Exec {
+                        node: i,
+                        incarnation,
+                    },
+                );
+                return;
+            }
+            if !self.run_one(i) {
+                return;
             }
         }
-        self.checker
-            .on_view(self.now, i, &self.slots[i].config, &view);
-        self.slots[i].view = Some(view);
+    }
+
+    /// How long an action holds the loop (ns).
+    fn cost(&mut self, persist: bool) -> u64 {
+        let m = &self.runtime;
+        let mut cost = if persist {
+            self.rng.below(m.fsync_max.as_nanos() as u64 + 1)
+        } else {
+            0
+        };
+        if m.stall_chance > 0.0 && self.rng.chance(m.stall_chance) {
+            cost += self.rng.below(m.stall_max.as_nanos() as u64 + 1);
+        }
+        cost
+    }
+
+    /// Runs the next action of node `i`; false when the node crashed instead.
+    fn run_one(&mut self, i: usize) -> bool {
+        if let Some(left) = self.slots[i].crash_after {
+            if left == 0 {
+                self.crash(i);
+                return false;
+            }
+            self.slots[i].crash_after = Some(left - 1);
+        }
+        let Some(a) = self.slots[i].running.pop_front() else {
+            return true;
+        };
+        match a {
+            Action::Persist(p) => {
+                self.checker
+                    .on_persist(self.now, i, &self.slots[i].persisted, &p);
+                self.slots[i].persisted = p;
+            }
+            Action::Publish(m) => {
+                let claims = self.claims_leadership(i);
+                self.checker
+                    .on_send(self.now, i, &self.slots[i].persisted, claims, &m);
+                self.send(i, m);
+            }
+            Action::Transition(t) => self.transitions.push((self.now, i, t)),
+        }
+        true
+    }
+
+    /// The step is over: the snapshot is refreshed and the timer set (the caller takes the next
+    /// input).
+    fn step_done(&mut self, i: usize) {
+        let now = self.local(i, self.now);
+        let Some(node) = self.slots[i].node.as_ref() else {
+            return;
+        };
+        let view = node.view(now);
+        let timeout = node.poll_timeout();
+        self.slots[i].api = Some(view);
         match timeout {
             Some(at) => {
-                let t = self.true_time(i, at).max(self.now + 1);
+                let due = self.true_time(i, at);
+                if due <= self.now {
+                    self.slots[i].overdue += 1;
+                    if self.slots[i].overdue == 1000 {
+                        let what = format!(
+                            "node {i} keeps asking to be woken at a time already past (busy loop)"
+                        );
+                        self.checker.violate(self.now, what);
+                    }
+                } else {
+                    self.slots[i].overdue = 0;
+                }
+                let mut t = due.max(self.now + 1);
+                if self.slots[i].overdue >= 1000 {
+                    // Reported; keep the simulation moving.
+                    t = self.now + self.timings.heartbeat.as_nanos() as u64;
+                }
                 if self.slots[i].wake_at != Some(t) {
                     self.slots[i].wake_at = Some(t);
                     self.push(t, Kind::Wake { node: i });
@@ -410,7 +833,19 @@ impl World {
             }
             None => self.slots[i].wake_at = None,
         }
-        result
+    }
+
+    /// Recomputes node `i`'s wake-up after its clock changed.
+    fn reschedule(&mut self, i: usize) {
+        if self.slots[i].node.is_none() || !self.slots[i].running.is_empty() {
+            return;
+        }
+        self.slots[i].wake_at = None;
+        if let Some(at) = self.slots[i].node.as_ref().and_then(|n| n.poll_timeout()) {
+            let t = self.true_time(i, at).max(self.now + 1);
+            self.slots[i].wake_at = Some(t);
+            self.push(t, Kind::Wake { node: i });
+        }
     }
 
     fn send(&mut self, from: usize, m: Message) {
@@ -430,7 +865,8 @@ impl World {
             if to == from || self.blocked.contains(&(from, to)) {
                 continue;
             }
-            if self.rng.chance(self.net.loss) {
+            let link = self.net.link_loss.get(&(from, to)).copied().unwrap_or(0.0);
+            if self.rng.chance(self.net.loss) || (link > 0.0 && self.rng.chance(link)) {
                 continue;
             }
             let copies = if self.rng.chance(self.net.duplicate) {
@@ -440,22 +876,50 @@ impl World {
             };
             for _ in 0..copies {
                 let span = self.net.max_delay.saturating_sub(self.net.min_delay);
-                let delay =
+                let mut delay =
                     self.net.min_delay.as_nanos() as u64 + self.rng.below(span.as_nanos() as u64);
+                if self.net.long_delay_chance > 0.0 && self.rng.chance(self.net.long_delay_chance) {
+                    delay += self.rng.below(self.net.long_delay.as_nanos() as u64 + 1);
+                }
                 self.push(
                     self.now + delay.max(1),
-                    Kind::Deliver { to, msg: m.clone() },
+                    Kind::Deliver {
+                        to,
+                        msg: Box::new(m.clone()),
+                    },
                 );
             }
         }
     }
 
     fn after_event(&mut self) {
+        self.finish_stops();
         let claims: Vec<usize> = (0..self.size())
             .filter(|&i| self.claims_leadership(i))
             .collect();
         let ids: Vec<String> = claims.iter().map(|&i| self.id(i).to_string()).collect();
         self.checker.on_claims(self.now, &ids);
+    }
+
+    /// Stopping nodes exit as the runtime does: once the successor leads, at once if they did
+    /// not lead or have nobody to hand over to, or when the grace is over.
+    fn finish_stops(&mut self) {
+        for i in 0..self.size() {
+            let Some(s) = self.slots[i].stopping else {
+                continue;
+            };
+            if !self.slots[i].running.is_empty() || self.slots[i].paused_until.is_some() {
+                continue;
+            }
+            let successor_leads = self.slots[i]
+                .view
+                .as_ref()
+                .is_some_and(|v| v.leader.as_deref().is_some_and(|l| l != v.node_id));
+            let grace = self.runtime.handover_grace.as_nanos() as u64;
+            if !s.hand_over || successor_leads || self.now >= s.since + grace {
+                self.crash(i);
+            }
+        }
     }
 
     /// Runs every event up to true time `until`.
@@ -481,36 +945,54 @@ impl World {
             self.stats.events += 1;
             match ev.kind {
                 Kind::Deliver { to, msg } => {
-                    let slot = &mut self.slots[to];
-                    if slot.node.is_none() {
-                        continue;
-                    }
-                    if slot.paused_until.is_some() {
-                        slot.backlog.push(msg);
+                    if self.slots[to].node.is_none() {
                         continue;
                     }
                     self.stats.delivered += 1;
-                    let _ = self.step(to, Input::Message(msg));
+                    self.deliver(to, Input::Message(*msg));
                 }
                 Kind::Wake { node } => {
                     let slot = &self.slots[node];
-                    if slot.wake_at != Some(ev.at) || slot.paused_until.is_some() {
+                    if slot.wake_at != Some(ev.at)
+                        || slot.paused_until.is_some()
+                        || !slot.running.is_empty()
+                    {
                         continue;
                     }
                     self.slots[node].wake_at = None;
                     let _ = self.step(node, Input::Tick);
+                    self.drain(node);
                 }
                 Kind::Resume { node } => {
                     if self.slots[node].paused_until != Some(ev.at) {
                         continue;
                     }
                     self.slots[node].paused_until = None;
-                    let backlog = std::mem::take(&mut self.slots[node].backlog);
-                    for m in backlog {
-                        self.stats.delivered += 1;
-                        let _ = self.step(node, Input::Message(m));
+                    if self.slots[node].exec_missed {
+                        // Frozen in the middle of a step: it goes on where it stopped.
+                        self.slots[node].exec_missed = false;
+                        let incarnation = self.slots[node].incarnation;
+                        self.push(self.now, Kind::Exec { node, incarnation });
+                    } else if self.slots[node].running.is_empty() {
+                        if self.slots[node].inbox.is_empty() {
+                            let _ = self.step(node, Input::Tick);
+                        }
+                        self.drain(node);
                     }
-                    let _ = self.step(node, Input::Tick);
+                }
+                Kind::Exec { node, incarnation } => {
+                    let slot = &self.slots[node];
+                    if slot.node.is_none() || slot.incarnation != incarnation {
+                        continue;
+                    }
+                    if slot.paused_until.is_some() {
+                        self.slots[node].exec_missed = true;
+                        continue;
+                    }
+                    if self.run_one(node) {
+                        self.run_actions(node);
+                        self.drain(node);
+                    }
                 }
             }
             self.after_event();
@@ -526,37 +1008,58 @@ impl World {
                 let state = match (&self.slots[i].view, self.is_up(i), self.is_paused(i)) {
                     (_, false, _) => "down".to_string(),
                     (Some(v), true, paused) => format!(
-                        "{:?} t{} leader={:?}{}",
+                        "{:?} t{} leader={:?}{}{}",
                         v.role,
                         v.term,
                         v.leader,
-                        if paused { " (paused)" } else { "" }
+                        if paused { " (paused)" } else { "" },
+                        if self.is_stopping(i) {
+                            " (stopping)"
+                        } else {
+                            ""
+                        }
                     ),
                     (None, true, _) => "starting".to_string(),
                 };
                 let c = &self.slots[i].config;
                 let cand = if c.eligible { "" } else { " no-candidate" };
-                format!("{}(p{}{cand})={}", self.id(i), c.priority, state)
+                format!(
+                    "{}(p{}{cand} m{})={}",
+                    self.id(i),
+                    c.priority,
+                    c.members.fingerprint(),
+                    state
+                )
             })
             .collect::<Vec<_>>()
             .join(", ")
     }
 
+    /// True when node `i` is the top-ranked eligible node that is up, among `group`.
+    pub fn is_top_ranked_among(&self, i: usize, group: &[usize]) -> bool {
+        let rank = |j: usize| {
+            crate::election::Rank::new(self.slots[j].config.priority, &self.slots[j].config.node_id)
+        };
+        group
+            .iter()
+            .copied()
+            .filter(|&j| self.is_up(j) && self.slots[j].config.eligible)
+            .max_by(|&a, &b| rank(a).cmp(&rank(b)))
+            == Some(i)
+    }
+
     /// True when node `i` is the top-ranked eligible node that is up.
     pub fn is_top_ranked(&self, i: usize) -> bool {
-        let rank = |j: usize| {
-            (
-                self.slots[j].config.priority,
-                self.slots[j].config.node_id.clone(),
-            )
-        };
-        (0..self.size())
-            .filter(|&j| self.is_up(j) && self.slots[j].config.eligible)
-            .max_by_key(|&j| rank(j))
-            == Some(i)
+        let all: Vec<usize> = (0..self.size()).collect();
+        self.is_top_ranked_among(i, &all)
     }
 
     pub fn role(&self, i: usize) -> Option<Role> {
         self.slots[i].view.as_ref().map(|v| v.role)
+    }
+
+    /// The group name every node runs with.
+    pub fn group(&self) -> &str {
+        &self.group
     }
 }

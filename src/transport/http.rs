@@ -106,7 +106,7 @@ async fn peer_task(
             peer.id.clone(),
         );
         tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
+            let started = crate::clock::now();
             let result = client
                 .post(&url)
                 .header("content-type", "application/json")

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Health, HealthCell, Inbound, Transport};
@@ -179,7 +178,7 @@ async fn publish_one(
 ) {
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=PUBLISH_ATTEMPTS {
-        let started = Instant::now();
+        let started = crate::clock::now();
         match ctl.publish(broker, topic, text).await {
             Ok(_) => {
                 metrics.observe_publish(started.elapsed());
@@ -214,7 +213,7 @@ async fn subscribe_loop(
 ) {
     let mut backoff = BACKOFF_START;
     while !stop.is_cancelled() {
-        let started = Instant::now();
+        let started = crate::clock::now();
         let error = match config.pilotctl.subscribe(&broker, &config.topic) {
             Ok(mut sub) => {
                 links.set(index, true, None);

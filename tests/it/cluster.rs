@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use crate::app::{get_json, metrics_text, post_json, serial, wait_for, Cluster, T, TOKEN};
 
@@ -51,7 +50,7 @@ async fn crash_rejoin_handover(n: usize) -> Duration {
     // kill -9 of the leader: the survivors agree on a new leader with a higher term.
     let li = c.index(&leader);
     c.nodes[li].kill9();
-    let killed = Instant::now();
+    let killed = pilot_election::clock::now();
     let survivors: Vec<usize> = all.iter().copied().filter(|i| *i != li).collect();
     let (leader2, term2) = c
         .agreed(&survivors, T + Duration::from_secs(2), |l, t| {
@@ -116,7 +115,7 @@ async fn crash_rejoin_handover(n: usize) -> Duration {
         .find(|id| *id != leader2)
         .expect("another survivor");
     hand_over(&c, &leader2, &successor).await;
-    let asked = Instant::now();
+    let asked = pilot_election::clock::now();
     let (leader3, term3) = c
         .agreed(&all, Duration::from_secs(10), |l, t| {
             l == successor && t > term2
@@ -249,7 +248,7 @@ async fn sigterm_on_the_leader_hands_over_within_a_second_and_exits_zero() {
     );
     let survivors: Vec<usize> = (0..3).filter(|i| *i != li).collect();
     c.nodes[li].sigterm();
-    let sent = Instant::now();
+    let sent = pilot_election::clock::now();
     let (new, term2) = c
         .agreed(&survivors, Duration::from_secs(5), |l, t| {
             l != leader && t > term

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use pilot_election::api::Auth;
 
 use crate::app::{
@@ -70,13 +68,13 @@ async fn a_stuck_loop_fails_healthz_and_stops_claiming_leadership() {
 
     // The loop stops dead (as if stuck): no resign, no step-down, nothing more from it.
     task.abort();
-    let stopped = Instant::now();
+    let stopped = pilot_election::clock::now();
     // Judged by when each request left, not by when the poll noticed: a loaded machine may
     // delay the answers, but a request sent after the lease ran out must never get a 200.
     let mut last_claim_sent = None;
     let deadline = stopped + Duration::from_secs(5);
     loop {
-        let sent = Instant::now();
+        let sent = pilot_election::clock::now();
         assert!(
             sent < deadline,
             "still claims leadership 5 s after its loop stopped"

@@ -9,7 +9,6 @@ use std::time::Duration;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
-use tokio::time::Instant;
 
 use crate::app::{get_json, leader_of, metrics_text, wait_for, wait_up, TempDir, BIN, T};
 use crate::devnet::{pilotctl_path, Devnet};
@@ -42,7 +41,7 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
 
     // kill -9 of the leader: the survivors agree on a new leader with a higher term.
     c.nodes[li].kill9();
-    let killed = Instant::now();
+    let killed = pilot_election::clock::now();
     let survivors: Vec<usize> = all.iter().copied().filter(|&i| i != li).collect();
     let (next, next_term) = c
         .agreed(&survivors, T + Duration::from_secs(2), |l, t| {
@@ -69,7 +68,7 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
     let ni = c.index(&next);
     let daemon = format!("n{}", ni + 1);
     net.post("/cut", json!({"a": daemon, "b": "n4"})).await;
-    let cut = Instant::now();
+    let cut = pilot_election::clock::now();
     let stopped = wait_for(Duration::from_secs(2) + Duration::from_millis(700), || {
         let url = c.nodes[ni].url();
         async move { (role_leader(&url).await == 503).then_some(()) }
@@ -238,8 +237,8 @@ async fn forged_and_replayed_messages_on_the_topic_change_nothing() {
     }
 
     // Nobody moves for a while: same leader, same term everywhere.
-    let until = Instant::now() + T;
-    while Instant::now() < until {
+    let until = pilot_election::clock::now() + T;
+    while pilot_election::clock::now() < until {
         for n in &c.nodes {
             assert_eq!(
                 leader_of(&n.url()).await,
@@ -300,8 +299,8 @@ fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
         }
     });
     let mut lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while lines.len() < 3 && Instant::now() < deadline {
+    let deadline = pilot_election::clock::now() + Duration::from_secs(10);
+    while lines.len() < 3 && pilot_election::clock::now() < deadline {
         if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
             lines.push(l);
         }

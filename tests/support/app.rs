@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::time::Instant;
 
 /// Cargo names the binary only to integration tests; the bench example runs after
 /// `cargo build --release` and finds it in the release target directory.
@@ -118,7 +117,7 @@ impl App {
 
     /// Waits for the process to exit by itself.
     pub async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let deadline = Instant::now() + within;
+        let deadline = pilot_election::clock::now() + within;
         loop {
             let c = self.child.as_mut().expect("running");
             if let Some(status) = c.try_wait().expect("try_wait") {
@@ -126,7 +125,7 @@ impl App {
                 return status;
             }
             assert!(
-                Instant::now() < deadline,
+                pilot_election::clock::now() < deadline,
                 "{} did not exit within {within:?}",
                 self.id
             );
@@ -342,57 +341,59 @@ pub struct InProcess {
     pub dir: TempDir,
 }
 
+/// The configuration of a node whose members are `members` (this node added), for in-process
+/// nodes built with [`pilot_election::NodeBuilder`].
+pub fn node_config(
+    id: &str,
+    members: &[&str],
+    data_dir: &Path,
+    auth: &pilot_election::api::Auth,
+) -> pilot_election::NodeConfig {
+    pilot_election::NodeConfig {
+        node_id: id.into(),
+        group: "in-process".into(),
+        peers: Vec::new(),
+        members: pilot_election::election::MemberSet::new(id, members.iter().copied())
+            .expect("valid members"),
+        priority: 1,
+        eligible: true,
+        data_dir: data_dir.to_path_buf(),
+        timings: fast_timings(),
+        admin_token: auth.token.clone(),
+        allow_unauthenticated: auth.allow_unauthenticated,
+        reset_state: false,
+        pilot: None,
+        cluster_keys: None,
+    }
+}
+
 pub async fn in_process(id: &str, auth: pilot_election::api::Auth) -> InProcess {
-    use pilot_election::election::{Config, Node};
-    use pilot_election::runtime::{Runtime, Wiring};
     use std::sync::Arc;
 
     let dir = TempDir::new(id);
-    let loaded = pilot_election::store::Store::open(&dir.0, false).expect("data dir");
-    let node = Node::new(
-        Config {
-            node_id: id.into(),
-            group: "in-process".into(),
-            cluster_size: 1,
-            priority: 1,
-            eligible: true,
-            timings: fast_timings(),
-        },
-        loaded.persistent,
-        Instant::now(),
-        1,
-        loaded.boot << 32,
-    );
-    let (in_tx, in_rx) = tokio::sync::mpsc::channel(pilot_election::transport::INBOUND_CAPACITY);
-    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(8);
-    let metrics = Arc::new(pilot_election::metrics::Metrics::new());
     let bus = pilot_election::transport::memory::Bus::new();
-    let (rt, snapshot, clock) = Runtime::new(
-        node,
-        loaded.store,
-        loaded.history,
-        Wiring {
-            transport: Arc::new(bus.attach(in_tx.clone())),
-            keys: None,
-            inbound: in_rx,
-            commands: cmd_rx,
-            metrics: metrics.clone(),
-        },
+    let built = pilot_election::NodeBuilder::new(node_config(id, &[], &dir.0, &auth))
+        .seed(1)
+        .transport(move |inbound, _, _| Arc::new(bus.attach(inbound)))
+        .build()
+        .expect("node");
+    let app = built.router();
+    let task = tokio::spawn(
+        built
+            .runtime
+            .run(tokio_util::sync::CancellationToken::new()),
     );
-    let task = tokio::spawn(rt.run(tokio_util::sync::CancellationToken::new()));
-    let app = pilot_election::api::router(pilot_election::api::AppState {
-        snapshot,
-        commands: cmd_tx,
-        ingress: in_tx,
-        clock,
-        metrics,
-        auth: Arc::new(auth),
-    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+    });
     InProcess { url, task, dir }
 }
 
@@ -402,12 +403,12 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + within;
+    let deadline = pilot_election::clock::now() + within;
     loop {
         if let Some(v) = f().await {
             return Some(v);
         }
-        if Instant::now() >= deadline {
+        if pilot_election::clock::now() >= deadline {
             return None;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

@@ -8,8 +8,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use pilot_election::pilotctl::Pilotctl;
 use serde_json::Value;
 
@@ -127,7 +125,7 @@ impl Devnet {
     /// Waits until the emulator's status satisfies `done`: the CLI returns once its bytes are
     /// written, before the broker has acted on them.
     pub async fn wait_status(&self, what: &str, done: impl Fn(&Value) -> bool) {
-        let start = Instant::now();
+        let start = pilot_election::clock::now();
         loop {
             let status = self.status().await;
             if done(&status) {

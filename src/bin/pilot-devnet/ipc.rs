@@ -44,7 +44,7 @@ pub async fn serve_node(net: Arc<Net>, node: usize, listener: UnixListener) {
 /// then keeps per-connection order, as the real broker does.
 async fn write_loop(mut writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Outbound>) {
     while let Some(out) = rx.recv().await {
-        tokio::time::sleep_until(out.at).await;
+        pilot_election::clock::sleep_until(out.at).await;
         if writer.write_all(&out.frame).await.is_err() {
             return;
         }
@@ -53,7 +53,7 @@ async fn write_loop(mut writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Outbound>
 
 fn reply(tx: &ClientTx, cmd: u8, payload: &[u8]) {
     let _ = tx.try_send(Outbound {
-        at: tokio::time::Instant::now(),
+        at: pilot_election::clock::now(),
         frame: encode_frame(cmd, payload),
     });
 }

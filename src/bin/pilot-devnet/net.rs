@@ -82,7 +82,7 @@ struct StreamConn {
 
 impl StreamConn {
     fn take_token(&mut self) -> bool {
-        let now = Instant::now();
+        let now = pilot_election::clock::now();
         let earned = now.duration_since(self.refilled).as_secs_f64() * RATE_PER_SEC;
         self.tokens = (self.tokens + earned).min(RATE_BURST);
         self.refilled = now;
@@ -161,7 +161,7 @@ impl State {
         for id in &broken {
             if let Some(conn) = self.conns.remove(id) {
                 let _ = conn.out.try_send(Outbound {
-                    at: Instant::now(),
+                    at: pilot_election::clock::now(),
                     frame: encode_frame(CMD_REMOTE_CLOSED, &id.to_be_bytes()),
                 });
             }
@@ -309,7 +309,7 @@ impl Net {
                 pending: Vec::new(),
                 out: out.clone(),
                 tokens: RATE_BURST,
-                refilled: Instant::now(),
+                refilled: pilot_election::clock::now(),
             },
         );
         Ok(id)
@@ -330,7 +330,7 @@ impl Net {
                 let conn = st.conns.remove(&conn_id);
                 if let Some(conn) = conn {
                     let _ = conn.out.try_send(Outbound {
-                        at: Instant::now(),
+                        at: pilot_election::clock::now(),
                         frame: encode_frame(CMD_REMOTE_CLOSED, &conn_id.to_be_bytes()),
                     });
                 }
@@ -443,7 +443,7 @@ impl State {
     /// publishes). Nothing is retained for later subscribers.
     fn publish(&mut self, from: u32, broker: usize, topic: &str, payload: &[u8]) {
         self.stats.published += 1;
-        let at = Instant::now() + self.delay;
+        let at = pilot_election::clock::now() + self.delay;
         let event = encode_event(topic, payload);
         let mut targets: Vec<u32> = self
             .conns

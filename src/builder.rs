@@ -1,0 +1,237 @@
+//! One way to assemble a node: data dir → core → transport → runtime → API state. The binary,
+//! the tests and the benchmarks all build nodes here, so protocol details (the sequence-number
+//! epoch, the seed) live in one place and the transport is just a parameter.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{AppState, Auth};
+use crate::election::{Config, MemberSet, Node, Timings};
+use crate::metrics::Metrics;
+use crate::runtime::{exit_budget, Runtime, RuntimeError, Wiring};
+use crate::signing::KeyRing;
+use crate::store::{self, Store, StoreError};
+use crate::transport::http::{HttpTransport, Peer};
+use crate::transport::pilot::{PilotConfig, PilotTransport};
+use crate::transport::{Inbound, Transport, INBOUND_CAPACITY};
+
+/// Everything one node needs, already validated.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: String,
+    pub group: String,
+    /// http transport: where the other members listen.
+    pub peers: Vec<Peer>,
+    /// The voting members, this node included (docs/protocol.md, rule 1).
+    pub members: MemberSet,
+    pub priority: u32,
+    pub eligible: bool,
+    pub data_dir: PathBuf,
+    pub timings: Timings,
+    pub admin_token: Option<String>,
+    pub allow_unauthenticated: bool,
+    pub reset_state: bool,
+    /// Elect over the Pilot overlay through pilotctl instead of the built-in http transport.
+    pub pilot: Option<PilotConfig>,
+    /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
+    pub cluster_keys: Option<KeyRing>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("cannot start the HTTP transport: {0}")]
+    Transport(String),
+    #[error("HTTP server failed: {0}")]
+    Serve(std::io::Error),
+    #[error("the election loop died: {0}")]
+    LoopDied(String),
+}
+
+/// Makes a transport from the node's inbound queue, its metrics and a token that stops the
+/// transport's background tasks.
+pub type TransportFactory =
+    Box<dyn FnOnce(Inbound, Arc<Metrics>, CancellationToken) -> Arc<dyn Transport> + Send>;
+
+/// Builds a node from its configuration; the transport follows the configuration unless one
+/// is given.
+pub struct NodeBuilder {
+    config: NodeConfig,
+    transport: Option<TransportFactory>,
+    seed: Option<u64>,
+}
+
+/// A node ready to run: its election loop and the API state that reads it.
+pub struct BuiltNode {
+    pub runtime: Runtime,
+    pub state: AppState,
+    /// Stops the transport when the node is done; it outlives the loop's shutdown, because a
+    /// leader handing over must still hear its successor win.
+    transport_stop: CancellationToken,
+}
+
+impl NodeBuilder {
+    pub fn new(config: NodeConfig) -> NodeBuilder {
+        NodeBuilder {
+            config,
+            transport: None,
+            seed: None,
+        }
+    }
+
+    /// Replaces the configured transport (tests: a memory bus, a faulty link).
+    pub fn transport(
+        mut self,
+        make: impl FnOnce(Inbound, Arc<Metrics>, CancellationToken) -> Arc<dyn Transport>
+            + Send
+            + 'static,
+    ) -> NodeBuilder {
+        self.transport = Some(Box::new(make));
+        self
+    }
+
+    /// Fixes the seed of the core's jitter (default: from the clock and the process id).
+    pub fn seed(mut self, seed: u64) -> NodeBuilder {
+        self.seed = Some(seed);
+        self
+    }
+
+    pub fn build(self) -> Result<BuiltNode, RunError> {
+        let config = self.config;
+        let loaded = Store::open(&config.data_dir, config.reset_state)?;
+        if config.reset_state {
+            tracing::warn!(dir = %config.data_dir.display(), "state reset by --reset-state: starting at term 0");
+        }
+        let seed = self
+            .seed
+            .unwrap_or_else(|| store::unix_ms_now() ^ (u64::from(std::process::id()) << 32));
+        let node = Node::new(
+            Config {
+                node_id: config.node_id.clone(),
+                group: config.group.clone(),
+                members: config.members.clone(),
+                priority: config.priority,
+                eligible: config.eligible,
+                timings: config.timings,
+            },
+            loaded.persistent.clone(),
+            crate::clock::now(),
+            seed,
+            store::first_seq(loaded.boot),
+        );
+        let metrics = Arc::new(Metrics::new());
+        let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
+        let transport_stop = CancellationToken::new();
+        let transport: Arc<dyn Transport> = match self.transport {
+            Some(make) => make(in_tx.clone(), metrics.clone(), transport_stop.clone()),
+            None => match &config.pilot {
+                Some(pilot) => Arc::new(PilotTransport::start(
+                    pilot.clone(),
+                    in_tx.clone(),
+                    metrics.clone(),
+                    transport_stop.clone(),
+                )),
+                None => Arc::new(
+                    HttpTransport::start(
+                        config.peers.clone(),
+                        config.members.quorum(),
+                        in_tx.clone(),
+                        metrics.clone(),
+                    )
+                    .map_err(|e| RunError::Transport(e.to_string()))?,
+                ),
+            },
+        };
+        let (cmd_tx, cmd_rx) = mpsc::channel(64);
+        let (runtime, snapshot, clock) = Runtime::new(
+            node,
+            loaded.store,
+            loaded.history,
+            Wiring {
+                transport,
+                keys: config.cluster_keys.clone(),
+                inbound: in_rx,
+                commands: cmd_rx,
+                metrics: metrics.clone(),
+            },
+        );
+        tracing::info!(
+            node = %config.node_id,
+            term = loaded.persistent.term,
+            boot = loaded.boot,
+            members = %config.members,
+            quorum = config.members.quorum(),
+            "node starting"
+        );
+        let state = AppState {
+            snapshot,
+            commands: cmd_tx,
+            ingress: in_tx,
+            clock,
+            metrics,
+            auth: Arc::new(Auth {
+                token: config.admin_token.clone(),
+                allow_unauthenticated: config.allow_unauthenticated,
+            }),
+        };
+        Ok(BuiltNode {
+            runtime,
+            state,
+            transport_stop,
+        })
+    }
+}
+
+impl BuiltNode {
+    /// The API of this node.
+    pub fn router(&self) -> Router {
+        crate::api::router(self.state.clone())
+    }
+
+    /// Serves the API on `listener` and runs the election until `shutdown` resolves (then hands
+    /// over leadership if it has it) or the election loop fails. An `Err` means the process must
+    /// exit non-zero.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), RunError> {
+        let _stop_transport = self.transport_stop.drop_guard();
+        let stop = CancellationToken::new();
+        let stop_loop = stop.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            stop_loop.cancel();
+        });
+        let mut loop_task = tokio::spawn(self.runtime.run(stop));
+        let app = crate::api::router(self.state)
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let server_done = CancellationToken::new();
+        let server_stop = server_done.clone();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { server_stop.cancelled().await })
+                .await
+        });
+        let loop_result = (&mut loop_task).await;
+        server_done.cancel();
+        // Open event streams end with the loop; give other requests a moment, then stop anyway.
+        if let Ok(Ok(Err(e))) = tokio::time::timeout(exit_budget::SERVER_CLOSE, server).await {
+            return Err(RunError::Serve(e));
+        }
+        match loop_result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(RunError::LoopDied(e.to_string())),
+        }
+    }
+}

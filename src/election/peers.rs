@@ -1,0 +1,243 @@
+//! What one node knows about the other members: when each was last heard, what it last
+//! advertised, and whether the link to it is proven both ways (docs/protocol.md, rule 11).
+//!
+//! Ranking decisions (who may veto a lower-ranked candidate, who a leader hands over to, how
+//! long a node staggers its campaign) only trust members that could actually win an election:
+//! heard recently, hearing this node (their own advertisement lists it), hearing a quorum, and
+//! agreeing on the member set. A node that can send but not receive therefore stops counting
+//! within `T` of going deaf, instead of blocking every lower-ranked candidate forever.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::interface::Member;
+use super::membership::MemberSet;
+use super::message::{Advert, Candidacy, Message};
+use super::rank::Rank;
+
+/// How many losses of eligibility are remembered per member, for flap damping (rule 12).
+const FLAPS_REMEMBERED: usize = 8;
+
+/// One other member, as heard.
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    pub(crate) id: String,
+    pub(crate) priority: u32,
+    /// Latest advertised candidacy; `None` until the first advertisement.
+    pub(crate) candidacy: Option<Candidacy>,
+    pub(crate) fingerprint: Option<String>,
+    pub(crate) last_seen: Option<Instant>,
+    /// The members its latest advertisement says it heard within `T`.
+    hears: BTreeSet<String>,
+    /// The ids by which its member set (from its latest advertisement) differs from ours.
+    difference: Vec<String>,
+    /// Sequence number of the advertisement the fields above come from: an older one that
+    /// arrives late (messages overtake each other) must not undo a newer one.
+    advert_seq: Option<u64>,
+    /// Since when it has advertised `eligible` without a silence of `T`.
+    pub(crate) eligible_since: Option<Instant>,
+    /// When it lost eligibility it had held, most recent last (rule 12).
+    flaps: VecDeque<Instant>,
+}
+
+impl Peer {
+    /// Ends a stretch of eligibility, remembering it as a flap.
+    fn lose_eligibility(&mut self, now: Instant) {
+        if self.eligible_since.take().is_some() {
+            self.flaps.push_back(now);
+            if self.flaps.len() > FLAPS_REMEMBERED {
+                self.flaps.pop_front();
+            }
+        }
+    }
+}
+
+/// The table of every other member.
+#[derive(Debug, Clone)]
+pub(crate) struct Peers {
+    own_id: String,
+    members: MemberSet,
+    timeout: Duration,
+    table: BTreeMap<String, Peer>,
+}
+
+impl Peers {
+    pub(crate) fn new(own_id: &str, members: &MemberSet, timeout: Duration) -> Peers {
+        let table = members
+            .ids()
+            .filter(|id| *id != own_id)
+            .map(|id| {
+                (
+                    id.to_string(),
+                    Peer {
+                        id: id.to_string(),
+                        priority: 0,
+                        candidacy: None,
+                        fingerprint: None,
+                        last_seen: None,
+                        hears: BTreeSet::new(),
+                        difference: Vec::new(),
+                        advert_seq: None,
+                        eligible_since: None,
+                        flaps: VecDeque::new(),
+                    },
+                )
+            })
+            .collect();
+        Peers {
+            own_id: own_id.to_string(),
+            members: members.clone(),
+            timeout,
+            table,
+        }
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<&Peer> {
+        self.table.get(id)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Peer> {
+        self.table.values()
+    }
+
+    /// Records a message from member `m.from` (the caller has checked membership).
+    pub(crate) fn heard(&mut self, now: Instant, m: &Message) {
+        let timeout = self.timeout;
+        let difference = m.body.advert().map(|a| {
+            let theirs: BTreeSet<String> = a.member_ids.iter().cloned().collect();
+            self.members
+                .difference(&theirs)
+                .into_iter()
+                .map(str::to_string)
+                .collect::<Vec<String>>()
+        });
+        let Some(p) = self.table.get_mut(&m.from) else {
+            return;
+        };
+        let silent = p.last_seen.is_none_or(|s| now >= s + timeout);
+        p.last_seen = Some(now);
+        p.fingerprint = Some(m.members.clone());
+        let newer = p.advert_seq.is_none_or(|s| m.seq > s);
+        if let (
+            true,
+            Some(Advert {
+                priority,
+                candidacy,
+                hears,
+                ..
+            }),
+        ) = (newer, m.body.advert())
+        {
+            p.advert_seq = Some(m.seq);
+            p.priority = priority;
+            p.candidacy = Some(candidacy);
+            p.hears = hears.iter().cloned().collect();
+            p.difference = difference.unwrap_or_default();
+        } else if let super::message::Body::Election { priority, .. } = &m.body {
+            p.priority = *priority;
+        }
+        let eligible = p.candidacy == Some(Candidacy::Eligible);
+        if silent || !eligible {
+            p.lose_eligibility(now);
+        }
+        if eligible {
+            p.eligible_since.get_or_insert(now);
+        }
+    }
+
+    /// Forgets eligibility of a member that just resigned (it cools down).
+    pub(crate) fn resigned(&mut self, now: Instant, id: &str) {
+        if let Some(p) = self.table.get_mut(id) {
+            p.candidacy = Some(Candidacy::Cooling);
+            p.lose_eligibility(now);
+        }
+    }
+
+    /// Heard within `T`.
+    pub(crate) fn live(&self, p: &Peer, now: Instant) -> bool {
+        p.last_seen.is_some_and(|s| now < s + self.timeout)
+    }
+
+    /// Live, and its latest advertisement says it hears us.
+    pub(crate) fn two_way(&self, p: &Peer, now: Instant) -> bool {
+        self.live(p, now) && p.hears.contains(&self.own_id)
+    }
+
+    /// Could win an election if it is live: its latest advertisement says it hears us and a
+    /// quorum of our members (itself counted), and it has our member set.
+    pub(crate) fn could_win(&self, p: &Peer) -> bool {
+        let heard = p
+            .hears
+            .iter()
+            .filter(|h| self.members.contains(h) && **h != p.id)
+            .count();
+        p.hears.contains(&self.own_id)
+            && heard + 1 >= self.members.quorum()
+            && p.fingerprint.as_deref() == Some(self.members.fingerprint())
+    }
+
+    /// Live and could win an election.
+    pub(crate) fn viable(&self, p: &Peer, now: Instant) -> bool {
+        self.live(p, now) && self.could_win(p)
+    }
+
+    /// The ids by which its member set differs from ours (empty when equal or unknown).
+    pub(crate) fn difference<'a>(&self, p: &'a Peer) -> &'a [String] {
+        &p.difference
+    }
+
+    /// Live members whose member set differs from ours by more than one id. Quorums of two
+    /// sets intersect only when the sets differ by at most one member, so while such a member
+    /// is heard this node neither votes nor campaigns (rule 1): no leader rather than two.
+    pub(crate) fn conflicts(&self, now: Instant) -> Vec<String> {
+        self.table
+            .values()
+            .filter(|p| self.live(p, now) && self.difference(p).len() > 1)
+            .map(|p| p.id.clone())
+            .collect()
+    }
+
+    /// Until when a member more than one id away counts as live (see [`Peers::conflicts`]).
+    pub(crate) fn conflict_until(&self) -> Option<Instant> {
+        self.table
+            .values()
+            .filter(|p| self.difference(p).len() > 1)
+            .filter_map(|p| p.last_seen.map(|s| s + self.timeout))
+            .max()
+    }
+
+    /// Members heard within `T`, for our own advertisement.
+    pub(crate) fn hearing(&self, now: Instant) -> Vec<String> {
+        self.table
+            .values()
+            .filter(|p| self.live(p, now))
+            .map(|p| p.id.clone())
+            .collect()
+    }
+
+    /// How many times `p` lost its eligibility within `window` before `now`.
+    pub(crate) fn flaps_within(&self, p: &Peer, now: Instant, window: Duration) -> usize {
+        p.flaps.iter().filter(|f| now < **f + window).count()
+    }
+
+    pub(crate) fn rank<'a>(&self, p: &'a Peer) -> Rank<'a> {
+        Rank::new(p.priority, &p.id)
+    }
+
+    /// The member as the API shows it.
+    pub(crate) fn describe(&self, p: &Peer, now: Instant) -> Member {
+        Member {
+            id: p.id.clone(),
+            priority: p.priority,
+            candidacy: p.candidacy,
+            fingerprint: p.fingerprint.clone(),
+            last_seen: p.last_seen,
+            live: self.live(p, now),
+            two_way: self.two_way(p, now),
+            viable: self.viable(p, now),
+            member_difference: p.difference.clone(),
+        }
+    }
+}
