@@ -38,6 +38,9 @@ fn many_seeds_hold_every_invariant() {
                 r.scenario.replay_command()
             );
             failed.push(seed);
+            if std::env::var_os("SIM_FAIL_FAST").is_some() {
+                break;
+            }
         }
     }
     heal_times.sort();

@@ -122,8 +122,13 @@ fn body() -> impl Strategy<Value = Body> {
             pre_vote
         }),
         (id, any::<u64>()).prop_map(|(leader, elected_at)| Body::Leader { leader, elected_at }),
-        (id, proptest::option::of(id))
-            .prop_map(|(leader, successor)| Body::Resign { leader, successor }),
+        (id, proptest::option::of(id), any::<bool>()).prop_map(
+            |(leader, successor, lost_quorum)| Body::Resign {
+                leader,
+                successor,
+                lost_quorum
+            }
+        ),
     ]
 }
 
@@ -158,9 +163,14 @@ fn message(from: String, term: u64, seq: u64, body: Body) -> Message {
             leader: from.clone(),
             elected_at,
         },
-        Body::Resign { successor, .. } => Body::Resign {
+        Body::Resign {
+            successor,
+            lost_quorum,
+            ..
+        } => Body::Resign {
             leader: from.clone(),
             successor,
+            lost_quorum,
         },
         other => other,
     };

@@ -101,6 +101,9 @@ pub enum Body {
         leader: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         successor: Option<String>,
+        /// It stopped because its lease ran out (no quorum acknowledged it), not by choice.
+        #[serde(default)]
+        lost_quorum: bool,
     },
 }
 
@@ -369,10 +372,12 @@ mod tests {
             Body::Resign {
                 leader: "a".into(),
                 successor: Some("b".into()),
+                lost_quorum: false,
             },
             Body::Resign {
                 leader: "a".into(),
                 successor: None,
+                lost_quorum: true,
             },
         ];
         for body in bodies {

@@ -16,7 +16,7 @@ use super::interface::{
 };
 use super::membership::MemberSet;
 use super::message::{Body, Candidacy, Message, PROTOCOL_VERSION};
-use super::peers::{Peer, Peers};
+use super::peers::{Peer, Peers, Standing};
 use super::rank::Rank;
 use super::rng::Rng;
 use super::timings::Timings;
@@ -24,10 +24,9 @@ use super::timings::Timings;
 /// How many resign messages an ex-leader repeats (one per heartbeat interval) so that one lost
 /// message does not cost the successor a full election timeout (rule 10).
 const RESIGN_REPEATS: u8 = 3;
-/// Flap damping (rule 12): losses of eligibility within this many preemption waits count.
+/// Flap damping (rule 12): a member that lost its eligibility ranks below the steady ones for
+/// this many preemption waits.
 const FLAP_WINDOW: u32 = 10;
-/// Flap damping: the preemption wait doubles per recent flap, at most this many times.
-const MAX_FLAP_DOUBLINGS: u32 = 4;
 
 /// The leader a follower knows.
 #[derive(Debug, Clone)]
@@ -182,6 +181,8 @@ pub struct Node {
     peers: Peers,
     timer: CampaignTimer,
 
+    /// The time of the latest input, for the deadline computed without one.
+    last_input: Instant,
     /// Next sequence number; the shell starts it above every number used before.
     seq: u64,
     last_sent: Option<Instant>,
@@ -204,7 +205,13 @@ impl Node {
         seq_start: u64,
     ) -> Node {
         let t = config.timings;
-        let peers = Peers::new(&config.node_id, &config.members, t.election_timeout);
+        let flap_window = t.preempt_after.max(t.election_timeout) * FLAP_WINDOW;
+        let peers = Peers::new(
+            &config.node_id,
+            &config.members,
+            t.election_timeout,
+            flap_window,
+        );
         let mut node = Node {
             id: config.node_id,
             group: config.group,
@@ -235,6 +242,7 @@ impl Node {
                 jitter: Duration::ZERO,
                 at_once: None,
             },
+            last_input: now,
             seq: seq_start,
             last_sent: None,
             advertised: None,
@@ -367,6 +375,7 @@ impl Node {
 
     /// Feeds one input. Commands may be refused; messages never are (they are just counted).
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
+        self.last_input = now;
         // The previous step's actions have run: a round it started is on disk now.
         if let State::PreCandidate(r) | State::Candidate(r) = &mut self.state {
             r.durable = true;
@@ -551,8 +560,12 @@ impl Node {
             .is_some_and(|r| r.leader == id && r.term == self.term)
     }
 
-    fn me(&self) -> Rank<'_> {
-        Rank::new(self.priority, &self.id)
+    fn me(&self) -> Standing<'_> {
+        // A node cannot see its own flaps; it ranks itself as steady.
+        Standing {
+            steady: true,
+            rank: Rank::new(self.priority, &self.id),
+        }
     }
 
     /// Members whose candidacy makes a lower-ranked node wait its stagger (rule 11): they could
@@ -602,7 +615,9 @@ impl Node {
         let mut expiries: Vec<Instant> = self
             .peers
             .iter()
-            .filter(|p| self.stagger_rival(p) && self.peers.rank(p).outranks(&me))
+            .filter(|p| {
+                self.stagger_rival(p) && self.peers.standing(p, self.last_input).outranks(&me)
+            })
             .filter_map(|p| p.last_seen.map(|s| s + t))
             .filter(|e| *e > base)
             .collect();
@@ -943,7 +958,7 @@ impl Node {
                 if leader != self.id {
                     return Outcome::Ignored;
                 }
-                self.on_ack(&m.from, hb_seq)
+                self.on_ack(now, &m.from, hb_seq)
             }
             Body::Presence { .. } => Outcome::Accepted,
             Body::Election {
@@ -959,25 +974,24 @@ impl Node {
                 }
                 self.on_grant(now, m.term, &m.from, Role::Candidate)
             }
-            Body::Resign { successor, .. } => self.on_resign(now, &m.from, successor),
+            Body::Resign {
+                successor,
+                lost_quorum,
+                ..
+            } => self.on_resign(now, &m.from, successor, lost_quorum),
         }
     }
 
-    /// Rule 8: the start-up guard stands in for acknowledgements sent before a restart, all of
-    /// which were for leaders of terms up to the one persisted at start. Evidence that those
-    /// leases are over ends it early: the resign of a leader of that term or a later one (it
-    /// stopped leading before it said so, and its election proved every earlier lease over), or
-    /// a leader of a later term (its election needed every earlier lease to be over).
+    /// Rule 8: the start-up guard stands in for promises made before a restart, all of them to
+    /// leaders and candidates of terms up to the one persisted at start. The resign of a leader
+    /// of that term or a later one ends it: that leader stopped leading before it said so, and
+    /// its election proved every earlier lease over. (Following a leader ends it too: see
+    /// [`Node::follow`].)
     fn release_boot_guard(&mut self, m: &Message) {
         let Some(b) = self.boot else {
             return;
         };
-        let release = match m.body {
-            Body::Resign { .. } => m.term >= b.term,
-            Body::Heartbeat { .. } | Body::Leader { .. } => m.term > b.term,
-            _ => false,
-        };
-        if release {
+        if matches!(m.body, Body::Resign { .. }) && m.term >= b.term {
             self.boot = None;
         }
     }
@@ -1006,11 +1020,15 @@ impl Node {
             holder: from.to_string(),
             until: now + self.timings.election_timeout,
         });
+        // Rule 8: this leader's term is at least the one persisted at start, so every lease of
+        // an earlier term is over, and a promise made before the restart to this leader (the
+        // only one of its term) is replaced by the guard just set, which lasts longer.
+        self.boot = None;
         self.reset_timer(now, self.timings.election_timeout);
         Outcome::Accepted
     }
 
-    fn on_ack(&mut self, from: &str, hb_seq: u64) -> Outcome {
+    fn on_ack(&mut self, now: Instant, from: &str, hb_seq: u64) -> Outcome {
         let quorum = self.members.quorum();
         let lease = self.timings.lease;
         let State::Leader(l) = &mut self.state else {
@@ -1019,6 +1037,7 @@ impl Node {
         let Some(p) = l.pending.iter_mut().find(|p| p.seq == hb_seq) else {
             return Outcome::Stale;
         };
+        debug_assert!(p.sent_at <= now, "an ack cannot come before its heartbeat");
         p.acks.insert(from.to_string());
         if p.acks.len() >= quorum {
             // Rule 6: from the heartbeat's send time, which every ack came after.
@@ -1074,7 +1093,13 @@ impl Node {
                 return (f.candidate != candidate).then(|| f.candidate.clone());
             }
         }
-        let them = Rank::new(priority, candidate);
+        let them = Standing {
+            steady: self
+                .peers
+                .get(candidate)
+                .is_none_or(|p| !self.peers.flapped(p, now)),
+            rank: Rank::new(priority, candidate),
+        };
         let t = self.timings.election_timeout;
         let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);
         if self.can_campaign(now) && self.me().outranks(&them) && !spent(&self.id) {
@@ -1085,7 +1110,7 @@ impl Node {
             .filter(|p| p.id != candidate && !spent(&p.id))
             .filter(|p| p.candidacy == Some(Candidacy::Eligible) && self.peers.viable(p, now))
             .filter(|p| !self.resigned_in_this_term(&p.id))
-            .find(|p| self.peers.rank(p).outranks(&them))
+            .find(|p| self.peers.standing(p, now).outranks(&them))
             .map(|p| p.id.clone())
     }
 
@@ -1198,7 +1223,13 @@ impl Node {
         Outcome::Accepted
     }
 
-    fn on_resign(&mut self, now: Instant, from: &str, successor: Option<String>) -> Outcome {
+    fn on_resign(
+        &mut self,
+        now: Instant,
+        from: &str,
+        successor: Option<String>,
+        lost_quorum: bool,
+    ) -> Outcome {
         if self.resigned_in_this_term(from) {
             return Outcome::Stale;
         }
@@ -1221,7 +1252,9 @@ impl Node {
         if self.known_leader() == Some(from) {
             self.set_leader(now, None, reason);
         }
-        self.peers.resigned(now, from);
+        // A leader that could not keep its quorum is demoted like one that crashed (rule 12), so
+        // leadership does not go back to a node with a bad link again and again.
+        self.peers.resigned(now, from, lost_quorum);
         let t = self.timings.election_timeout;
         match successor {
             Some(s) if s == self.id => {
@@ -1273,6 +1306,7 @@ impl Node {
         let body = Body::Resign {
             leader: self.id.clone(),
             successor,
+            lost_quorum: reason == Reason::LeaseExpired,
         };
         let m = self.message(body);
         self.pending_resign = Some(PendingResign {
@@ -1293,7 +1327,11 @@ impl Node {
                     Some(Candidacy::Eligible) | Some(Candidacy::Booting)
                 ) && self.peers.viable(p, now)
             })
-            .max_by(|a, b| self.peers.rank(a).cmp(&self.peers.rank(b)))
+            .max_by(|a, b| {
+                self.peers
+                    .standing(a, now)
+                    .cmp(&self.peers.standing(b, now))
+            })
             .map(|p| p.id.clone())
     }
 
@@ -1414,8 +1452,8 @@ impl Node {
     }
 
     /// Rule 12: hand over to a better-ranked member once it has been eligible and viable long
-    /// enough; the wait doubles with every recent flap so that a crash-looping node is not handed
-    /// leadership again and again.
+    /// enough. A member that flapped within the flap window does not outrank a steady leader,
+    /// so a crash-looping node is not handed leadership again and again.
     fn maybe_preempt(&mut self, now: Instant) {
         let p_after = self.timings.preempt_after;
         if p_after.is_zero() || !self.leading(now) {
@@ -1432,17 +1470,12 @@ impl Node {
             return;
         }
         let me = self.me();
-        let window = wait * FLAP_WINDOW;
         let best = self
             .peers
             .iter()
             .filter(|p| p.candidacy == Some(Candidacy::Eligible) && self.peers.viable(p, now))
-            .filter(|p| self.peers.rank(p).outranks(&me))
-            .filter(|p| {
-                let flaps = self.peers.flaps_within(p, now, window) as u32;
-                let needed = wait * 2u32.pow(flaps.min(MAX_FLAP_DOUBLINGS));
-                p.eligible_since.is_some_and(|s| now >= s + needed)
-            })
+            .filter(|p| self.peers.standing(p, now).outranks(&me))
+            .filter(|p| p.eligible_since.is_some_and(|s| now >= s + wait))
             .max_by(|a, b| self.peers.rank(a).cmp(&self.peers.rank(b)))
             .map(|p| p.id.clone());
         if let Some(successor) = best {

@@ -17,7 +17,7 @@ use super::membership::MemberSet;
 use super::message::{Advert, Candidacy, Message};
 use super::rank::Rank;
 
-/// How many losses of eligibility are remembered per member, for flap damping (rule 12).
+/// How many losses of eligibility are remembered per member (rule 12).
 const FLAPS_REMEMBERED: usize = 8;
 
 /// One other member, as heard.
@@ -43,14 +43,30 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// Ends a stretch of eligibility, remembering it as a flap.
-    fn lose_eligibility(&mut self, now: Instant) {
-        if self.eligible_since.take().is_some() {
+    /// Ends a stretch of eligibility, remembering it as a flap if it was one.
+    fn lose_eligibility(&mut self, now: Instant, flap: bool) {
+        if self.eligible_since.take().is_some() && flap {
             self.flaps.push_back(now);
             if self.flaps.len() > FLAPS_REMEMBERED {
                 self.flaps.pop_front();
             }
         }
+    }
+}
+
+/// A member's place in ranking decisions (rule 12): members that lost their eligibility within
+/// the flap window rank below every member that did not, then by [`Rank`]. A node that crashes
+/// and comes back again and again therefore stops winning elections and being handed
+/// leadership, and a connected quorum keeps a leader whatever it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Standing<'a> {
+    pub(crate) steady: bool,
+    pub(crate) rank: Rank<'a>,
+}
+
+impl Standing<'_> {
+    pub(crate) fn outranks(&self, other: &Standing<'_>) -> bool {
+        (self.steady, self.rank) > (other.steady, other.rank)
     }
 }
 
@@ -60,11 +76,18 @@ pub(crate) struct Peers {
     own_id: String,
     members: MemberSet,
     timeout: Duration,
+    /// How long a loss of eligibility keeps a member below the steady ones.
+    flap_window: Duration,
     table: BTreeMap<String, Peer>,
 }
 
 impl Peers {
-    pub(crate) fn new(own_id: &str, members: &MemberSet, timeout: Duration) -> Peers {
+    pub(crate) fn new(
+        own_id: &str,
+        members: &MemberSet,
+        timeout: Duration,
+        flap_window: Duration,
+    ) -> Peers {
         let table = members
             .ids()
             .filter(|id| *id != own_id)
@@ -90,6 +113,7 @@ impl Peers {
             own_id: own_id.to_string(),
             members: members.clone(),
             timeout,
+            flap_window,
             table,
         }
     }
@@ -139,19 +163,25 @@ impl Peers {
             p.priority = *priority;
         }
         let eligible = p.candidacy == Some(Candidacy::Eligible);
-        if silent || !eligible {
-            p.lose_eligibility(now);
+        // Gone silent for T, or back from a restart: a flap. Cooling after a resign, a
+        // withdrawn candidacy or a stop end eligibility without one.
+        let restarted = p.candidacy == Some(Candidacy::Booting);
+        if silent || restarted {
+            p.lose_eligibility(now, true);
+        } else if !eligible {
+            p.lose_eligibility(now, false);
         }
         if eligible {
             p.eligible_since.get_or_insert(now);
         }
     }
 
-    /// Forgets eligibility of a member that just resigned (it cools down).
-    pub(crate) fn resigned(&mut self, now: Instant, id: &str) {
+    /// Forgets eligibility of a member that just resigned (it cools down); a resign because it
+    /// lost its quorum counts as a flap.
+    pub(crate) fn resigned(&mut self, now: Instant, id: &str, lost_quorum: bool) {
         if let Some(p) = self.table.get_mut(id) {
             p.candidacy = Some(Candidacy::Cooling);
-            p.lose_eligibility(now);
+            p.lose_eligibility(now, lost_quorum);
         }
     }
 
@@ -217,13 +247,20 @@ impl Peers {
             .collect()
     }
 
-    /// How many times `p` lost its eligibility within `window` before `now`.
-    pub(crate) fn flaps_within(&self, p: &Peer, now: Instant, window: Duration) -> usize {
-        p.flaps.iter().filter(|f| now < **f + window).count()
+    /// Whether `p` lost its eligibility within the flap window.
+    pub(crate) fn flapped(&self, p: &Peer, now: Instant) -> bool {
+        p.flaps.iter().any(|f| now < *f + self.flap_window)
     }
 
     pub(crate) fn rank<'a>(&self, p: &'a Peer) -> Rank<'a> {
         Rank::new(p.priority, &p.id)
+    }
+
+    pub(crate) fn standing<'a>(&self, p: &'a Peer, now: Instant) -> Standing<'a> {
+        Standing {
+            steady: !self.flapped(p, now),
+            rank: self.rank(p),
+        }
     }
 
     /// The member as the API shows it.

@@ -85,6 +85,9 @@ pub enum MemberPlan {
     Replace,
     /// A node that is not a member keeps running (a replacement started early, a stale scale-up).
     Stray,
+    /// Operator error: two members added at once, some nodes on the old set and some on the new
+    /// (no leader is fine, two are not).
+    TwoAtOnce,
 }
 
 /// What one seed is about to do; derived from the seed alone.
@@ -164,11 +167,12 @@ impl Scenario {
                 readiness: rng.chance(0.7),
                 loss: [0.0, 0.0, 0.02, 0.05][rng.below(4) as usize],
             }),
-            _ => Family::Membership(match rng.below(4) {
+            _ => Family::Membership(match rng.below(5) {
                 0 => MemberPlan::Grow,
                 1 => MemberPlan::Shrink,
                 2 => MemberPlan::Replace,
-                _ => MemberPlan::Stray,
+                3 => MemberPlan::Stray,
+                _ => MemberPlan::TwoAtOnce,
             }),
         };
         let size = match &family {
@@ -425,7 +429,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
             break;
         }
         let i = rng.below(n as u64) as usize;
-        let what = match rng.below(17) {
+        let what = match rng.below(20) {
             0 => {
                 w.net.loss = rng.unit() * 0.2;
                 format!("loss {:.0}%", w.net.loss * 100.0)
@@ -556,6 +560,37 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 } else {
                     w.mute(i);
                     format!("mute {i}")
+                }
+            }
+            16 => {
+                let j = rng.below(n as u64) as usize;
+                if i != j {
+                    let d = te.mul_f64(0.2 + rng.unit() * 1.3);
+                    w.net.link_delay.insert((i, j), d);
+                    format!("link {i}->{j} slow by {d:?}")
+                } else {
+                    w.net.link_delay.clear();
+                    "slow links back to normal".into()
+                }
+            }
+            17 | 18 => {
+                // The leader is the node whose faults matter most: cut it off, one way or both.
+                let Some(l) = w.current_leader() else {
+                    continue;
+                };
+                match rng.below(3) {
+                    0 => {
+                        w.mute(l);
+                        format!("mute the leader {l}")
+                    }
+                    1 => {
+                        w.deafen(l);
+                        format!("deafen the leader {l}")
+                    }
+                    _ => {
+                        w.partition(&[l]);
+                        format!("isolate the leader {l}")
+                    }
                 }
             }
             _ => continue,
@@ -770,6 +805,7 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     let mut watch = Watch::new(step);
     let mut first: Option<Duration> = None;
     let (mut next_flip, mut up) = (fault_at, true);
+    let mut last_leader = None;
     while w.now() < fault_at + observe {
         if let Fault::Flapping { up: u, down: d } = fault {
             if w.now() >= next_flip {
@@ -780,12 +816,25 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
                     w.restart(target);
                     next_flip = w.now() + te.mul_f64(u);
                 }
+                trace.log(
+                    &w,
+                    if up {
+                        "crash the target"
+                    } else {
+                        "restart the target"
+                    },
+                );
                 up = !up;
             }
         }
         let next = w.now() + step;
         w.run_until(next);
-        let has = quorum_leader(&w).is_some();
+        let now_leader = quorum_leader(&w);
+        if now_leader != last_leader {
+            trace.log(&w, format!("leader now {now_leader:?}"));
+            last_leader = now_leader;
+        }
+        let has = now_leader.is_some();
         if first.is_none() {
             if has {
                 first = Some(w.now() - fault_at);
@@ -814,7 +863,47 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     }
     trace.log(&w, "observed");
     report.leaderless_share = Some(watch.share());
+    // A crash-looping node may cost the others one failover per flap window, not one per loop.
+    if matches!(fault, Fault::Flapping { .. }) && watch.share() > 0.15 {
+        let what = format!(
+            "{}: the connected quorum was without a leader {:.0}% of the time",
+            fault.name(),
+            watch.share() * 100.0
+        );
+        w.checker.violate(w.now().as_nanos() as u64, what);
+    }
     report.leader_after_heal = first;
+    // A second failure while the fault stays: the leader (not the faulty node) crashes. When the
+    // others still form a quorum without the faulty node, they elect as fast as without the
+    // fault: the faulty node must not hold them up (rule 11).
+    if let Some(l) = quorum_leader(&w).filter(|&l| l != target) {
+        let flapping = matches!(fault, Fault::Flapping { .. });
+        if !flapping && n - 2 >= quorum_of(n) && w.checker.violations.is_empty() {
+            w.crash(l);
+            // The followers' guard (T on a clock that may run slow by r), every rank's stagger,
+            // a few rounds. A lossy top-ranked node may hold the others up for one bounded
+            // veto (T) more.
+            // Lost messages cost retries: a lossy node gets a wider bound (still a bound).
+            let guards = if matches!(fault, Fault::LossyLinks(_)) {
+                6
+            } else {
+                1
+            };
+            let bound = te.mul_f64(guards as f64 / (1.0 - t.max_drift))
+                + t.stagger * n as u32
+                + t.heartbeat * 3 * guards;
+            let took = run_until_cond(&mut w, bound * 3, step, |w| quorum_leader(w).is_some());
+            trace.log(&w, format!("leader {l} crashed; new leader after {took:?}"));
+            if took.is_none_or(|d| d > bound) {
+                let what = format!(
+                    "{}: failover with the fault in place took {took:?}, more than {bound:?}: {}",
+                    fault.name(),
+                    w.describe()
+                );
+                w.checker.violate(w.now().as_nanos() as u64, what);
+            }
+        }
+    }
     report.violations = w.checker.violations.clone();
     report.events = w.stats.events;
     report.trace = trace.0;
@@ -946,7 +1035,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
     let mut rng = Rng::new(scenario.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xC0FFEE);
     // Every node that will ever exist: the initial members first, then the ones added later.
     let extra = match plan {
-        MemberPlan::Grow => 2,
+        MemberPlan::Grow | MemberPlan::TwoAtOnce => 2,
         MemberPlan::Replace | MemberPlan::Stray => 1,
         MemberPlan::Shrink => 0,
     };
@@ -1002,7 +1091,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
             next.retain(|id| *id != initial[k]);
             sets.push(next);
         }
-        MemberPlan::Stray => {}
+        MemberPlan::Stray | MemberPlan::TwoAtOnce => {}
     }
     // Some disorder between the operator's steps.
     let noise = |w: &mut World, rng: &mut Rng, trace: &mut Trace| {
@@ -1034,6 +1123,45 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
             _ => {}
         }
     };
+    if plan == MemberPlan::TwoAtOnce {
+        // Some members restarted with two new members added, and the new ones started: the
+        // sets differ by two ids, so quorums of the two need not intersect. Every node hears
+        // every other (rule 1 relies on it), crashes happen; no leader is acceptable.
+        let mut bigger = initial.clone();
+        bigger.extend(ids[scenario.size..].iter().map(|(id, _)| id.clone()));
+        let switched = 1 + rng.below((scenario.size / 2) as u64) as usize;
+        for k in 0..switched {
+            let i = index(&w, &initial[k]);
+            w.reconfigure(i, &bigger);
+            w.crash(i);
+            w.restart(i);
+        }
+        for (id, _) in &ids[scenario.size..] {
+            let i = index(&w, id);
+            w.reconfigure(i, &bigger);
+            w.restart(i);
+        }
+        trace.log(
+            &w,
+            format!("{switched} members and 2 new nodes run with {bigger:?}"),
+        );
+        let until = w.now() + te * 15;
+        while w.now() < until {
+            let next = w.now() + te.mul_f64(0.3 + rng.unit());
+            w.run_until(next);
+            let i = rng.below(w.size() as u64) as usize;
+            if rng.chance(0.3) && w.is_up(i) {
+                w.crash(i);
+                w.run_until(w.now() + te.mul_f64(rng.unit()));
+                w.restart(i);
+                trace.log(&w, format!("crash and restart {i}"));
+            }
+        }
+        report.violations = w.checker.violations.clone();
+        report.events = w.stats.events;
+        report.trace = trace.0;
+        return report;
+    }
     if plan == MemberPlan::Stray {
         // A replacement started before the old node was removed (its set swaps one member),
         // or a scale-up whose new node lists one more member than the others.

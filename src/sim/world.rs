@@ -215,6 +215,8 @@ pub struct NetConfig {
     pub loss: f64,
     /// Extra loss on single directed links.
     pub link_loss: BTreeMap<(usize, usize), f64>,
+    /// Extra delay on single directed links (a slow path, a congested queue).
+    pub link_delay: BTreeMap<(usize, usize), Duration>,
     pub duplicate: f64,
     pub min_delay: Duration,
     pub max_delay: Duration,
@@ -228,6 +230,7 @@ impl Default for NetConfig {
         NetConfig {
             loss: 0.0,
             link_loss: BTreeMap::new(),
+            link_delay: BTreeMap::new(),
             duplicate: 0.0,
             min_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(20),
@@ -642,6 +645,13 @@ impl World {
 
     pub fn heal(&mut self) {
         self.blocked.clear();
+    }
+
+    /// The node whose API answers as leader now, if exactly one does.
+    pub fn current_leader(&self) -> Option<usize> {
+        let mut claims = (0..self.size()).filter(|&i| self.claims_leadership(i));
+        let first = claims.next()?;
+        claims.next().is_none().then_some(first)
     }
 
     /// Whether messages from `a` reach `b` (ignoring loss).
