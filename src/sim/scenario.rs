@@ -1130,8 +1130,8 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
         let mut bigger = initial.clone();
         bigger.extend(ids[scenario.size..].iter().map(|(id, _)| id.clone()));
         let switched = 1 + rng.below((scenario.size / 2) as u64) as usize;
-        for k in 0..switched {
-            let i = index(&w, &initial[k]);
+        for id in initial.iter().take(switched) {
+            let i = index(&w, id);
             w.reconfigure(i, &bigger);
             w.crash(i);
             w.restart(i);
