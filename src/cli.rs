@@ -378,6 +378,19 @@ impl RunArgs {
         })
     }
 
+    /// With the pilot transport, refuses a pilotctl outside the tested range (exit 69) before
+    /// anything else runs it; the verdict is logged once logging is set up.
+    pub async fn check_pilotctl(&self) -> Result<Option<PilotctlVerdict>, ConfigError> {
+        if self.transport != TransportKind::Pilot {
+            return Ok(None);
+        }
+        let ctl = self.pilotctl()?;
+        let verdict = crate::pilotctl::compat::check(&ctl)
+            .await
+            .map_err(ConfigError::Unavailable)?;
+        Ok(Some((ctl, verdict)))
+    }
+
     /// With the pilot transport the node id defaults to the Pilot node id of the local daemon.
     pub async fn resolve_node_id(&mut self) -> Result<(), ConfigError> {
         if self.transport != TransportKind::Pilot
@@ -395,6 +408,9 @@ impl RunArgs {
         Ok(())
     }
 }
+
+/// The pilotctl a node will run and what its version check found.
+pub type PilotctlVerdict = (Pilotctl, crate::pilotctl::compat::Verdict);
 
 /// A pilotctl run that takes longer than this is killed (with its process group).
 const PILOTCTL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -504,10 +520,11 @@ pub fn main() -> i32 {
     };
     let code = match cli.command {
         Command::Run(mut args) => {
-            let config = match rt
-                .block_on(args.resolve_node_id())
-                .and_then(|()| args.to_config())
-            {
+            let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
+                rt.block_on(args.resolve_node_id())?;
+                Ok((v, args.to_config()?))
+            });
+            let (pilotctl, config) = match checked {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("pilot-election: {e}");
@@ -515,6 +532,9 @@ pub fn main() -> i32 {
                 }
             };
             init_tracing(args.log_format);
+            if let Some((ctl, verdict)) = pilotctl {
+                verdict.log(&ctl);
+            }
             rt.block_on(run_node(config, args.listen.clone()))
         }
         Command::Leader(a) => rt.block_on(client::leader(&a)),

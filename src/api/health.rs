@@ -41,6 +41,10 @@ pub async fn get_healthz(State(s): State<AppState>) -> (StatusCode, Json<HealthB
 #[derive(Serialize)]
 pub struct ReadyBody {
     ready: bool,
+    /// Why not, when the transport says (the pilot transport names each broker, what it is
+    /// doing and what to run); the same text as `transport.reason`, up front for probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
     transport: Health,
 }
 
@@ -55,6 +59,7 @@ pub async fn get_readyz(State(s): State<AppState>) -> (StatusCode, Json<ReadyBod
         code,
         Json(ReadyBody {
             ready: transport.healthy,
+            reason: transport.reason.clone(),
             transport,
         }),
     )
