@@ -203,24 +203,6 @@ async fn drop_and_delay_faults_shape_delivery() {
     assert!(start.elapsed() >= Duration::from_millis(300));
 }
 
-/// Runs the real `pilotctl --json <args>` against a devnet node's daemon and returns `.data`.
-fn pilotctl_json(net: &Devnet, node: &str, args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(pilotctl_path())
-        .arg("--json")
-        .args(args)
-        .env("PILOT_SOCKET", net.socket(node))
-        .output()
-        .expect("run pilotctl");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "pilotctl {args:?} on {node}: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_str(text.trim()).expect("pilotctl --json output");
-    v["data"].clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_closes_an_untrusted_node_at_once_until_handshake_and_approve() {
     let net = Devnet::start(3);
@@ -251,13 +233,13 @@ async fn a_broker_closes_an_untrusted_node_at_once_until_handshake_and_approve()
     assert_eq!(next_event(&mut trusted).await, "marker");
 
     // The fix an operator is told to run: handshake from the node, approve on the broker.
-    let asked = pilotctl_json(&net, "n1", &["handshake", "n2", "pilot-election"]);
+    let asked = net.pilotctl("n1", &["handshake", "n2", "pilot-election"]);
     assert_eq!(asked["trusted"], false, "{asked}");
-    let pending = pilotctl_json(&net, "n2", &["pending"]);
+    let pending = net.pilotctl("n2", &["pending"]);
     assert_eq!(pending["pending"][0]["node_id"], 1, "{pending}");
     assert_eq!(pending["pending"][0]["justification"], "pilot-election");
-    pilotctl_json(&net, "n2", &["approve", "1"]);
-    let listed = pilotctl_json(&net, "n2", &["trust"]);
+    net.pilotctl("n2", &["approve", "1"]);
+    let listed = net.pilotctl("n2", &["trust"]);
     assert!(
         listed["trusted"]
             .as_array()

@@ -139,6 +139,24 @@ impl Devnet {
         }
     }
 
+    /// Runs the real `pilotctl --json <args>` against node `node`'s daemon; returns `.data`.
+    pub fn pilotctl(&self, node: &str, args: &[&str]) -> Value {
+        let out = Command::new(pilotctl_path())
+            .arg("--json")
+            .args(args)
+            .env("PILOT_SOCKET", self.socket(node))
+            .output()
+            .expect("run pilotctl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "pilotctl {args:?} on {node}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_str(text.trim()).expect("pilotctl --json output");
+        v["data"].clone()
+    }
+
     /// Subscription frames reach the broker some time after the child starts; publishing
     /// before that would be (correctly) lost, so tests wait for the broker to see them.
     pub async fn wait_subscribers(&self, n: u64) {

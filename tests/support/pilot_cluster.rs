@@ -61,9 +61,14 @@ pub fn pilot_cluster(net: &Devnet, extra: &[&str]) -> Cluster {
 /// `size` started nodes on daemons n1..n`size`, broker n`size+1` (the devnet needs `size + 1`
 /// daemons).
 pub fn pilot_cluster_of(net: &Devnet, size: usize, extra: &[&str]) -> Cluster {
-    let broker = format!("n{}", size + 1);
+    pilot_cluster_via(net, size, &format!("n{}", size + 1), extra)
+}
+
+/// `size` started nodes on daemons n1..n`size` whose `--broker` is `brokers` (one daemon name,
+/// or several comma-separated).
+pub fn pilot_cluster_via(net: &Devnet, size: usize, brokers: &str, extra: &[&str]) -> Cluster {
     let mut nodes: Vec<App> = (1..=size)
-        .map(|i| pilot_node_in(net, &format!("n{i}"), &broker, size, extra))
+        .map(|i| pilot_node_in(net, &format!("n{i}"), brokers, size, extra))
         .collect();
     for n in &mut nodes {
         n.start();
