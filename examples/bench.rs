@@ -568,6 +568,24 @@ async fn stability(o: &Opts) {
     let (mut rounds, mut agreed, mut no_leader, mut silent) = (0u64, 0u64, 0u64, 0u64);
     let mut seen: Vec<(String, u64)> = vec![(leader.clone(), term)];
     let node_urls = urls(c, &all);
+    // CPU of the nodes with their pilotctl children (live and exited), and of the emulator.
+    let pids: Vec<u32> = c
+        .nodes
+        .iter()
+        .map(|n| n.child.as_ref().unwrap().id())
+        .collect();
+    let cluster_ticks = || -> u64 {
+        pids.iter()
+            .map(|p| {
+                cpu_ticks(*p)
+                    + reaped_ticks(*p)
+                    + children(*p).iter().map(|k| cpu_ticks(*k)).sum::<u64>()
+            })
+            .sum()
+    };
+    let devnet_pid = bed.net.as_ref().map(|n| n.child.id());
+    let cluster0 = cluster_ticks();
+    let devnet0 = devnet_pid.map(cpu_ticks).unwrap_or(0);
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(o.secs) {
         let tick = Instant::now();
@@ -597,10 +615,20 @@ async fn stability(o: &Opts) {
         o.nodes,
         agreed as f64 * 100.0 / rounds.max(1) as f64
     );
+    let hz = clk_tck();
+    let core = |ticks: u64| ticks as f64 / hz / secs * 100.0;
     println!(
-        "  subscription restarts {}, publish failures {}; load {}",
+        "  subscription restarts {}, publish failures {}; CPU: nodes with their pilotctl \
+         processes {:.0}% of a core, pilot-devnet {:.0}%; load {}",
         restarts - restarts0,
         failures - failures0,
+        core(cluster_ticks().saturating_sub(cluster0)),
+        core(
+            devnet_pid
+                .map(cpu_ticks)
+                .unwrap_or(0)
+                .saturating_sub(devnet0)
+        ),
         load_average()
     );
     if let (Some(net), Some(before)) = (&bed.net, net0) {
