@@ -2,9 +2,10 @@
 //! transport.
 //!
 //! We drive the CLI instead of speaking the daemon protocol ourselves: pilotctl is AGPL, and the
-//! CLI's `--json` output is its documented, stable surface (see PILOT.md). Every child runs in
-//! its own process group so that a timeout can kill it together with anything it spawned: the
-//! pip console script, for one, is a Python wrapper whose Go child would otherwise outlive it.
+//! CLI's `--json` output is its documented, stable surface (the versions it is tested with:
+//! [`compat`]). Every child runs in its own process group so that a timeout can kill it
+//! together with anything it spawned: the pip console script, for one, is a Python wrapper
+//! whose Go child would otherwise outlive it.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt as _;
