@@ -252,21 +252,7 @@ impl RunArgs {
             .clone()
             .filter(|s| !s.is_empty())
             .ok_or("--node-id is required with the http transport")?;
-        let pilot = match self.transport {
-            TransportKind::Http => None,
-            TransportKind::Pilot => Some(self.pilot_config()?),
-        };
-        if pilot.is_some() && !self.peers.is_empty() {
-            return Err(
-                "--peer is for the http transport; the pilot transport uses --broker".into(),
-            );
-        }
-        if pilot.is_some() && self.cluster_size.is_none() {
-            return Err(
-                "--cluster-size is required with the pilot transport (it decides the quorum)"
-                    .into(),
-            );
-        }
+        let pilot = self.pilot_settings()?;
         if node_id.len() > crate::election::MAX_ID_BYTES {
             return Err("--node-id must be at most 256 bytes".into());
         }
@@ -335,6 +321,27 @@ impl RunArgs {
         })
     }
 
+    /// The pilot transport's settings, checked (`None` for the http transport): the usage
+    /// errors come before anything runs pilotctl.
+    fn pilot_settings(&self) -> Result<Option<PilotConfig>, ConfigError> {
+        if self.transport != TransportKind::Pilot {
+            return Ok(None);
+        }
+        let pilot = self.pilot_config()?;
+        if !self.peers.is_empty() {
+            return Err(
+                "--peer is for the http transport; the pilot transport uses --broker".into(),
+            );
+        }
+        if self.cluster_size.is_none() {
+            return Err(
+                "--cluster-size is required with the pilot transport (it decides the quorum)"
+                    .into(),
+            );
+        }
+        Ok(Some(pilot))
+    }
+
     /// The brokers and the pilotctl binary; the binary is checked later, with exit 69.
     fn pilot_config(&self) -> Result<PilotConfig, ConfigError> {
         let brokers: Vec<String> = self
@@ -381,14 +388,13 @@ impl RunArgs {
     /// With the pilot transport, refuses a pilotctl outside the tested range (exit 69) before
     /// anything else runs it; the verdict is logged once logging is set up.
     pub async fn check_pilotctl(&self) -> Result<Option<PilotctlVerdict>, ConfigError> {
-        if self.transport != TransportKind::Pilot {
+        let Some(pilot) = self.pilot_settings()? else {
             return Ok(None);
-        }
-        let ctl = self.pilotctl()?;
-        let verdict = crate::pilotctl::compat::check(&ctl)
+        };
+        let verdict = crate::pilotctl::compat::check(&pilot.pilotctl)
             .await
             .map_err(ConfigError::Unavailable)?;
-        Ok(Some((ctl, verdict)))
+        Ok(Some((pilot.pilotctl, verdict)))
     }
 
     /// With the pilot transport the node id defaults to the Pilot node id of the local daemon.
