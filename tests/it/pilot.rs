@@ -433,6 +433,17 @@ async fn a_node_the_broker_does_not_trust_never_leads_says_why_and_joins_once_tr
         ),
         0.0
     );
+    // `pilot-election status`, the README's check, says the same.
+    let out = Command::new(BIN)
+        .args(["status", "--url", &n3])
+        .output()
+        .expect("pilot-election status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("broker n4 rejected since"), "{text}");
+    assert!(
+        text.contains("to fix: on this node run `pilotctl handshake n4"),
+        "{text}"
+    );
     // One warning for the whole episode, however many times the subscription was retried.
     let warned = log_lines(&c.nodes[2], "pilotctl handshake n4");
     assert_eq!(warned.len(), 1, "{warned:#?}\n{}", c.nodes[2].log());
