@@ -23,8 +23,12 @@ use crate::pilotctl::{ErrorCode, PilotctlError};
 use crate::store::{rfc3339, unix_ms_now};
 
 /// A new subscription that neither delivered anything nor ended within this long is trusted
-/// to work. A broker that refuses a node closes the connection within a round trip.
-pub const PROVEN_AFTER: Duration = Duration::from_secs(3);
+/// to work. A broker that refuses a node closes the connection within a round trip of the
+/// subscribe frame, but pilotctl 1.18 may spend up to about 21 s before it sends that frame: to
+/// a public peer this node does not trust yet it first sends a handshake and waits for trust
+/// (5 s, then up to 16 s more while the request is pending). Any line received, this node's
+/// own messages included, proves a subscription long before that in a running cluster.
+pub const PROVEN_AFTER: Duration = Duration::from_secs(25);
 /// Subscriptions in a row that the broker closed before they were proven: then the broker
 /// refuses this node (one could be a broker restart; three in a row are not).
 pub const REJECT_AFTER: u32 = 3;
