@@ -17,7 +17,7 @@ ARG ARTIFACTS=artifacts-from-source
 # it or not; BuildKit skips them. With PREBUILT=1 (and these stages' bases pointed at a local
 # image) the download and the compile below do nothing, so `--target runtime` needs no registry.
 
-# The real pilotctl, a static Go binary inside the pinned wheel (see PILOT.md): the pip console
+# The real pilotctl, a static Go binary inside the pinned wheel (scripts/fetch-pilotctl.sh): the pip console
 # script is a Python wrapper whose Go child survives a timeout that kills the wrapper.
 FROM ${PYTHON_IMAGE} AS pilotctl
 ARG PREBUILT=

@@ -12,6 +12,7 @@
 //! cargo run --release --example bench -- idle      --nodes 3 --transport http --secs 30
 //! cargo run --release --example bench -- idle      --nodes 3 --transport pilot --secs 30
 //! cargo run --release --example bench -- api       --secs 10 --rounds 2   # needs wrk
+//! cargo run --release --example bench -- stability --nodes 25 --transport pilot --secs 60
 //! ```
 //!
 //! Nodes run at default timings (h 500 ms, L 2 s, T 3 s) with `--preempt-after 0s`, so that a
@@ -76,7 +77,7 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|idle|api [--nodes N] \
+        "bench: {what}\nusage: bench failover|step-down|sigterm|idle|api|stability [--nodes N] \
          [--transport http|pilot] [--runs N] [--secs S] [--rounds R]"
     );
     std::process::exit(64)
@@ -86,7 +87,7 @@ fn usage(what: &str) -> ! {
 /// killed) before the network.
 struct Bed {
     c: Cluster,
-    _net: Option<Devnet>,
+    net: Option<Devnet>,
 }
 
 async fn start(transport: &str, n: usize) -> Bed {
@@ -100,14 +101,14 @@ async fn start(transport: &str, n: usize) -> Bed {
     let bed = match transport {
         "http" => Bed {
             c: Cluster::start(n, &extra),
-            _net: None,
+            net: None,
         },
         "pilot" => {
             // Daemons n1..nN for the nodes and one more as the broker.
             let net = Devnet::start(n as u32 + 1);
             Bed {
                 c: pilot_cluster::pilot_cluster_of(&net, n, &extra),
-                _net: Some(net),
+                net: Some(net),
             }
         }
         other => usage(&format!("unknown transport {other}")),
@@ -491,6 +492,162 @@ async fn idle(o: &Opts) {
     }
 }
 
+/// What one node answered to `GET /leader` in a stability poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Probe {
+    Leader(String, u64),
+    NoLeader,
+    /// No answer within the client's timeout (a node too busy to answer is not leaderless).
+    Silent,
+}
+
+async fn probe(client: &reqwest::Client, url: &str) -> Probe {
+    let Ok(resp) = client.get(format!("{url}/leader")).send().await else {
+        return Probe::Silent;
+    };
+    if !resp.status().is_success() {
+        return Probe::NoLeader;
+    }
+    match resp.json::<Value>().await {
+        Ok(v) => match (v["leader"].as_str(), v["term"].as_u64()) {
+            (Some(l), Some(t)) => Probe::Leader(l.to_string(), t),
+            _ => Probe::NoLeader,
+        },
+        Err(_) => Probe::Silent,
+    }
+}
+
+/// Sums one metric over every node (0 where a node does not answer).
+async fn metric_sum(client: &reqwest::Client, c: &Cluster, series: &str) -> f64 {
+    let texts = join_all(c.nodes.iter().map(|n| async move {
+        match client.get(format!("{}/metrics", n.url())).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }))
+    .await;
+    texts.iter().map(|t| app::metric(t, series)).sum()
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// N nodes at default timings left alone for `secs`: every node is asked who leads every
+/// 250 ms. Stable means one leader and one term throughout, every node agreeing, no
+/// subscription restarts and (over pilot) nothing lost at the broker.
+async fn stability(o: &Opts) {
+    let started = pilot_election::clock::now();
+    let bed = start(&o.transport, o.nodes).await;
+    let c = &bed.c;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("client");
+    let all: Vec<usize> = (0..o.nodes).collect();
+    let (leader, term) = current_leader(&client, c, &all).await;
+    println!(
+        "stability {}-node {}: first leader {leader} in term {term}, all agreeing {:.1}s after the start; load {}",
+        o.nodes,
+        o.transport,
+        started.elapsed().as_secs_f64(),
+        load_average()
+    );
+    settle(pilot_election::clock::now()).await;
+    let restarts0 = metric_sum(&client, c, "pilot_election_subscription_restarts_total").await;
+    let failures0 = metric_sum(&client, c, "pilot_election_publish_failures_total").await;
+    let net0 = match &bed.net {
+        Some(net) => Some(net.status().await["stats"].clone()),
+        None => None,
+    };
+    let (mut rounds, mut agreed, mut no_leader, mut silent) = (0u64, 0u64, 0u64, 0u64);
+    let mut seen: Vec<(String, u64)> = vec![(leader.clone(), term)];
+    let node_urls = urls(c, &all);
+    // CPU of the nodes with their pilotctl children (live and exited), and of the emulator.
+    let pids: Vec<u32> = c
+        .nodes
+        .iter()
+        .map(|n| n.child.as_ref().unwrap().id())
+        .collect();
+    let cluster_ticks = || -> u64 {
+        pids.iter()
+            .map(|p| {
+                cpu_ticks(*p)
+                    + reaped_ticks(*p)
+                    + children(*p).iter().map(|k| cpu_ticks(*k)).sum::<u64>()
+            })
+            .sum()
+    };
+    let devnet_pid = bed.net.as_ref().map(|n| n.child.id());
+    let cluster0 = cluster_ticks();
+    let devnet0 = devnet_pid.map(cpu_ticks).unwrap_or(0);
+    let t0 = pilot_election::clock::now();
+    while t0.elapsed() < Duration::from_secs(o.secs) {
+        let tick = pilot_election::clock::now();
+        let answers = join_all(node_urls.iter().map(|u| probe(&client, u))).await;
+        rounds += 1;
+        no_leader += answers.iter().filter(|a| **a == Probe::NoLeader).count() as u64;
+        silent += answers.iter().filter(|a| **a == Probe::Silent).count() as u64;
+        if answers.iter().all(|a| *a == answers[0]) && matches!(answers[0], Probe::Leader(..)) {
+            agreed += 1;
+        }
+        for a in &answers {
+            if let Probe::Leader(l, t) = a {
+                if !seen.contains(&(l.clone(), *t)) {
+                    seen.push((l.clone(), *t));
+                }
+            }
+        }
+        pilot_election::clock::sleep_until(tick + Duration::from_millis(250)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let restarts = metric_sum(&client, c, "pilot_election_subscription_restarts_total").await;
+    let failures = metric_sum(&client, c, "pilot_election_publish_failures_total").await;
+    println!(
+        "  over {secs:.0}s: {rounds} poll rounds, all {} nodes agreeing in {agreed} ({:.1}%); \
+         node answers without a leader {no_leader}, without an answer within 1 s {silent}; \
+         leaders/terms seen {seen:?}",
+        o.nodes,
+        agreed as f64 * 100.0 / rounds.max(1) as f64
+    );
+    let hz = clk_tck();
+    let core = |ticks: u64| ticks as f64 / hz / secs * 100.0;
+    println!(
+        "  subscription restarts {}, publish failures {}; CPU: nodes with their pilotctl \
+         processes {:.0}% of a core, pilot-devnet {:.0}%; load {}",
+        restarts - restarts0,
+        failures - failures0,
+        core(cluster_ticks().saturating_sub(cluster0)),
+        core(
+            devnet_pid
+                .map(cpu_ticks)
+                .unwrap_or(0)
+                .saturating_sub(devnet0)
+        ),
+        load_average()
+    );
+    if let (Some(net), Some(before)) = (&bed.net, net0) {
+        let after = net.status().await["stats"].clone();
+        let d = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+        println!(
+            "  broker: {:.1} events/s published, {:.1} deliveries/s; rate-limited {}, retried {}, \
+             failed deliveries {}, subscribers dropped {}, queue overflows {}",
+            d("published") as f64 / secs,
+            d("delivered") as f64 / secs,
+            d("rate_limited"),
+            d("retried"),
+            d("delivery_failures"),
+            d("subscribers_dropped"),
+            d("overflowed")
+        );
+    }
+}
+
 struct Wrk {
     rps: f64,
     p99_ms: f64,
@@ -594,6 +751,7 @@ async fn main() {
         "step-down" => step_down_loop(&o).await,
         "idle" => idle(&o).await,
         "api" => api(&o).await,
+        "stability" => stability(&o).await,
         other => usage(&format!("unknown scenario {other}")),
     }
 }

@@ -81,7 +81,7 @@ if [ -z "$BINARY" ]; then
     BINARY="${CARGO_TARGET_DIR:-target}/release/pilot-election"
 fi
 [ -x "$BINARY" ] || die "${BINARY} is not an executable"
-# fetch-pilotctl.sh owns the pin (PILOT.md) and checks the wheel's sha256; it prints the path.
+# fetch-pilotctl.sh owns the pin and checks the wheel's sha256; it prints the path.
 PILOTCTL="$(scripts/fetch-pilotctl.sh)"
 "$PILOTCTL" version | grep -qF 1.18.0 || die "${PILOTCTL} is not pilotctl 1.18.0"
 

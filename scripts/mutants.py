@@ -149,9 +149,23 @@ MUTANTS = {
     ),
     "no-flap-damping": (
         12,
-        "preemption ignores how often the better node went away",
-        [(NODE, "                let needed = wait * 2u32.pow(flaps.min(MAX_FLAP_DOUBLINGS));",
-          "                let needed = wait + Duration::ZERO * flaps;", 1)],
+        "a member that keeps crashing ranks like a steady one",
+        [(PEERS, "            steady: !self.flapped(p, now),", "            steady: true,", 1)],
+    ),
+    "restart-not-a-flap": (
+        12,
+        "a member seen back from a restart is not demoted",
+        [(PEERS, "        if silent || restarted {", "        if silent {", 1)],
+    ),
+    "lost-quorum-not-a-flap": (
+        12,
+        "a leader that lost its quorum is not demoted",
+        [(PEERS, "            p.lose_eligibility(now, lost_quorum);", "            p.lose_eligibility(now, false);", 1)],
+    ),
+    "stale-advert-applied": (
+        11,
+        "an advertisement overtaken by a newer one still overwrites it",
+        [(PEERS, "        let newer = p.advert_seq.is_none_or(|s| m.seq > s);", "        let newer = true;", 1)],
     ),
     "unbounded-veto": (
         11,

@@ -257,15 +257,7 @@ impl RunArgs {
             .clone()
             .filter(|s| !s.is_empty())
             .ok_or("--node-id is required with the http transport")?;
-        let pilot = match self.transport {
-            TransportKind::Http => None,
-            TransportKind::Pilot => Some(self.pilot_config()?),
-        };
-        if pilot.is_some() && !self.peers.is_empty() {
-            return Err(
-                "--peer is for the http transport; the pilot transport uses --broker".into(),
-            );
-        }
+        let pilot = self.pilot_settings()?;
         if node_id.len() > crate::election::MAX_ID_BYTES {
             return Err("--node-id must be at most 256 bytes".into());
         }
@@ -342,16 +334,7 @@ impl RunArgs {
             .filter(|m| !m.is_empty())
             .collect();
         if pilot && listed.is_empty() {
-            let hint = match self.cluster_size {
-                Some(n) => format!(
-                    "--cluster-size {n} no longer decides the quorum: list the {n} members instead, "
-                ),
-                None => String::new(),
-            };
-            return Err(format!(
-                "{hint}the pilot transport needs its members: --member ID for each node (this one                  included or added), or PILOT_ELECTION_MEMBERS=ID,ID,ID"
-            )
-            .into());
+            return Err(Self::members_needed(self.cluster_size).into());
         }
         let set = if listed.is_empty() {
             MemberSet::new(node_id, peers.iter().map(|p| p.id.clone()))
@@ -364,7 +347,7 @@ impl RunArgs {
                 .map_err(|e| format!("--peer: {e}"))?;
             if from_peers != set {
                 return Err(format!(
-                    "--member lists {set} but this node and its --peers are {from_peers}: over http                      every member needs a --peer ID=URL (or leave --member out)"
+                    "--member lists {set} but this node and its --peers are {from_peers}: over http every member needs a --peer ID=URL (or leave --member out)"
                 )
                 .into());
             }
@@ -372,13 +355,45 @@ impl RunArgs {
         if let Some(n) = self.cluster_size {
             if n != set.len() {
                 return Err(format!(
-                    "--cluster-size {n} does not match the {} members {set}; drop --cluster-size                      (the members decide the quorum)",
+                    "--cluster-size {n} does not match the {} members {set}; drop --cluster-size (the members decide the quorum)",
                     set.len()
                 )
                 .into());
             }
         }
         Ok(set)
+    }
+
+    /// What to pass instead of a bare `--cluster-size` (exit 64).
+    fn members_needed(cluster_size: Option<usize>) -> String {
+        let hint = match cluster_size {
+            Some(n) => {
+                format!("--cluster-size {n} no longer decides the quorum: list the {n} members instead; ")
+            }
+            None => String::new(),
+        };
+        format!(
+            "{hint}the pilot transport needs its members: --member ID for each node (this one \
+             included or added), or PILOT_ELECTION_MEMBERS=ID,ID,ID"
+        )
+    }
+
+    /// The pilot transport's settings, checked (`None` for the http transport): the usage
+    /// errors come before anything runs pilotctl.
+    fn pilot_settings(&self) -> Result<Option<PilotConfig>, ConfigError> {
+        if self.transport != TransportKind::Pilot {
+            return Ok(None);
+        }
+        let pilot = self.pilot_config()?;
+        if !self.peers.is_empty() {
+            return Err(
+                "--peer is for the http transport; the pilot transport uses --broker".into(),
+            );
+        }
+        if self.members.iter().all(|m| m.trim().is_empty()) {
+            return Err(Self::members_needed(self.cluster_size).into());
+        }
+        Ok(Some(pilot))
     }
 
     /// The brokers and the pilotctl binary; the binary is checked later, with exit 69.
@@ -424,6 +439,18 @@ impl RunArgs {
         })
     }
 
+    /// With the pilot transport, refuses a pilotctl outside the tested range (exit 69) before
+    /// anything else runs it; the verdict is logged once logging is set up.
+    pub async fn check_pilotctl(&self) -> Result<Option<PilotctlVerdict>, ConfigError> {
+        let Some(pilot) = self.pilot_settings()? else {
+            return Ok(None);
+        };
+        let verdict = crate::pilotctl::compat::check(&pilot.pilotctl)
+            .await
+            .map_err(ConfigError::Unavailable)?;
+        Ok(Some((pilot.pilotctl, verdict)))
+    }
+
     /// With the pilot transport the node id defaults to the Pilot node id of the local daemon.
     pub async fn resolve_node_id(&mut self) -> Result<(), ConfigError> {
         if self.transport != TransportKind::Pilot
@@ -441,6 +468,9 @@ impl RunArgs {
         Ok(())
     }
 }
+
+/// The pilotctl a node will run and what its version check found.
+pub type PilotctlVerdict = (Pilotctl, crate::pilotctl::compat::Verdict);
 
 /// A pilotctl run that takes longer than this is killed (with its process group).
 const PILOTCTL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -550,10 +580,11 @@ pub fn main() -> i32 {
     };
     let code = match cli.command {
         Command::Run(mut args) => {
-            let config = match rt
-                .block_on(args.resolve_node_id())
-                .and_then(|()| args.to_config())
-            {
+            let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
+                rt.block_on(args.resolve_node_id())?;
+                Ok((v, args.to_config()?))
+            });
+            let (pilotctl, config) = match checked {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("pilot-election: {e}");
@@ -561,6 +592,9 @@ pub fn main() -> i32 {
                 }
             };
             init_tracing(args.log_format);
+            if let Some((ctl, verdict)) = pilotctl {
+                verdict.log(&ctl);
+            }
             rt.block_on(run_node(config, args.listen.clone()))
         }
         Command::Leader(a) => rt.block_on(client::leader(&a)),

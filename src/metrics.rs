@@ -14,6 +14,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::transport::pilot::LinkState;
+
 type Labels = Vec<(&'static str, String)>;
 
 pub struct Metrics {
@@ -29,6 +31,7 @@ pub struct Metrics {
     pub publish_failures: Counter,
     pub publish_latency: Histogram,
     pub subscription_restarts: Counter,
+    pub broker_state: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -52,6 +55,7 @@ impl Metrics {
             publish_failures: Counter::default(),
             publish_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 12)),
             subscription_restarts: Counter::default(),
+            broker_state: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -106,6 +110,11 @@ impl Metrics {
                 m.subscription_restarts.clone(),
             );
             r.register(
+                "broker_state",
+                "Pilot transport: 1 for the state each broker's subscription is in (subscribed, rejected, silent, unreachable, ...), 0 for the others",
+                m.broker_state.clone(),
+            );
+            r.register(
                 "publish_latency_seconds",
                 "Time to deliver one message to one peer",
                 m.publish_latency.clone(),
@@ -133,6 +142,20 @@ impl Metrics {
         self.elections
             .get_or_create(&vec![("result", result.to_string())])
             .inc();
+    }
+
+    /// Sets the one state a broker is in to 1 and its other states to 0, so that a query can
+    /// both select by state and alert on a broker that is not `subscribed`.
+    pub fn set_broker_state(&self, broker: &str, state: LinkState) {
+        for s in LinkState::ALL {
+            let labels = vec![
+                ("broker", broker.to_string()),
+                ("state", s.as_str().to_string()),
+            ];
+            self.broker_state
+                .get_or_create(&labels)
+                .set(i64::from(s == state));
+        }
     }
 
     pub fn publish_failed(&self) {

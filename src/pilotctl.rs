@@ -2,9 +2,10 @@
 //! transport.
 //!
 //! We drive the CLI instead of speaking the daemon protocol ourselves: pilotctl is AGPL, and the
-//! CLI's `--json` output is its documented, stable surface (see PILOT.md). Every child runs in
-//! its own process group so that a timeout can kill it together with anything it spawned: the
-//! pip console script, for one, is a Python wrapper whose Go child would otherwise outlive it.
+//! CLI's `--json` output is its documented, stable surface (the versions it is tested with:
+//! [`compat`]). Every child runs in its own process group so that a timeout can kill it
+//! together with anything it spawned: the pip console script, for one, is a Python wrapper
+//! whose Go child would otherwise outlive it.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt as _;
@@ -18,6 +19,8 @@ use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::task::JoinHandle;
+
+pub mod compat;
 
 /// The longest NDJSON line a subscription accepts. An election message is far smaller; a line
 /// past this is garbage or an attack, and buffering it would let the broker exhaust our memory.
@@ -228,8 +231,7 @@ impl Pilotctl {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(&self.path);
-        cmd.arg("--json")
-            .args(args)
+        cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -275,12 +277,31 @@ impl Pilotctl {
         }
     }
 
-    /// Runs a one-shot command to completion under the deadline and returns its `.data`.
+    /// Runs a one-shot `pilotctl --json` command to completion under the deadline and returns
+    /// its `.data`.
     async fn run<T: for<'de> Deserialize<'de>>(
         &self,
         command: &'static str,
         args: &[&str],
     ) -> Result<T, PilotctlError> {
+        let (stdout, status) = self.run_raw(command, &[&["--json"], args].concat()).await?;
+        let line = String::from_utf8_lossy(&stdout);
+        match serde_json::from_str::<Envelope<T>>(line.trim()) {
+            Ok(Envelope {
+                status: outcome,
+                data: Some(data),
+            }) if outcome == "ok" => Ok(data),
+            Ok(_) => Err(unexpected(command, status, "envelope without ok data")),
+            Err(e) => Err(unexpected(command, status, &format!("{e}: {line}"))),
+        }
+    }
+
+    /// Runs a one-shot command to completion under the deadline; its stdout when it succeeded.
+    async fn run_raw(
+        &self,
+        command: &'static str,
+        args: &[&str],
+    ) -> Result<(Vec<u8>, ExitStatus), PilotctlError> {
         let (mut child, stdout, stderr) = self.spawn_piped(args)?;
         let pgid = child.id().unwrap_or(0);
         let finished = tokio::time::timeout(self.timeout, async {
@@ -312,15 +333,14 @@ impl Pilotctl {
         if !status.success() {
             return Err(failure(command, status, &stderr));
         }
-        let line = String::from_utf8_lossy(&stdout);
-        match serde_json::from_str::<Envelope<T>>(line.trim()) {
-            Ok(Envelope {
-                status: outcome,
-                data: Some(data),
-            }) if outcome == "ok" => Ok(data),
-            Ok(_) => Err(unexpected(command, status, "envelope without ok data")),
-            Err(e) => Err(unexpected(command, status, &format!("{e}: {line}"))),
-        }
+        Ok((stdout, status))
+    }
+
+    /// `pilotctl version`: the CLI's own version string, printed as plain text (1.18.0 prints
+    /// `1.18.0`, with or without `--json`); no daemon is needed.
+    pub async fn version(&self) -> Result<String, PilotctlError> {
+        let (stdout, _) = self.run_raw("version", &["version"]).await?;
+        Ok(String::from_utf8_lossy(&stdout).trim().to_string())
     }
 
     /// `pilotctl --json info`: this node's id (a number at `.data.node_id`) and address.
@@ -343,7 +363,7 @@ impl Pilotctl {
 
     /// Starts a long-lived `pilotctl --json subscribe`; events arrive only while it runs.
     pub fn subscribe(&self, broker: &str, topic: &str) -> Result<Subscription, PilotctlError> {
-        let (child, stdout, stderr) = self.spawn_piped(&["subscribe", broker, topic])?;
+        let (child, stdout, stderr) = self.spawn_piped(&["--json", "subscribe", broker, topic])?;
         let pgid = child.id().unwrap_or(0);
         Ok(Subscription {
             lines: LineReader::new(stdout, DEFAULT_MAX_LINE),

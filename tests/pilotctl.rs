@@ -7,7 +7,8 @@ mod devnet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use devnet::{pilotctl_path, temp_dir, Devnet, DEADLINE};
+
+use devnet::{event_frame, pilotctl_path, temp_dir, write_script, Devnet, StreamClient, DEADLINE};
 use pilot_election::pilotctl::{ErrorCode, Pilotctl, PilotctlError, Subscription};
 use serde_json::json;
 
@@ -201,25 +202,194 @@ async fn drop_and_delay_faults_shape_delivery() {
     assert!(start.elapsed() >= Duration::from_millis(300));
 }
 
-/// Writes an executable script from a child process, never from this one: tests run in
-/// parallel threads, and a thread forking while this process holds the file open for writing
-/// would pass that descriptor to its child, making `exec` of the script fail with ETXTBSY
-/// ("text file busy") until the child execs.
-fn write_script(path: &Path, body: &str) {
-    use std::io::Write as _;
-    let mut sh = std::process::Command::new("sh")
-        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
-        .arg(path)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("sh");
-    sh.stdin
-        .take()
-        .expect("stdin")
-        .write_all(body.as_bytes())
-        .unwrap();
-    let status = sh.wait().unwrap();
-    assert!(status.success(), "writing {} failed", path.display());
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_closes_an_untrusted_node_at_once_until_handshake_and_approve() {
+    let net = Devnet::start(3);
+    let mut trusted = subscribe(&net, "n3", "n2", "election:g1").await;
+    net.wait_subscribers(1).await;
+    // One-way: n2 (the broker) stops trusting n1, while n1 still trusts n2 and so dials.
+    net.post("/revoke-trust", json!({"node": "n2", "peer": "n1"}))
+        .await;
+    let started = pilot_election::clock::now();
+    let mut refused = subscribe(&net, "n1", "n2", "election:g1").await;
+    match tokio::time::timeout(DEADLINE, refused.next()).await {
+        Ok(Some(Err(err))) => {
+            assert_eq!(err.code(), Some(&ErrorCode::ConnectionFailed), "{err}");
+            assert!(err.to_string().contains("recv: EOF"), "{err}");
+        }
+        other => panic!("expected the broker to close the subscription, got {other:?}"),
+    }
+    let closed_after = started.elapsed();
+    println!("untrusted subscription closed after {closed_after:?}");
+    net.wait_status("the rejection", |s| s["stats"]["rejected"] == 1)
+        .await;
+
+    // Its publish is written ("ok": pilotctl cannot tell) but never read by the broker.
+    publish(&net, "n1", "n2", "election:g1", "from the untrusted node").await;
+    net.wait_status("the second rejection", |s| s["stats"]["rejected"] == 2)
+        .await;
+    publish(&net, "n3", "n2", "election:g1", "marker").await;
+    assert_eq!(next_event(&mut trusted).await, "marker");
+
+    // The fix an operator is told to run: handshake from the node, approve on the broker.
+    let asked = net.pilotctl("n1", &["handshake", "n2", "pilot-election"]);
+    assert_eq!(asked["trusted"], false, "{asked}");
+    let pending = net.pilotctl("n2", &["pending"]);
+    assert_eq!(pending["pending"][0]["node_id"], 1, "{pending}");
+    assert_eq!(pending["pending"][0]["justification"], "pilot-election");
+    net.pilotctl("n2", &["approve", "1"]);
+    let listed = net.pilotctl("n2", &["trust"]);
+    assert!(
+        listed["trusted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["node_id"] == 1 && t["mutual"] == true),
+        "{listed}"
+    );
+    let mut admitted = subscribe(&net, "n1", "n2", "election:g1").await;
+    net.wait_subscribers(2).await;
+    publish(&net, "n3", "n2", "election:g1", "welcome").await;
+    assert_eq!(next_event(&mut admitted).await, "welcome");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_failing_three_deliveries_in_a_row_goes_silent_but_stays_connected() {
+    let net = Devnet::start(2);
+    let mut sub = subscribe(&net, "n1", "n2", "t").await;
+    net.wait_subscribers(1).await;
+    net.post("/fail-delivery", json!({"node": "n1"})).await;
+    for i in 1..=3u64 {
+        publish(&net, "n2", "n2", "t", "lost").await;
+        net.wait_status("a failed retry", |s| s["stats"]["delivery_failures"] == i)
+            .await;
+    }
+    net.wait_status("the drop", |s| s["stats"]["subscribers_dropped"] == 1)
+        .await;
+    assert_eq!(
+        net.status().await["stats"]["retried"],
+        3,
+        "each retried once"
+    );
+    net.post("/heal", json!({})).await;
+    publish(&net, "n2", "n2", "t", "unheard").await;
+    net.wait_status("the last publish", |s| s["stats"]["published"] == 4)
+        .await;
+    let status = net.status().await;
+    assert_eq!(status["stats"]["delivered"], 0, "{status}");
+    assert_eq!(status["subscribed_connections"], 0, "{status}");
+    assert_eq!(
+        status["connections"], 1,
+        "the subscriber is still connected: {status}"
+    );
+    // pilotctl itself cannot tell: it still runs and prints nothing.
+    let quiet = tokio::time::timeout(Duration::from_millis(300), sub.next()).await;
+    assert!(
+        quiet.is_err(),
+        "the dropped subscriber heard something: {quiet:?}"
+    );
+    // A new subscription is listed again.
+    let mut fresh = subscribe(&net, "n1", "n2", "t").await;
+    net.wait_subscribers(1).await;
+    publish(&net, "n2", "n2", "t", "heard").await;
+    assert_eq!(next_event(&mut fresh).await, "heard");
+}
+
+/// Reads `n` events from `sub`, in order.
+async fn events(sub: &mut Subscription, n: usize) -> Vec<String> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(next_event(sub).await);
+    }
+    out
+}
+
+fn burst(tag: &str, n: usize) -> Vec<u8> {
+    (0..n)
+        .flat_map(|i| event_frame("rl", format!("{tag}{i}").as_bytes()))
+        .collect()
+}
+
+/// The broker's token bucket (100 events/s, burst 200) on one long-lived connection: of each
+/// burst exactly the first events the bucket has tokens for get through, in order, and the
+/// rest are dropped without a word; separate connections have separate buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_faster_than_the_rate_limit_loses_what_the_token_bucket_refuses() {
+    let net = Devnet::start(3);
+    let mut sub = subscribe(&net, "n1", "n2", "rl").await;
+    net.wait_subscribers(1).await;
+    // Like `pilotctl publish`, the connection's first frame subscribes it to the topic it
+    // publishes on; the broker never sends an event back on the connection it came from.
+    let mut fast = StreamClient::open(&net.socket("n3"), 2, "rl");
+    net.wait_subscribers(2).await;
+    fast.send(&burst("a", 300));
+    let sent_a = pilot_election::clock::now();
+    net.wait_status("burst a", |s| {
+        s["stats"]["published"].as_u64().unwrap() + s["stats"]["rate_limited"].as_u64().unwrap()
+            == 300
+    })
+    .await;
+    let got_a = net.status().await["stats"]["published"].as_u64().unwrap() as usize;
+    // 300 events in one write are taken within a millisecond or two: the full bucket, no refill.
+    assert!((200..=201).contains(&got_a), "burst a: {got_a} passed");
+    let delivered = net.status().await["stats"]["delivered"].as_u64().unwrap() as usize;
+    assert_eq!(
+        delivered, got_a,
+        "delivered to the subscriber only, never echoed"
+    );
+    let expected: Vec<String> = (0..got_a).map(|i| format!("a{i}")).collect();
+    assert_eq!(
+        events(&mut sub, got_a).await,
+        expected,
+        "the head of the burst passes"
+    );
+
+    // After a pause the bucket has refilled by 100 per second of it, no more.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let gap = sent_a.elapsed();
+    fast.send(&burst("b", 300));
+    net.wait_status("burst b", |s| {
+        s["stats"]["published"].as_u64().unwrap() + s["stats"]["rate_limited"].as_u64().unwrap()
+            == 600
+    })
+    .await;
+    let status = net.status().await;
+    let got_b = status["stats"]["published"].as_u64().unwrap() as usize - got_a;
+    let model = (gap.as_secs_f64() * 100.0).min(200.0);
+    println!("burst b after {gap:?}: {got_b} passed, the token bucket allows {model:.1}");
+    assert!(
+        (got_b as f64 - model).abs() <= 3.0,
+        "burst b after {gap:?}: {got_b} passed, the bucket allows {model:.1}"
+    );
+    assert_eq!(
+        status["stats"]["rate_limited"],
+        600 - got_a - got_b,
+        "{status}"
+    );
+    let expected: Vec<String> = (0..got_b).map(|i| format!("b{i}")).collect();
+    assert_eq!(events(&mut sub, got_b).await, expected);
+
+    // Three more connections, 150 events each at once: each has its own bucket, nothing lost
+    // (their first frames name another topic, so they do not hear each other).
+    let limited_before = status["stats"]["rate_limited"].as_u64().unwrap();
+    for c in 0..3 {
+        let mut other = StreamClient::open(&net.socket("n3"), 2, "rl-publisher");
+        other.send(&burst(&format!("c{c}-"), 150));
+    }
+    let got_c = events(&mut sub, 450).await;
+    for c in 0..3 {
+        let mine: Vec<&String> = got_c
+            .iter()
+            .filter(|e| e.starts_with(&format!("c{c}-")))
+            .collect();
+        assert_eq!(mine.len(), 150, "connection {c} lost events");
+    }
+    assert_eq!(
+        net.status().await["stats"]["rate_limited"]
+            .as_u64()
+            .unwrap(),
+        limited_before
+    );
 }
 
 /// A wrapper that runs the real pilotctl as a grandchild, like the pip console script does:

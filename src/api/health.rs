@@ -53,6 +53,10 @@ pub struct ReadyBody {
     mismatched_members: Vec<String>,
     /// Why it is not ready, one sentence each; empty when ready.
     reasons: Vec<String>,
+    /// The first of `reasons`, up front for probes (for the pilot transport it names the
+    /// broker, what it is doing and what to run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
     transport: Health,
 }
 
@@ -121,6 +125,7 @@ pub fn readiness(snap: &Snapshot) -> ReadyBody {
     }
     ReadyBody {
         ready: reasons.is_empty(),
+        reason: reasons.first().cloned(),
         can_vote: v.can_vote,
         voters_heard,
         quorum,

@@ -119,6 +119,18 @@ pub async fn status(args: &ClientArgs) -> i32 {
                 s(m, "last_seen_ms")
             ));
         }
+        for br in b["transport"]["brokers"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "\n  broker {} {} since {} (restarts {})",
+                s(br, "broker"),
+                s(br, "state"),
+                s(br, "since"),
+                s(br, "restarts")
+            ));
+            if let (Some(cause), Some(fix)) = (br["cause"].as_str(), br["fix"].as_str()) {
+                out.push_str(&format!(": {cause}\n    to fix: {fix}"));
+            }
+        }
         out
     })
 }

@@ -117,8 +117,8 @@ impl Demo {
                     "pilot",
                     "--broker",
                     "n4",
-                    "--cluster-size",
-                    "3",
+                    "--member",
+                    "node-a,node-b,node-c",
                 ])
                 .arg("--pilotctl")
                 .arg(&net.pilotctl)

@@ -39,3 +39,6 @@ pub use priority::{cksum, default_priority};
 pub use rank::Rank;
 pub use rng::Rng;
 pub use timings::{Timings, TimingsError};
+
+#[cfg(test)]
+mod tests;

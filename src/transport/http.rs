@@ -42,11 +42,11 @@ struct Reach {
 }
 
 impl HttpTransport {
-    /// Starts one sender task per peer. `cluster_size` decides when the transport counts as
-    /// healthy: when enough peers answer for this node to be part of a quorum.
+    /// Starts one sender task per peer. The transport counts as healthy when enough peers
+    /// answer for this node to be part of a `quorum`.
     pub fn start(
         peers: Vec<Peer>,
-        cluster_size: usize,
+        quorum: usize,
         inbound: Inbound,
         metrics: Arc<Metrics>,
     ) -> Result<Self, reqwest::Error> {
@@ -55,7 +55,7 @@ impl HttpTransport {
             .timeout(REQUEST_TIMEOUT)
             .pool_max_idle_per_host(PEER_IN_FLIGHT)
             .build()?;
-        let needed = (cluster_size / 2 + 1).saturating_sub(1);
+        let needed = quorum.saturating_sub(1);
         let health = Arc::new(HealthCell::new("http", needed == 0));
         let reach = Arc::new(Reach {
             ok: Mutex::new(HashMap::new()),

@@ -49,6 +49,8 @@ impl Transport for MemoryTransport {
             kind: "memory",
             healthy: true,
             last_error: None,
+            reason: None,
+            brokers: None,
         }
     }
 }

@@ -21,12 +21,19 @@ pub const INBOUND_CAPACITY: usize = 1024;
 /// The sending half a transport (or the HTTP ingress route) pushes received bytes into.
 pub type Inbound = mpsc::Sender<Vec<u8>>;
 
-/// What `/readyz` and `/status` report about the transport.
+/// What `/readyz` and `/status` report about the transport. The fields after `last_error` came
+/// later and are left out of the JSON when a transport has nothing to say in them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Health {
     pub kind: &'static str,
     pub healthy: bool,
     pub last_error: Option<String>,
+    /// Why the transport is not healthy, in words an operator can act on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The pilot transport's brokers, one entry each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub brokers: Option<Vec<pilot::BrokerHealth>>,
 }
 
 /// A way to publish to the group.
@@ -65,6 +72,8 @@ impl HealthCell {
             kind: self.kind,
             healthy: g.0,
             last_error: g.1.clone(),
+            reason: None,
+            brokers: None,
         }
     }
 }

@@ -3,9 +3,14 @@
 //!
 //! Events reach a node only through a live `pilotctl subscribe` (never through `inbox`), so one
 //! long-lived subscription per broker is kept running and restarted with capped exponential
-//! backoff; readiness follows it. Each message is one `pilotctl publish` per broker, a separate
-//! process under a deadline that kills its whole process group. With several brokers every
-//! message arrives once per broker, so duplicates are dropped by `(from, seq)`.
+//! backoff; readiness follows it, and [`broker_link`] explains what each one is doing (a broker
+//! that refuses this node, one that dropped it silently, one that is down). Each message is one
+//! `pilotctl publish` per broker, a separate process under a deadline that kills its whole
+//! process group. With several brokers every message arrives once per broker, so duplicates
+//! are dropped by `(from, seq)`; this node's own messages coming back are only used as proof
+//! that the subscription works.
+
+mod broker_link;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -13,11 +18,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Health, HealthCell, Inbound, Transport};
+use super::{Health, Inbound, Transport};
 use crate::metrics::Metrics;
 use crate::pilotctl::Pilotctl;
+pub use broker_link::{BrokerHealth, LinkState};
+use broker_link::{BrokerLink, Context, Ending, Note};
 
 /// Publishes in flight at once (each is a process). Beyond this a message is dropped: the
 /// protocol tolerates loss, a fork bomb under a stuck daemon it would not.
@@ -25,10 +33,11 @@ const MAX_IN_FLIGHT: usize = 32;
 /// Attempts for one message to one broker when the error is worth retrying.
 const PUBLISH_ATTEMPTS: u32 = 3;
 const BACKOFF_START: Duration = Duration::from_millis(100);
-const BACKOFF_CAP: Duration = Duration::from_secs(5);
-/// A subscription that ran this long counts as healthy again: the next failure starts the
-/// backoff from the beginning.
-const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// A node without a subscription hears nothing, which costs more than one pilotctl start every
+/// two seconds; it also bounds how long a node waits once its trust is granted.
+const BACKOFF_CAP: Duration = Duration::from_secs(2);
+/// How often a running subscription's diagnosis looks at the clock.
+const DIAGNOSIS_TICK: Duration = Duration::from_millis(250);
 /// How many recent `(from, seq)` pairs are remembered for duplicate suppression.
 const DEDUP_MEMORY: usize = 4096;
 
@@ -52,12 +61,17 @@ struct Dedup {
     order: VecDeque<(String, u64, u64)>,
 }
 
+/// A message's exact text, hashed: how copies and this node's own echoes are recognised.
+fn text_hash(text: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(text, &mut h);
+    std::hash::Hasher::finish(&h)
+}
+
 impl Dedup {
-    /// True the first time a message is offered.
-    fn first(&mut self, from: &str, seq: u64, text: &str) -> bool {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        std::hash::Hash::hash(text, &mut h);
-        let key = (from.to_string(), seq, std::hash::Hasher::finish(&h));
+    /// True the first time a message is offered (`hash` is [`text_hash`] of its text).
+    fn first(&mut self, from: &str, seq: u64, hash: u64) -> bool {
+        let key = (from.to_string(), seq, hash);
         if self.seen.contains(&key) {
             return false;
         }
@@ -79,20 +93,95 @@ struct Identity {
     seq: u64,
 }
 
-/// Which brokers currently have a running subscription.
+/// Every broker's diagnosis, shared by its subscription task, the publishes and `health()`.
 struct Links {
-    up: Mutex<Vec<bool>>,
-    health: HealthCell,
+    brokers: Mutex<Vec<BrokerLink>>,
+    /// The latest error of any publish or subscription.
+    last_error: Mutex<Option<String>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Links {
-    fn set(&self, broker: usize, up: bool, error: Option<String>) {
-        let mut g = self.up.lock().unwrap_or_else(|e| e.into_inner());
-        g[broker] = up;
-        // Ready while at least one broker delivers: every message is published to all of them.
-        let any = g.iter().any(|u| *u);
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<BrokerLink>> {
+        self.brokers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on one broker's diagnosis and keeps the state metric in step with it.
+    fn update<R>(&self, index: usize, f: impl FnOnce(&mut BrokerLink) -> R) -> R {
+        let mut g = self.lock();
+        let link = &mut g[index];
+        let before = link.state();
+        let out = f(link);
+        let after = link.state();
+        let broker = link.ctx.broker.clone();
         drop(g);
-        self.health.set(any, error);
+        if before != after {
+            self.metrics.set_broker_state(&broker, after);
+        }
+        out
+    }
+
+    fn set_error(&self, error: String) {
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// Tells every broker's explanations this node's Pilot id (for `pilotctl approve`).
+    fn learn_pilot_id(&self, id: String) {
+        for link in self.lock().iter_mut() {
+            link.ctx.pilot_id = Some(id.clone());
+        }
+    }
+
+    fn knows_pilot_id(&self) -> bool {
+        self.lock().iter().all(|l| l.ctx.pilot_id.is_some())
+    }
+
+    /// Ready while at least one broker delivers: every message is published to all of them.
+    /// Otherwise the reason names each broker, what it is doing and what to run.
+    fn health(&self) -> Health {
+        let brokers: Vec<BrokerHealth> = self.lock().iter().map(BrokerLink::view).collect();
+        let healthy = brokers.iter().any(|b| b.state == LinkState::Subscribed);
+        let reason = (!healthy).then(|| {
+            let each: Vec<String> = brokers
+                .iter()
+                .map(|b| match (&b.cause, &b.fix) {
+                    (Some(cause), Some(fix)) => format!(
+                        "broker {} is {}: {cause}; to fix: {fix}",
+                        b.broker,
+                        b.state.as_str()
+                    ),
+                    _ => format!(
+                        "broker {} is {}: no subscription has proven itself yet",
+                        b.broker,
+                        b.state.as_str()
+                    ),
+                })
+                .collect();
+            format!(
+                "no broker delivers election messages to this node. {}",
+                each.join(". ")
+            )
+        });
+        Health {
+            kind: "pilot",
+            healthy,
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            reason,
+            brokers: Some(brokers),
+        }
+    }
+}
+
+fn log(notes: Vec<Note>, broker: &str) {
+    for note in notes {
+        match note {
+            Note::Warn(line) => tracing::warn!(broker, "{line}"),
+            Note::Info(line) => tracing::info!(broker, "{line}"),
+        }
     }
 }
 
@@ -111,9 +200,22 @@ impl PilotTransport {
         metrics: Arc<Metrics>,
         stop: CancellationToken,
     ) -> PilotTransport {
+        let brokers = config
+            .brokers
+            .iter()
+            .map(|b| {
+                metrics.set_broker_state(b, LinkState::Starting);
+                BrokerLink::new(Context {
+                    broker: b.clone(),
+                    topic: config.topic.clone(),
+                    pilot_id: None,
+                })
+            })
+            .collect();
         let links = Arc::new(Links {
-            up: Mutex::new(vec![false; config.brokers.len()]),
-            health: HealthCell::new("pilot", false),
+            brokers: Mutex::new(brokers),
+            last_error: Mutex::new(None),
+            metrics: metrics.clone(),
         });
         let dedup = Arc::new(Mutex::new(Dedup::default()));
         for (i, broker) in config.brokers.iter().enumerate() {
@@ -144,7 +246,8 @@ impl Transport for PilotTransport {
             return;
         };
         let text: Arc<str> = Arc::from(text);
-        for broker in &self.config.brokers {
+        let hash = text_hash(&text);
+        for (index, broker) in self.config.brokers.iter().enumerate() {
             let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
                 self.metrics.publish_failed();
                 tracing::warn!(broker = %broker, "too many pilotctl publishes in flight; dropped one");
@@ -156,18 +259,24 @@ impl Transport for PilotTransport {
             let text = text.clone();
             let metrics = self.metrics.clone();
             let links = self.links.clone();
+            let sent_at = crate::clock::now();
+            links.update(index, |l| l.publishing(sent_at, hash));
             tokio::spawn(async move {
                 let _permit = permit;
-                publish_one(&ctl, &broker, &topic, &text, &metrics, &links).await;
+                let ok = publish_one(&ctl, &broker, &topic, &text, &metrics, &links).await;
+                if let Some(sent_at) = ok {
+                    links.update(index, |l| l.published(hash, sent_at));
+                }
             });
         }
     }
 
     fn health(&self) -> Health {
-        self.links.health.get()
+        self.links.health()
     }
 }
 
+/// Publishes with retries; returns when the successful attempt started.
 async fn publish_one(
     ctl: &Pilotctl,
     broker: &str,
@@ -175,14 +284,14 @@ async fn publish_one(
     text: &str,
     metrics: &Metrics,
     links: &Links,
-) {
+) -> Option<Instant> {
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=PUBLISH_ATTEMPTS {
         let started = crate::clock::now();
         match ctl.publish(broker, topic, text).await {
             Ok(_) => {
                 metrics.observe_publish(started.elapsed());
-                return;
+                return Some(started);
             }
             Err(e) if e.is_retryable() && attempt < PUBLISH_ATTEMPTS => {
                 tracing::debug!(broker, attempt, error = %e, "pilotctl publish failed; retrying");
@@ -193,11 +302,12 @@ async fn publish_one(
                 metrics.publish_failed();
                 let text = e.to_string();
                 tracing::warn!(broker, error = %text, retryable = e.is_retryable(), "pilotctl publish failed");
-                links.health.set(links.health.get().healthy, Some(text));
-                return;
+                links.set_error(format!("{broker}: {text}"));
+                return None;
             }
         }
     }
+    None
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -212,53 +322,87 @@ async fn subscribe_loop(
     stop: CancellationToken,
 ) {
     let mut backoff = BACKOFF_START;
+    let mut tick = tokio::time::interval(DIAGNOSIS_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.is_cancelled() {
-        let started = crate::clock::now();
-        let error = match config.pilotctl.subscribe(&broker, &config.topic) {
+        if !links.knows_pilot_id() {
+            if let Ok(info) = config.pilotctl.info().await {
+                links.learn_pilot_id(info.node_id.to_string());
+            }
+        }
+        // `None`: the diagnosis found the running subscription silent and wants a new one.
+        let ending = match config.pilotctl.subscribe(&broker, &config.topic) {
             Ok(mut sub) => {
-                links.set(index, true, None);
-                tracing::info!(broker = %broker, topic = %config.topic, pid = sub.pid(), "subscribed");
-                let ended = loop {
+                links.update(index, |l| l.started(crate::clock::now()));
+                tracing::debug!(broker = %broker, topic = %config.topic, pid = sub.pid(), "pilotctl subscribe started");
+                let ending = loop {
                     let next = tokio::select! {
                         _ = stop.cancelled() => return,
+                        _ = tick.tick() => {
+                            let (restart, notes) = links.update(index, |l| l.tick(crate::clock::now()));
+                            log(notes, &broker);
+                            if restart {
+                                break None;
+                            }
+                            continue;
+                        }
                         next = sub.next() => next,
                     };
                     match next {
-                        Some(Ok(data)) => deliver(data, &inbound, &dedup, &metrics),
-                        Some(Err(e)) => break e.to_string(),
-                        None => break "subscription ended".to_string(),
+                        Some(Ok(data)) => {
+                            let hash = text_hash(&data);
+                            let (echo, notes) =
+                                links.update(index, |l| l.received(crate::clock::now(), hash));
+                            log(notes, &broker);
+                            if echo {
+                                metrics.received("any", "own");
+                            } else {
+                                deliver(data, hash, &inbound, &dedup, &metrics);
+                            }
+                        }
+                        Some(Err(e)) => break Some(Ending::of(Some(&e))),
+                        None => break Some(Ending::of(None)),
                     }
                 };
                 let skipped = sub.garbage_lines() + sub.oversized_lines();
                 if skipped > 0 {
                     tracing::warn!(broker = %broker, skipped, "pilotctl printed lines that were not events");
                 }
-                ended
+                ending
             }
-            Err(e) => e.to_string(),
+            Err(e) => Some(Ending::of(Some(&e))),
         };
-        links.set(index, false, Some(format!("{broker}: {error}")));
         metrics.subscription_restarts.inc();
-        if started.elapsed() >= STABLE_AFTER {
+        let worked = links.update(index, |l| l.is_up());
+        match ending {
+            Some(how) => {
+                links.set_error(format!("{broker}: {how}"));
+                let notes = links.update(index, |l| l.ended(crate::clock::now(), &how));
+                log(notes, &broker);
+                tracing::debug!(broker = %broker, ending = %how, retry_in_ms = backoff.as_millis() as u64, "subscription ended");
+            }
+            // A silent subscription is replaced at once: nothing suggests waiting helps.
+            None => backoff = Duration::ZERO,
+        }
+        if worked {
             backoff = BACKOFF_START;
         }
-        tracing::warn!(broker = %broker, error = %error, retry_in_ms = backoff.as_millis() as u64, "subscription lost");
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(backoff) => {}
         }
-        backoff = (backoff * 2).min(BACKOFF_CAP);
+        backoff = (backoff * 2).clamp(BACKOFF_START, BACKOFF_CAP);
     }
 }
 
-fn deliver(data: String, inbound: &Inbound, dedup: &Mutex<Dedup>, metrics: &Metrics) {
+fn deliver(data: String, hash: u64, inbound: &Inbound, dedup: &Mutex<Dedup>, metrics: &Metrics) {
     // Duplicates from several brokers are dropped here; anything unparsable goes on to the
     // runtime, which counts it as malformed.
     if let Ok(id) = serde_json::from_str::<Identity>(&data) {
         let fresh = dedup
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .first(&id.from, id.seq, &data);
+            .first(&id.from, id.seq, hash);
         if !fresh {
             metrics.received("any", "duplicate");
             return;
@@ -276,17 +420,15 @@ mod tests {
     #[test]
     fn dedup_remembers_a_bounded_window() {
         let mut d = Dedup::default();
-        assert!(d.first("a", 1, "x"));
-        assert!(!d.first("a", 1, "x"));
-        assert!(
-            d.first("a", 1, "forged"),
-            "same id, other bytes: not a copy"
-        );
-        assert!(d.first("b", 1, "x"));
+        let (x, forged) = (text_hash("x"), text_hash("forged"));
+        assert!(d.first("a", 1, x));
+        assert!(!d.first("a", 1, x));
+        assert!(d.first("a", 1, forged), "same id, other bytes: not a copy");
+        assert!(d.first("b", 1, x));
         for s in 0..DEDUP_MEMORY as u64 {
-            d.first("c", s, "x");
+            d.first("c", s, x);
         }
-        assert!(d.first("a", 1, "x"), "forgotten after the window");
+        assert!(d.first("a", 1, x), "forgotten after the window");
         assert!(d.order.len() <= DEDUP_MEMORY);
     }
 }

@@ -1,5 +1,5 @@
-//! Three real nodes electing over `--transport pilot`: the real pilotctl 1.18.0 against
-//! pilot-devnet's emulated daemons, with a fourth daemon (`n4`) as the event-stream broker.
+//! Real nodes electing over `--transport pilot`: the real pilotctl 1.18.0 against pilot-devnet's
+//! emulated daemons, with one more daemon (`n4`, and `n5` for a second) as event-stream broker.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -10,10 +10,13 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 
-use crate::app::{get_json, leader_of, metrics_text, wait_for, wait_up, TempDir, BIN, T};
-use crate::devnet::{pilotctl_path, Devnet};
+use crate::app::{
+    get_json, leader_of, metric, metrics_text, wait_for, wait_up, App, Cluster, TempDir, BIN, T,
+};
+use crate::contract::Spec;
+use crate::devnet::{pilotctl_path, write_script, Devnet};
 use crate::peers::{counted, forgeries, key_file, message};
-use crate::pilot_cluster::pilot_cluster;
+use crate::pilot_cluster::{pilot_cluster, pilot_cluster_via, pilot_node_in};
 
 async fn role_leader(url: &str) -> u16 {
     get_json(&format!("{url}/role/leader")).await.0
@@ -110,11 +113,7 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
     let _ = third_term;
     // The cut broke the old leader's subscription; it was restarted, and that is counted.
     let metrics = metrics_text(&c.nodes[ni].url()).await;
-    let restarts: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("pilot_election_subscription_restarts_total "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
+    let restarts = metric(&metrics, "pilot_election_subscription_restarts_total");
     assert!(restarts >= 1.0, "{metrics}");
 }
 
@@ -128,8 +127,8 @@ async fn pilot_configuration_errors_exit_with_clear_codes() {
             "pilot",
             "--listen",
             "127.0.0.1:0",
-            "--cluster-size",
-            "3",
+            "--member",
+            "a,b,c",
         ];
         args.extend_from_slice(extra);
         let data = dir.0.join("data").display().to_string();
@@ -316,4 +315,356 @@ fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
         let ts: u64 = f[2].parse().expect("unix seconds");
         assert!(ts.abs_diff(now) < 60, "timestamp {ts} is not now ({now})");
     }
+}
+
+/// The state one broker is in, as a node's `/status` shows it.
+async fn broker_state(url: &str, broker: &str) -> Option<String> {
+    let (_, status) = get_json(&format!("{url}/status")).await;
+    status["transport"]["brokers"]
+        .as_array()?
+        .iter()
+        .find(|b| b["broker"] == broker)
+        .and_then(|b| b["state"].as_str().map(String::from))
+}
+
+/// Log lines of a node that contain `needle`.
+fn log_lines(node: &App, needle: &str) -> Vec<String> {
+    node.log()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(String::from)
+        .collect()
+}
+
+/// Polls every node in `which` for `during` and fails if any of them names a leader other than
+/// `expected` or a term other than `term`, or if anyone but `expected`'s node claims to lead.
+async fn hold_steady(c: &Cluster, which: &[usize], expected: &str, term: u64, during: Duration) {
+    let until = pilot_election::clock::now() + during;
+    while pilot_election::clock::now() < until {
+        for &i in which {
+            let url = c.nodes[i].url();
+            assert_eq!(
+                leader_of(&url).await,
+                Some((expected.to_string(), term)),
+                "{} moved\n{}",
+                c.nodes[i].id,
+                c.logs()
+            );
+            if c.nodes[i].id != expected {
+                assert_eq!(
+                    role_leader(&url).await,
+                    503,
+                    "{} claims to lead",
+                    c.nodes[i].id
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The only broker (n4) does not trust n3: n4's event stream closes n3's subscription right
+/// after it starts and never reads n3's publishes, so n3 hears nobody and nobody hears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_the_broker_does_not_trust_never_leads_says_why_and_joins_once_trusted() {
+    let _serial = crate::app::serial().await;
+    let net = Devnet::start(4);
+    // One-way, as after `pilotctl untrust 3` on n4: n3 still trusts n4, so pilotctl on n3
+    // dials it, and the broker's gate is what refuses.
+    net.post("/revoke-trust", json!({"node": "n4", "peer": "n3"}))
+        .await;
+    let c = pilot_cluster(&net, &[]);
+    let (leader, term) = c.agreed(&[0, 1], T * 4, |_, _| true).await;
+    assert_ne!(leader, "3");
+    let n3 = c.nodes[2].url();
+
+    // n3 never claims leadership and knows no leader, for several election timeouts, and its
+    // subscription keeps being refused.
+    let until = pilot_election::clock::now() + T * 2;
+    while pilot_election::clock::now() < until {
+        assert_eq!(
+            role_leader(&n3).await,
+            503,
+            "n3 claims to lead\n{}",
+            c.logs()
+        );
+        let (code, status) = get_json(&format!("{n3}/status")).await;
+        assert_eq!(code, 200);
+        assert_ne!(status["role"], "leader", "{status}");
+        assert_eq!(status["leader"], Value::Null, "n3 heard a leader: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (code, ready) = get_json(&format!("{n3}/readyz")).await;
+    assert_eq!(code, 503, "{ready}");
+    Spec::load().check("get", "/readyz", 503, &ready);
+    let reason = ready["reason"].as_str().expect("a reason");
+    for needle in [
+        "broker n4 is rejected",
+        "does not trust",
+        "pilotctl handshake n4",
+        "pilotctl approve 3",
+    ] {
+        assert!(reason.contains(needle), "{needle:?} not in {reason}");
+    }
+    let (_, status) = get_json(&format!("{n3}/status")).await;
+    Spec::load().check("get", "/status", 200, &status);
+    let n4 = &status["transport"]["brokers"][0];
+    assert_eq!(n4["state"], "rejected", "{status}");
+    assert_eq!(n4["subscribed_since"], Value::Null);
+    assert!(n4["restarts"].as_u64().unwrap() >= 3, "{status}");
+    assert!(
+        n4["last_error"].as_str().unwrap().contains("recv: EOF"),
+        "{status}"
+    );
+    let metrics = metrics_text(&n3).await;
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"pilot_election_broker_state{broker="n4",state="rejected"}"#
+        ),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            r#"pilot_election_broker_state{broker="n4",state="subscribed"}"#
+        ),
+        0.0
+    );
+    // `pilot-election status`, the README's check, says the same.
+    let out = Command::new(BIN)
+        .args(["status", "--url", &n3])
+        .output()
+        .expect("pilot-election status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("broker n4 rejected since"), "{text}");
+    assert!(
+        text.contains("to fix: on this node run `pilotctl handshake n4"),
+        "{text}"
+    );
+    // One warning for the whole episode, however many times the subscription was retried.
+    let warned = log_lines(&c.nodes[2], "pilotctl handshake n4");
+    assert_eq!(warned.len(), 1, "{warned:#?}\n{}", c.nodes[2].log());
+    assert!(warned[0].contains("WARN"), "{}", warned[0]);
+    // The trusted nodes see nothing wrong.
+    let (code, _) = get_json(&format!("{}/readyz", c.nodes[0].url())).await;
+    assert_eq!(code, 200);
+
+    // The fix the warning names, run with the real pilotctl: n3 joins within seconds.
+    let asked = net.pilotctl("n3", &["handshake", "n4", "pilot-election"]);
+    assert_eq!(asked["trusted"], false, "the request waits for n4: {asked}");
+    net.pilotctl("n4", &["approve", "3"]);
+    let granted = pilot_election::clock::now();
+    let joined = wait_for(Duration::from_secs(15), || {
+        let n3 = n3.clone();
+        let leader = leader.clone();
+        async move { (leader_of(&n3).await.map(|l| l.0) == Some(leader)).then_some(()) }
+    })
+    .await;
+    assert!(
+        joined.is_some(),
+        "n3 did not join after trust was granted\n{}",
+        c.logs()
+    );
+    println!(
+        "pilot: n3 follows {leader} {:?} after trust was granted",
+        granted.elapsed()
+    );
+    let (code, _) = get_json(&format!("{n3}/readyz")).await;
+    assert_eq!(code, 200);
+    assert_eq!(broker_state(&n3, "n4").await.as_deref(), Some("subscribed"));
+    assert_eq!(log_lines(&c.nodes[2], "subscribed to n4 again").len(), 1);
+    // Joining did not disturb the leader's term.
+    let _ = c
+        .agreed(&[0, 1, 2], T, |l, t| l == leader && t == term)
+        .await;
+}
+
+/// Two brokers: n5 carries the election alone while n4 refuses the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_brokers_revoking_trust_at_one_changes_nothing_and_shows_in_status() {
+    let _serial = crate::app::serial().await;
+    let net = Devnet::start(5);
+    let c = pilot_cluster_via(&net, 3, "n4,n5", &[]);
+    let all = [0, 1, 2];
+    let (leader, term) = c.agreed(&all, T * 4, |_, _| true).await;
+    let li = c.index(&leader);
+    let lurl = c.nodes[li].url();
+    // Both subscriptions prove themselves before the fault, so the change is attributable.
+    let both = wait_for(T * 2, || {
+        let lurl = lurl.clone();
+        async move {
+            let a = broker_state(&lurl, "n4").await;
+            let b = broker_state(&lurl, "n5").await;
+            (a.as_deref() == Some("subscribed") && b.as_deref() == Some("subscribed")).then_some(())
+        }
+    })
+    .await;
+    assert!(both.is_some(), "{}", c.logs());
+
+    let daemon = format!("n{}", li + 1);
+    let closed = net
+        .post("/revoke-trust", json!({"node": "n4", "peer": daemon}))
+        .await;
+    assert_eq!(
+        closed["closed"], 1,
+        "the leader's subscription to n4 was torn down"
+    );
+    // Longer than a lease and an election timeout: nobody moves, nobody else claims.
+    hold_steady(&c, &all, &leader, term, Duration::from_secs(2) + T).await;
+    let (_, status) = get_json(&format!("{lurl}/status")).await;
+    Spec::load().check("get", "/status", 200, &status);
+    let brokers = status["transport"]["brokers"].as_array().unwrap();
+    assert_eq!(brokers[0]["broker"], "n4");
+    assert_eq!(brokers[0]["state"], "rejected", "{status}");
+    assert!(brokers[0]["fix"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("pilotctl approve {leader}")));
+    assert_eq!(brokers[1]["state"], "subscribed", "{status}");
+    assert_eq!(status["transport"]["healthy"], true, "n5 still carries it");
+    let (code, ready) = get_json(&format!("{lurl}/readyz")).await;
+    assert_eq!(code, 200, "{ready}");
+    assert_eq!(log_lines(&c.nodes[li], "broker n4: rejected").len(), 1);
+
+    // Trust back: the next subscription proves itself and the state says so.
+    net.post("/grant-trust", json!({"node": "n4", "peer": daemon}))
+        .await;
+    let back =
+        wait_for(Duration::from_secs(10), || {
+            let lurl = lurl.clone();
+            async move {
+                (broker_state(&lurl, "n4").await.as_deref() == Some("subscribed")).then_some(())
+            }
+        })
+        .await;
+    assert!(back.is_some(), "{}", c.nodes[li].log());
+    hold_steady(&c, &all, &leader, term, Duration::from_millis(500)).await;
+}
+
+/// A subscriber the broker dropped after failed deliveries keeps its connection and hears
+/// nothing; the node notices that its own messages stopped coming back and subscribes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silently_dropped_subscription_is_noticed_and_replaced() {
+    let _serial = crate::app::serial().await;
+    let net = Devnet::start(4);
+    let c = pilot_cluster(&net, &[]);
+    let all = [0, 1, 2];
+    let (leader, _) = c.agreed(&all, T * 4, |_, _| true).await;
+    let li = c.index(&leader);
+    let daemon = format!("n{}", li + 1);
+    // The leader publishes a heartbeat every 500 ms: its own echo is the signal.
+    net.post("/fail-delivery", json!({"node": daemon})).await;
+    net.wait_status("the leader's subscriber dropped", |s| {
+        s["stats"]["subscribers_dropped"].as_u64() >= Some(1)
+    })
+    .await;
+    net.post("/heal", json!({})).await;
+    let noticed = wait_for(Duration::from_secs(15), || {
+        let node = &c.nodes[li];
+        async move { (!log_lines(node, "broker n4: silent").is_empty()).then_some(()) }
+    })
+    .await;
+    assert!(noticed.is_some(), "{}", c.nodes[li].log());
+    let back =
+        wait_for(Duration::from_secs(10), || {
+            let url = c.nodes[li].url();
+            async move {
+                (broker_state(&url, "n4").await.as_deref() == Some("subscribed")).then_some(())
+            }
+        })
+        .await;
+    assert!(back.is_some(), "{}", c.nodes[li].log());
+    assert_eq!(log_lines(&c.nodes[li], "broker n4: silent").len(), 1);
+    // One leader again, all agreeing (whoever it is: the old one may have lost its lease).
+    let _ = c.agreed(&all, T * 3, |_, _| true).await;
+}
+
+/// A pilotctl that reports `version` and hands every other command to the real one.
+fn fake_pilotctl(dir: &std::path::Path, name: &str, version_script: &str) -> String {
+    let path = dir.join(name);
+    write_script(
+        &path,
+        &format!(
+            "#!/bin/sh\nif [ \"$1\" = version ]; then\n{version_script}\nexit $?\nfi\nexec '{}' \"$@\"\n",
+            pilotctl_path().display()
+        ),
+    );
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pilotctl_versions_outside_the_tested_range_are_refused_or_warned() {
+    let dir = TempDir::new("pilot-version");
+    let data = dir.0.join("data").display().to_string();
+    let refused = |pilotctl: &str| {
+        let mut child = Command::new(BIN)
+            .args(["run", "--transport", "pilot", "--listen", "127.0.0.1:0"])
+            .args(["--member", "a,b,c", "--broker", "hub", "--node-id", "a"])
+            .args(["--pilotctl", pilotctl, "--data-dir", &data])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run the binary");
+        // A node that was not refused would run until killed.
+        let deadline = pilot_election::clock::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if pilot_election::clock::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{pilotctl} was not refused: the node kept running");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        (status.code(), err)
+    };
+    for (name, script, needle) in [
+        ("old", "echo 1.17.3", "older than the tested 1.18.x"),
+        ("major", "echo 2.0.0", "different major version"),
+        ("garbage", "echo 'usage: not pilotctl'", "not a version"),
+        ("broken", "echo oops >&2; exit 3", "cannot read the version"),
+    ] {
+        let fake = fake_pilotctl(&dir.0, name, script);
+        let (code, err) = refused(&fake);
+        assert_eq!(code, Some(69), "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(err.contains(&fake), "{name} names the binary: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: one line: {err}");
+    }
+
+    // The http transport never runs pilotctl: a refused one does not stop it.
+    let old = fake_pilotctl(&dir.0, "old-again", "echo 1.17.3");
+    let mut http = crate::app::app("a", crate::app::free_port(), &[], &["--pilotctl", &old]);
+    http.start();
+    wait_up(&http).await;
+    assert!(log_lines(&http, "pilotctl").is_empty(), "{}", http.log());
+
+    // A newer 1.x runs with a warning that says so; the tested one is logged as tested.
+    let net = Devnet::start(1);
+    let newer = fake_pilotctl(&dir.0, "newer", "echo 1.19.0; exit 0");
+    let mut node = pilot_node_in(&net, "n1", "n1", 1, &[]);
+    let at = node.args.iter().position(|a| a == "--pilotctl").unwrap();
+    node.args[at + 1] = newer;
+    node.start();
+    wait_up(&node).await;
+    let warned = log_lines(&node, "newer than the tested 1.18.x");
+    assert_eq!(warned.len(), 1, "{}", node.log());
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("1.19.0"),
+        "{}",
+        warned[0]
+    );
+    node.kill9();
+    let mut tested = pilot_node_in(&net, "n1", "n1", 1, &[]);
+    tested.start();
+    wait_up(&tested).await;
+    let logged = log_lines(&tested, "pilotctl 1.18.0 (tested)");
+    assert_eq!(logged.len(), 1, "{}", tested.log());
+    assert!(logged[0].contains("INFO"), "{}", logged[0]);
 }

@@ -277,6 +277,15 @@ pub async fn metrics_text(url: &str) -> String {
     resp.expect("metrics").text().await.expect("metrics text")
 }
 
+/// The value of one series in a metrics text, by its exact name and labels (0 when absent).
+pub fn metric(text: &str, series: &str) -> f64 {
+    let prefix = format!("{series} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Status 0 when the node cannot be reached (yet).
 pub async fn get_json(url: &str) -> (u16, Value) {
     let Ok(resp) = client().get(url).send().await else {

@@ -2,7 +2,8 @@
 //! binaries that need them. Included with `#[path]`; not every binary uses every item.
 #![allow(dead_code)]
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -136,6 +137,24 @@ impl Devnet {
         }
     }
 
+    /// Runs the real `pilotctl --json <args>` against node `node`'s daemon; returns `.data`.
+    pub fn pilotctl(&self, node: &str, args: &[&str]) -> Value {
+        let out = Command::new(pilotctl_path())
+            .arg("--json")
+            .args(args)
+            .env("PILOT_SOCKET", self.socket(node))
+            .output()
+            .expect("run pilotctl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "pilotctl {args:?} on {node}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_str(text.trim()).expect("pilotctl --json output");
+        v["data"].clone()
+    }
+
     /// Subscription frames reach the broker some time after the child starts; publishing
     /// before that would be (correctly) lost, so tests wait for the broker to see them.
     pub async fn wait_subscribers(&self, n: u64) {
@@ -152,4 +171,77 @@ impl Drop for Devnet {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Writes an executable script from a child process, never from this one: tests run in
+/// parallel threads, and a thread forking while this process holds the file open for writing
+/// would pass that descriptor to its child, making `exec` of the script fail with ETXTBSY
+/// ("text file busy") until the child execs.
+pub fn write_script(path: &Path, body: &str) {
+    let mut sh = Command::new("sh")
+        .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("sh");
+    sh.stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .unwrap();
+    let status = sh.wait().unwrap();
+    assert!(status.success(), "writing {} failed", path.display());
+}
+
+/// One event-stream frame: u16 BE topic length, topic, u32 BE payload length, payload.
+pub fn event_frame(topic: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = (topic.len() as u16).to_be_bytes().to_vec();
+    out.extend_from_slice(topic.as_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A long-lived event-stream connection opened through a node's daemon IPC directly, the way a
+/// program linked against the Pilot driver would hold one (pilotctl opens one per publish):
+/// what the broker's per-connection rate limit is about.
+pub struct StreamClient {
+    sock: UnixStream,
+    conn: u32,
+}
+
+impl StreamClient {
+    /// Dials `broker_id`'s event stream (port 1002) from the daemon at `socket` and sends the
+    /// first frame, which subscribes the connection to `first_topic`.
+    pub fn open(socket: &Path, broker_id: u32, first_topic: &str) -> StreamClient {
+        let mut sock = UnixStream::connect(socket).expect("daemon socket");
+        sock.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut dial = vec![0x03, 0, 0];
+        dial.extend_from_slice(&broker_id.to_be_bytes());
+        dial.extend_from_slice(&1002u16.to_be_bytes());
+        write_ipc(&mut sock, &dial);
+        let mut len = [0u8; 4];
+        sock.read_exact(&mut len).expect("dial answer");
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        sock.read_exact(&mut body).expect("dial answer");
+        assert_eq!(body[0], 0x04, "dial refused: {body:?}");
+        let conn = u32::from_be_bytes([body[1], body[2], body[3], body[4]]);
+        let mut client = StreamClient { sock, conn };
+        client.send(&event_frame(first_topic, b""));
+        client
+    }
+
+    /// Writes stream bytes (any number of whole or partial event frames) in one IPC send.
+    pub fn send(&mut self, bytes: &[u8]) {
+        let mut frame = vec![0x06];
+        frame.extend_from_slice(&self.conn.to_be_bytes());
+        frame.extend_from_slice(bytes);
+        write_ipc(&mut self.sock, &frame);
+    }
+}
+
+fn write_ipc(sock: &mut UnixStream, body: &[u8]) {
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    sock.write_all(&frame).expect("daemon socket write");
 }

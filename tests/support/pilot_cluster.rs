@@ -11,8 +11,22 @@ pub fn pilot_node(net: &Devnet, daemon: &str, extra: &[&str]) -> App {
     pilot_node_in(net, daemon, "n4", 3, extra)
 }
 
-/// A node of an `size`-node pilot cluster whose broker is daemon `broker`.
+/// A node of an `size`-node pilot cluster whose broker is daemon `broker`; its members are the
+/// nodes on daemons n1..n`size`.
 pub fn pilot_node_in(net: &Devnet, daemon: &str, broker: &str, size: usize, extra: &[&str]) -> App {
+    let daemons: Vec<String> = (1..=size).map(|i| format!("n{i}")).collect();
+    let daemons: Vec<&str> = daemons.iter().map(String::as_str).collect();
+    pilot_node_with(net, daemon, broker, &daemons, extra)
+}
+
+/// A node on daemon `daemon` whose members are the nodes on the daemons `members`.
+pub fn pilot_node_with(
+    net: &Devnet,
+    daemon: &str,
+    broker: &str,
+    members: &[&str],
+    extra: &[&str],
+) -> App {
     let dir = TempDir::new(daemon);
     let port = free_port();
     let mut args: Vec<String> = [
@@ -26,12 +40,10 @@ pub fn pilot_node_in(net: &Devnet, daemon: &str, broker: &str, size: usize, extr
     .iter()
     .map(|s| s.to_string())
     .collect();
-    args.extend([
-        "--broker".into(),
-        broker.to_string(),
-        "--cluster-size".into(),
-        size.to_string(),
-    ]);
+    args.extend(["--broker".into(), broker.to_string()]);
+    for m in members {
+        args.extend(["--member".into(), node_id(net, m)]);
+    }
     args.extend([
         "--listen".into(),
         format!("127.0.0.1:{port}"),
@@ -61,9 +73,14 @@ pub fn pilot_cluster(net: &Devnet, extra: &[&str]) -> Cluster {
 /// `size` started nodes on daemons n1..n`size`, broker n`size+1` (the devnet needs `size + 1`
 /// daemons).
 pub fn pilot_cluster_of(net: &Devnet, size: usize, extra: &[&str]) -> Cluster {
-    let broker = format!("n{}", size + 1);
+    pilot_cluster_via(net, size, &format!("n{}", size + 1), extra)
+}
+
+/// `size` started nodes on daemons n1..n`size` whose `--broker` is `brokers` (one daemon name,
+/// or several comma-separated).
+pub fn pilot_cluster_via(net: &Devnet, size: usize, brokers: &str, extra: &[&str]) -> Cluster {
     let mut nodes: Vec<App> = (1..=size)
-        .map(|i| pilot_node_in(net, &format!("n{i}"), &broker, size, extra))
+        .map(|i| pilot_node_in(net, &format!("n{i}"), brokers, size, extra))
         .collect();
     for n in &mut nodes {
         n.start();

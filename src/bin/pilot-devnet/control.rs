@@ -11,7 +11,25 @@
 //! - `POST /drop {"fraction", "seed"?}`: drop that share of deliveries, seeded for replay.
 //! - `POST /delay {"ms"}`: hold every delivery back this long (order per connection is kept).
 //! - `POST /stall {"node"}`: the node's daemon reads requests and never answers, for timeouts.
-//! - `POST /heal`: clear every fault.
+//! - `POST /fail-delivery {"node"}`: every event the brokers deliver to this node's connections
+//!   fails, as a write into a broken tunnel would: retried once after 20 ms, and after 3 such
+//!   failures in a row the broker takes the subscriber off its list while the connection stays
+//!   open (a `pilotctl subscribe` that silently hears nothing more, even after `/heal`).
+//! - `POST /heal`: clear every fault (trust is not a fault: it stays as it is).
+//!
+//! Trust is directed, as in Pilot: every node trusts every other at start, and always itself.
+//! - `POST /revoke-trust {"node","peer"}`: `node` stops trusting `peer` (the peer may still
+//!   trust it: one-way). The tunnel between them is torn down (`"closed": n` connections), and
+//!   from then on `node`'s broker closes a connection from `peer` right after its first frame:
+//!   subscription refused, publishes never read. This is the broker-side gate a public broker
+//!   applies; while `peer` still trusts `node`, pilotctl on `peer` dials without asking more.
+//! - `POST /grant-trust {"node","peer"}`: `node` trusts `peer` again.
+//!
+//! The same through the real CLI: `pilotctl handshake <b>` on a (a now trusts b; the request
+//! waits on b), `pilotctl approve <a's node id>` on b (mutual), `pilotctl untrust <id>`,
+//! `pilotctl pending`, `pilotctl trust`. A node that does not trust a peer makes pilotctl ask
+//! the registry whether the peer is public before it dials; the devnet has no registry, so
+//! pilotctl then fails with `trust_required` after trying `PILOT_REGISTRY`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +129,47 @@ async fn unisolate(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply
     }
 }
 
+#[derive(Deserialize)]
+struct Trust {
+    node: String,
+    peer: String,
+}
+
+fn trust_pair(net: &Net, t: &Trust) -> Result<(usize, usize), Reply> {
+    let (n, p) = (node(net, &t.node)?, node(net, &t.peer)?);
+    if n == p {
+        return Err(bad("a node always trusts itself".into()));
+    }
+    Ok((n, p))
+}
+
+async fn revoke_trust(State(net): State<Arc<Net>>, Json(t): Json<Trust>) -> Reply {
+    match trust_pair(&net, &t) {
+        Ok((node, peer)) => ok(json!({"closed": net.revoke_trust(node, peer)})),
+        Err(e) => e,
+    }
+}
+
+async fn grant_trust(State(net): State<Arc<Net>>, Json(t): Json<Trust>) -> Reply {
+    match trust_pair(&net, &t) {
+        Ok((node, peer)) => {
+            net.grant_trust(node, peer);
+            ok(json!({}))
+        }
+        Err(e) => e,
+    }
+}
+
+async fn fail_delivery(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply {
+    match node(&net, &n.node) {
+        Ok(i) => {
+            net.set_failing_delivery(i);
+            ok(json!({}))
+        }
+        Err(e) => e,
+    }
+}
+
 async fn stall(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply {
     match node(&net, &n.node) {
         Ok(i) => {
@@ -159,6 +218,9 @@ pub async fn serve(net: Arc<Net>, listener: tokio::net::TcpListener) {
         .route("/isolate", post(isolate))
         .route("/unisolate", post(unisolate))
         .route("/stall", post(stall))
+        .route("/fail-delivery", post(fail_delivery))
+        .route("/revoke-trust", post(revoke_trust))
+        .route("/grant-trust", post(grant_trust))
         .route("/drop", post(drop_fraction))
         .route("/delay", post(delay))
         .route("/heal", post(heal))

@@ -1,6 +1,7 @@
 //! One node's daemon IPC: length-prefixed frames on a unix socket, as pilotctl 1.18.0 speaks
-//! them. Only the commands that `info`, `publish`, `subscribe` and `handshake` use are served;
-//! anything else gets an error frame so the CLI fails loudly instead of hanging.
+//! them. Only the commands that `info`, `publish`, `subscribe` and the trust commands
+//! (`handshake`, `approve`, `reject`, `pending`, `trust`, `untrust`) use are served; anything
+//! else gets an error frame so the CLI fails loudly instead of hanging.
 
 use std::sync::Arc;
 
@@ -9,7 +10,9 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
-use crate::net::{encode_frame, ClientTx, DialError, Net, Outbound, SendError, CLIENT_QUEUE};
+use crate::net::{
+    encode_frame, ClientTx, DialError, Net, Outbound, SendError, TrustError, CLIENT_QUEUE,
+};
 
 const CMD_DIAL: u8 = 0x03;
 const CMD_DIAL_OK: u8 = 0x04;
@@ -22,6 +25,19 @@ const CMD_TRUST: u8 = 0x0F;
 const CMD_TRUST_OK: u8 = 0x10;
 const CMD_RESOLVE: u8 = 0x11;
 const CMD_RESOLVE_OK: u8 = 0x12;
+
+/// The first payload byte of a trust request, as pilotctl 1.18.0 sends it (found by capturing
+/// its frames); the node id that follows is a u32 BE, then any free text.
+const TRUST_HANDSHAKE: u8 = 1;
+const TRUST_APPROVE: u8 = 2;
+const TRUST_REJECT: u8 = 3;
+const TRUST_PENDING: u8 = 4;
+const TRUST_LIST: u8 = 5;
+const TRUST_UNTRUST: u8 = 6;
+/// "Is this peer trusted (waiting up to N ms)?": pilotctl asks before `publish` and `subscribe`
+/// dial; on `false` it would go on to ask the registry whether the peer is public, which the
+/// devnet does not emulate.
+const TRUST_WAIT: u8 = 7;
 
 /// pilotctl refuses frames over 64 MiB; a larger length from a client means a broken stream.
 const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -116,16 +132,10 @@ fn handle(net: &Net, node: usize, client: u64, tx: &ClientTx, cmd: u8, payload: 
                 None => reply_error(tx, 2, &format!("hostname {name:?} not found")),
             }
         }
-        // Trust requests carry a sub-operation byte and a u32 node id; every emulated node
-        // trusts every other, so each one answers the same.
-        CMD_TRUST => {
-            let node_id = payload
-                .get(1..5)
-                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-                .unwrap_or(0);
-            let ok = serde_json::json!({"trusted": true, "node_id": node_id});
-            reply(tx, CMD_TRUST_OK, ok.to_string().as_bytes());
-        }
+        CMD_TRUST => match trust(net, node, payload) {
+            Ok(answer) => reply(tx, CMD_TRUST_OK, answer.to_string().as_bytes()),
+            Err(text) => reply_error(tx, 1, &text),
+        },
         CMD_DIAL => {
             if payload.len() < 8 {
                 return reply_error(tx, 1, "malformed dial");
@@ -161,6 +171,55 @@ fn handle(net: &Net, node: usize, client: u64, tx: &ClientTx, cmd: u8, payload: 
             1,
             &format!("pilot-devnet does not emulate command 0x{other:02X}"),
         ),
+    }
+}
+
+/// One trust request: a sub-operation byte, then (for most) the other node's id and free text.
+/// The answers are what `pilotctl --json` prints as `.data`.
+fn trust(net: &Net, node: usize, payload: &[u8]) -> Result<serde_json::Value, String> {
+    use serde_json::json;
+    let op = payload.first().copied().unwrap_or(0);
+    let other = conn_id(payload.get(1..).unwrap_or_default());
+    let text = String::from_utf8_lossy(payload.get(5..).unwrap_or_default()).into_owned();
+    let need = || other.ok_or_else(|| "malformed trust request: no node id".to_string());
+    let failed = |e: TrustError, id: u32| match e {
+        TrustError::NoSuchNode => format!("node {id} not found"),
+        TrustError::NoPendingRequest => format!("no pending handshake request from node {id}"),
+    };
+    match op {
+        TRUST_HANDSHAKE => {
+            let id = need()?;
+            let trusted = net.handshake(node, id, text).map_err(|e| failed(e, id))?;
+            Ok(json!({"node_id": id, "trusted": trusted, "pending": !trusted}))
+        }
+        TRUST_APPROVE => {
+            let id = need()?;
+            net.approve(node, id).map_err(|e| failed(e, id))?;
+            Ok(json!({"node_id": id, "trusted": true}))
+        }
+        TRUST_REJECT => {
+            let id = need()?;
+            net.reject(node, id).map_err(|e| failed(e, id))?;
+            Ok(json!({"node_id": id, "rejected": true}))
+        }
+        TRUST_UNTRUST => {
+            let id = need()?;
+            net.untrust(node, id).map_err(|e| failed(e, id))?;
+            Ok(json!({"node_id": id}))
+        }
+        TRUST_WAIT => {
+            let id = need()?;
+            let trusted = net.trusts_id(node, id).map_err(|e| failed(e, id))?;
+            Ok(json!({"node_id": id, "trusted": trusted}))
+        }
+        TRUST_PENDING => Ok(json!({"pending": net.pending_for(node)})),
+        TRUST_LIST => {
+            let trusted = net.trusted_by(node);
+            Ok(json!({"total": trusted.len(), "trusted": trusted}))
+        }
+        other => Err(format!(
+            "pilot-devnet does not emulate trust operation {other}"
+        )),
     }
 }
 

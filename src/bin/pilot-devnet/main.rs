@@ -2,9 +2,9 @@
 //!
 //! A real multi-node Pilot network needs a registry and a beacon that cannot be installed here, so
 //! this process plays several daemons at once: one unix socket per node, speaking the daemon's
-//! local IPC well enough that the real `pilotctl` 1.18.0 runs `info`, `publish` and `subscribe`
-//! against it. Faults are injected through a small HTTP/JSON API on 127.0.0.1 so tests can cut
-//! links while the real CLI is running. It lives outside the service library on purpose: nothing
+//! local IPC well enough that the real `pilotctl` 1.18.0 runs `info`, `publish`, `subscribe` and
+//! the trust commands against it. Faults and trust are changed through a small HTTP/JSON API on
+//! 127.0.0.1 so tests can cut links or revoke trust while the real CLI is running. It lives outside the service library on purpose: nothing
 //! in production depends on it.
 #![forbid(unsafe_code)]
 
@@ -174,6 +174,7 @@ async fn run(args: Args) -> Result<(), String> {
         tokio::spawn(ipc::serve_node(net.clone(), index, listener));
     }
     tokio::spawn(control::serve(net.clone(), control));
+    tokio::spawn(net.clone().run_retries());
 
     let announce = serde_json::json!({
         "control": format!("http://{control_addr}"),

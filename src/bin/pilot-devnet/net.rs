@@ -1,8 +1,22 @@
-//! The emulated network: which nodes exist, which links are up, and every node's event broker.
+//! The emulated network: which nodes exist, which links are up, who trusts whom, and every
+//! node's event broker.
 //!
 //! All of it sits behind one mutex because faults must act atomically on the whole picture: a
 //! cut has to close exactly the connections that cross it, and a publish has to see one
 //! consistent set of subscribers (fan-out happens at publish time only, as the real broker does).
+//!
+//! The broker follows the real event-stream service (port 1002) of Pilot 1.18:
+//! - the first event frame on a connection subscribes it to that frame's topic, and only if the
+//!   broker's node trusts the connecting node; otherwise the connection is closed right there,
+//!   without a word, and nothing sent on it is ever read. A `pilotctl publish` also opens with
+//!   such a frame, so an untrusted node can neither hear nor be heard through that broker;
+//! - an event is fanned out to the connections subscribed to its topic or to `*` at that
+//!   moment, never back to the connection that sent it; nothing is stored or replayed;
+//! - each connection may publish 100 events per second with a burst of 200; the excess is
+//!   dropped silently;
+//! - a delivery that fails is tried once more 20 ms later; a subscriber whose deliveries failed
+//!   3 times in a row is taken off the subscriber list, while its connection stays open (it
+//!   simply never hears anything again).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -24,6 +38,10 @@ pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// publishers ever meet it.
 const RATE_PER_SEC: f64 = 100.0;
 const RATE_BURST: f64 = 200.0;
+/// A failed delivery is tried once more after this long.
+pub const RETRY_AFTER: Duration = Duration::from_millis(20);
+/// Failed deliveries in a row (each after its retry) that take a subscriber off the list.
+const MAX_FAILURES_IN_A_ROW: u32 = 3;
 
 pub const CMD_RECV: u8 = 0x07;
 /// Daemon → client: the remote end of a stream closed. Found by probing pilotctl 1.18.0: only
@@ -73,6 +91,11 @@ struct StreamConn {
     broker: usize,
     /// The first event frame on a connection names its subscription; until then, `None`.
     topic: Option<String>,
+    /// On the broker's subscriber list: set by an accepted first frame, cleared after
+    /// [`MAX_FAILURES_IN_A_ROW`] failed deliveries while the connection itself stays open.
+    listed: bool,
+    /// Deliveries to this connection that failed in a row, each after its retry.
+    failures: u32,
     /// Bytes sent so far that do not yet form a whole event frame: sends are a byte stream.
     pending: Vec<u8>,
     out: ClientTx,
@@ -100,16 +123,75 @@ pub struct Stats {
     pub published: u64,
     pub delivered: u64,
     pub dropped: u64,
+    /// Deliveries that found the subscriber's queue full (each is then retried).
     pub overflowed: u64,
     pub rate_limited: u64,
     pub dials_refused: u64,
     pub connections_cut: u64,
+    /// First frames from nodes the broker does not trust: connection closed, nothing read.
+    pub rejected: u64,
+    /// Deliveries tried a second time after a failure.
+    pub retried: u64,
+    /// Deliveries that failed their retry too.
+    pub delivery_failures: u64,
+    /// Subscribers taken off the list after failing in a row.
+    pub subscribers_dropped: u64,
+}
+
+/// A delivery to try again once `due` has come.
+pub struct Retry {
+    pub due: Instant,
+    conn: u32,
+    out: Outbound,
+}
+
+/// Why a trust request from the IPC could not be carried out.
+#[derive(Debug)]
+pub enum TrustError {
+    NoSuchNode,
+    NoPendingRequest,
+}
+
+/// A handshake request waiting for approval on the node it was sent to, as `pilotctl pending`
+/// prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingRequest {
+    pub node_id: u32,
+    pub justification: String,
+    /// Unix seconds (display only).
+    pub received_at: u64,
+}
+
+/// One row of `pilotctl trust`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrustRecord {
+    pub node_id: u32,
+    /// Whether the peer trusts this node back.
+    pub mutual: bool,
+    /// Unix seconds of the last grant, or the devnet's start for the trust it starts with.
+    pub approved_at: u64,
+}
+
+fn unix_secs() -> u64 {
+    pilot_election::store::unix_ms_now() / 1000
 }
 
 struct State {
     cuts: HashSet<(usize, usize)>,
     isolated: HashSet<usize>,
     stalled: HashSet<usize>,
+    /// `(node, peer)`: `node` does not trust `peer`. Trust is directed, as in Pilot (one side
+    /// may have approved the other and not the reverse); on a fresh devnet everyone trusts
+    /// everyone.
+    untrusted: HashSet<(usize, usize)>,
+    /// Handshake requests by the node asked to approve them: requester, justification, when.
+    pending: HashMap<usize, Vec<(usize, String, u64)>>,
+    /// When `(node, peer)` trust was last granted, for `pilotctl trust`.
+    granted_at: HashMap<(usize, usize), u64>,
+    started_at: u64,
+    /// Nodes whose stream connections fail every delivery, as a broken tunnel would.
+    failing_delivery: HashSet<usize>,
+    retries: mpsc::UnboundedSender<Retry>,
     drop_fraction: f64,
     rng: Rng,
     delay: Duration,
@@ -123,6 +205,7 @@ pub struct Net {
     pub nodes: Vec<NodeInfo>,
     seed: u64,
     state: Mutex<State>,
+    retry_queue: Mutex<Option<mpsc::UnboundedReceiver<Retry>>>,
 }
 
 #[derive(Debug)]
@@ -149,6 +232,12 @@ impl State {
                 && !self.cuts.contains(&link_key(a, b)))
     }
 
+    /// Whether `node` trusts `peer`; a daemon always trusts itself, so a node's own clients
+    /// reach its own broker.
+    fn trusts(&self, node: usize, peer: usize) -> bool {
+        node == peer || !self.untrusted.contains(&(node, peer))
+    }
+
     /// Closes every connection whose link is now down, telling its client the way a daemon
     /// does when a peer goes away, so a running `pilotctl subscribe` exits `connection_failed`.
     fn close_broken(&mut self) -> usize {
@@ -159,15 +248,49 @@ impl State {
             .map(|(id, _)| *id)
             .collect();
         for id in &broken {
-            if let Some(conn) = self.conns.remove(id) {
-                let _ = conn.out.try_send(Outbound {
-                    at: pilot_election::clock::now(),
-                    frame: encode_frame(CMD_REMOTE_CLOSED, &id.to_be_bytes()),
-                });
-            }
+            self.close_remote(*id);
         }
         self.stats.connections_cut += broken.len() as u64;
         broken.len()
+    }
+
+    /// The broker's side ends a connection: its client hears the remote close.
+    fn close_remote(&mut self, id: u32) {
+        if let Some(conn) = self.conns.remove(&id) {
+            let _ = conn.out.try_send(Outbound {
+                at: pilot_election::clock::now(),
+                frame: encode_frame(CMD_REMOTE_CLOSED, &id.to_be_bytes()),
+            });
+        }
+    }
+
+    /// `node` stops trusting `peer`. Like the real daemon's `untrust`, it tears down the
+    /// tunnel between the two: every stream connection between them closes.
+    fn revoke(&mut self, node: usize, peer: usize) -> usize {
+        if node == peer {
+            return 0;
+        }
+        self.untrusted.insert((node, peer));
+        let between: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| link_key(c.origin, c.broker) == link_key(node, peer))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &between {
+            self.close_remote(*id);
+        }
+        between.len()
+    }
+
+    /// `node` trusts `peer`; a handshake request from `peer` waiting on `node` is settled.
+    fn grant(&mut self, node: usize, peer: usize) {
+        if self.untrusted.remove(&(node, peer)) {
+            self.granted_at.insert((node, peer), unix_secs());
+        }
+        if let Some(list) = self.pending.get_mut(&node) {
+            list.retain(|(r, ..)| *r != peer);
+        }
     }
 }
 
@@ -227,13 +350,21 @@ fn take_events(pending: &mut Vec<u8>) -> Result<Vec<(String, Vec<u8>)>, ()> {
 
 impl Net {
     pub fn new(nodes: Vec<NodeInfo>, seed: u64) -> Net {
+        let (retries, retry_queue) = mpsc::unbounded_channel();
         Net {
             nodes,
             seed,
+            retry_queue: Mutex::new(Some(retry_queue)),
             state: Mutex::new(State {
                 cuts: HashSet::new(),
                 isolated: HashSet::new(),
                 stalled: HashSet::new(),
+                untrusted: HashSet::new(),
+                pending: HashMap::new(),
+                granted_at: HashMap::new(),
+                started_at: unix_secs(),
+                failing_delivery: HashSet::new(),
+                retries,
                 drop_fraction: 0.0,
                 rng: Rng::new(seed),
                 delay: Duration::ZERO,
@@ -306,6 +437,8 @@ impl Net {
                 origin,
                 broker,
                 topic: None,
+                listed: false,
+                failures: 0,
                 pending: Vec::new(),
                 out: out.clone(),
                 tokens: RATE_BURST,
@@ -327,22 +460,26 @@ impl Net {
         let events = match take_events(&mut conn.pending) {
             Ok(events) => events,
             Err(()) => {
-                let conn = st.conns.remove(&conn_id);
-                if let Some(conn) = conn {
-                    let _ = conn.out.try_send(Outbound {
-                        at: pilot_election::clock::now(),
-                        frame: encode_frame(CMD_REMOTE_CLOSED, &conn_id.to_be_bytes()),
-                    });
-                }
+                st.close_remote(conn_id);
                 return Ok(());
             }
         };
         for (topic, payload) in events {
-            let conn = st.conns.get_mut(&conn_id).expect("checked above");
+            let conn = st.conns.get(&conn_id).expect("checked above");
             if conn.topic.is_none() {
+                // The trust gate: an untrusted node's first frame is read and its connection
+                // closed; whatever followed it in the same send is never looked at.
+                if !st.trusts(broker, conn.origin) {
+                    st.stats.rejected += 1;
+                    st.close_remote(conn_id);
+                    return Ok(());
+                }
+                let conn = st.conns.get_mut(&conn_id).expect("checked above");
                 conn.topic = Some(topic);
+                conn.listed = true;
                 continue;
             }
+            let conn = st.conns.get_mut(&conn_id).expect("checked above");
             if !conn.take_token() {
                 st.stats.rate_limited += 1;
                 continue;
@@ -361,6 +498,132 @@ impl Net {
 
     pub fn client_gone(&self, client: u64) {
         self.lock().conns.retain(|_, c| c.client != client);
+    }
+
+    pub fn revoke_trust(&self, node: usize, peer: usize) -> usize {
+        self.lock().revoke(node, peer)
+    }
+
+    pub fn grant_trust(&self, node: usize, peer: usize) {
+        self.lock().grant(node, peer);
+    }
+
+    /// Whether `node` trusts the node with id `peer_id` (pilotctl asks before it dials).
+    pub fn trusts_id(&self, node: usize, peer_id: u32) -> Result<bool, TrustError> {
+        let peer = self.find_by_id(peer_id).ok_or(TrustError::NoSuchNode)?;
+        Ok(self.lock().trusts(node, peer))
+    }
+
+    /// `pilotctl handshake <target>` on node `from`: the requester trusts the target from now
+    /// on; unless the target trusts it back already, the request waits for `pilotctl approve`
+    /// there. Returns whether the trust is mutual now.
+    pub fn handshake(
+        &self,
+        from: usize,
+        target_id: u32,
+        justification: String,
+    ) -> Result<bool, TrustError> {
+        let target = self.find_by_id(target_id).ok_or(TrustError::NoSuchNode)?;
+        let mut st = self.lock();
+        st.grant(from, target);
+        if st.trusts(target, from) {
+            return Ok(true);
+        }
+        let list = st.pending.entry(target).or_default();
+        list.retain(|(r, ..)| *r != from);
+        list.push((from, justification, unix_secs()));
+        Ok(false)
+    }
+
+    /// `pilotctl approve <requester>` on node `approver`: needs a pending request (or trust
+    /// that already exists), and leaves the two trusting each other.
+    pub fn approve(&self, approver: usize, requester_id: u32) -> Result<(), TrustError> {
+        let requester = self
+            .find_by_id(requester_id)
+            .ok_or(TrustError::NoSuchNode)?;
+        let mut st = self.lock();
+        let asked = st
+            .pending
+            .get(&approver)
+            .is_some_and(|l| l.iter().any(|(r, ..)| *r == requester));
+        if !asked && !st.trusts(approver, requester) {
+            return Err(TrustError::NoPendingRequest);
+        }
+        st.grant(approver, requester);
+        st.grant(requester, approver);
+        Ok(())
+    }
+
+    /// `pilotctl reject <requester>`: the request is forgotten, trust unchanged.
+    pub fn reject(&self, approver: usize, requester_id: u32) -> Result<(), TrustError> {
+        let requester = self
+            .find_by_id(requester_id)
+            .ok_or(TrustError::NoSuchNode)?;
+        let mut st = self.lock();
+        if let Some(list) = st.pending.get_mut(&approver) {
+            list.retain(|(r, ..)| *r != requester);
+        }
+        Ok(())
+    }
+
+    /// `pilotctl untrust <peer>`: this node stops trusting the peer and the tunnel is torn
+    /// down; the peer is not told (it may still trust this node: one-way).
+    pub fn untrust(&self, node: usize, peer_id: u32) -> Result<usize, TrustError> {
+        let peer = self.find_by_id(peer_id).ok_or(TrustError::NoSuchNode)?;
+        Ok(self.lock().revoke(node, peer))
+    }
+
+    pub fn pending_for(&self, node: usize) -> Vec<PendingRequest> {
+        let st = self.lock();
+        st.pending
+            .get(&node)
+            .map(|l| {
+                l.iter()
+                    .map(|(r, j, at)| PendingRequest {
+                        node_id: self.nodes[*r].node_id,
+                        justification: j.clone(),
+                        received_at: *at,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The other nodes `node` trusts.
+    pub fn trusted_by(&self, node: usize) -> Vec<TrustRecord> {
+        let st = self.lock();
+        (0..self.nodes.len())
+            .filter(|&o| o != node && st.trusts(node, o))
+            .map(|o| TrustRecord {
+                node_id: self.nodes[o].node_id,
+                mutual: st.trusts(o, node),
+                approved_at: st
+                    .granted_at
+                    .get(&(node, o))
+                    .copied()
+                    .unwrap_or(st.started_at),
+            })
+            .collect()
+    }
+
+    pub fn set_failing_delivery(&self, node: usize) {
+        self.lock().failing_delivery.insert(node);
+    }
+
+    /// Runs the broker's delayed second attempts, in the order they fell due.
+    pub async fn run_retries(self: std::sync::Arc<Self>) {
+        let queue = self
+            .retry_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let Some(mut queue) = queue else {
+            return;
+        };
+        while let Some(retry) = queue.recv().await {
+            pilot_election::clock::sleep_until(retry.due).await;
+            self.lock().retry(retry);
+        }
     }
 
     pub fn cut(&self, a: usize, b: usize) -> usize {
@@ -409,6 +672,7 @@ impl Net {
         st.cuts.clear();
         st.isolated.clear();
         st.stalled.clear();
+        st.failing_delivery.clear();
         st.drop_fraction = 0.0;
         st.delay = Duration::ZERO;
         st.rng = Rng::new(self.seed);
@@ -423,11 +687,22 @@ impl Net {
         isolated.sort();
         let mut stalled: Vec<String> = st.stalled.iter().map(|&i| name(i)).collect();
         stalled.sort();
-        let subscribers = st.conns.values().filter(|c| c.topic.is_some()).count();
+        // Each entry is `[node, peer]`: node does not trust peer.
+        let mut untrusted: Vec<[String; 2]> = st
+            .untrusted
+            .iter()
+            .map(|&(a, b)| [name(a), name(b)])
+            .collect();
+        untrusted.sort();
+        let mut failing: Vec<String> = st.failing_delivery.iter().map(|&i| name(i)).collect();
+        failing.sort();
+        let subscribers = st.conns.values().filter(|c| c.listed).count();
         serde_json::json!({
             "cuts": cuts,
             "isolated": isolated,
             "stalled": stalled,
+            "untrusted": untrusted,
+            "failing_delivery": failing,
             "drop_fraction": st.drop_fraction,
             "delay_ms": st.delay.as_millis() as u64,
             "connections": st.conns.len(),
@@ -435,6 +710,14 @@ impl Net {
             "stats": st.stats,
         })
     }
+}
+
+/// How one attempt to hand an event to a subscriber's client went.
+enum Attempt {
+    Delivered,
+    Failed(Outbound),
+    /// The client is gone; its connections are being removed.
+    Gone,
 }
 
 impl State {
@@ -451,6 +734,7 @@ impl State {
             .filter(|(id, c)| {
                 **id != from
                     && c.broker == broker
+                    && c.listed
                     && c.topic.as_deref().is_some_and(|t| t == topic || t == "*")
             })
             .map(|(id, _)| *id)
@@ -462,17 +746,72 @@ impl State {
                 self.stats.dropped += 1;
                 continue;
             }
-            let conn = &self.conns[&id];
             let mut payload = Vec::with_capacity(event.len() + 4);
             payload.extend_from_slice(&id.to_be_bytes());
             payload.extend_from_slice(&event);
-            let frame = encode_frame(CMD_RECV, &payload);
-            match conn.out.try_send(Outbound { at, frame }) {
-                Ok(()) => self.stats.delivered += 1,
-                Err(mpsc::error::TrySendError::Full(_)) => self.stats.overflowed += 1,
-                // The client is gone; its connections are being removed.
-                Err(mpsc::error::TrySendError::Closed(_)) => {}
+            let out = Outbound {
+                at,
+                frame: encode_frame(CMD_RECV, &payload),
+            };
+            match self.attempt(id, out) {
+                Attempt::Delivered => self.delivered(id),
+                Attempt::Failed(out) => {
+                    self.stats.retried += 1;
+                    let _ = self.retries.send(Retry {
+                        due: pilot_election::clock::now() + RETRY_AFTER,
+                        conn: id,
+                        out,
+                    });
+                }
+                Attempt::Gone => {}
             }
+        }
+    }
+
+    fn attempt(&mut self, id: u32, out: Outbound) -> Attempt {
+        let Some(conn) = self.conns.get(&id) else {
+            return Attempt::Gone;
+        };
+        if self.failing_delivery.contains(&conn.origin) {
+            return Attempt::Failed(out);
+        }
+        match conn.out.try_send(out) {
+            Ok(()) => Attempt::Delivered,
+            Err(mpsc::error::TrySendError::Full(out)) => {
+                self.stats.overflowed += 1;
+                Attempt::Failed(out)
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Attempt::Gone,
+        }
+    }
+
+    fn delivered(&mut self, id: u32) {
+        self.stats.delivered += 1;
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.failures = 0;
+        }
+    }
+
+    /// The second and last attempt of a delivery; a subscriber that fails it too often in a
+    /// row leaves the list but keeps its connection, exactly as the real broker leaves it.
+    fn retry(&mut self, retry: Retry) {
+        let out = Outbound {
+            at: retry.out.at.max(pilot_election::clock::now()),
+            frame: retry.out.frame,
+        };
+        match self.attempt(retry.conn, out) {
+            Attempt::Delivered => self.delivered(retry.conn),
+            Attempt::Failed(_) => {
+                self.stats.delivery_failures += 1;
+                if let Some(conn) = self.conns.get_mut(&retry.conn) {
+                    conn.failures += 1;
+                    if conn.failures >= MAX_FAILURES_IN_A_ROW && conn.listed {
+                        conn.listed = false;
+                        self.stats.subscribers_dropped += 1;
+                    }
+                }
+            }
+            Attempt::Gone => {}
         }
     }
 }
@@ -534,6 +873,124 @@ mod tests {
         // Refill during the test may add a token or two.
         assert!((200..=205).contains(&received), "{received}");
         assert_eq!(net.lock().stats.rate_limited, 250 - received);
+    }
+
+    /// Every frame queued for a client, decoded as `(command, payload)`.
+    fn frames(rx: &mut mpsc::Receiver<Outbound>) -> Vec<(u8, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Ok(o) = rx.try_recv() {
+            out.push((o.frame[4], o.frame[5..].to_vec()));
+        }
+        out
+    }
+
+    #[test]
+    fn an_untrusted_subscriber_is_closed_after_its_first_frame() {
+        let net = test_net();
+        net.revoke_trust(1, 0);
+        let (tx, mut rx) = mpsc::channel(16);
+        let conn = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx).expect("dial");
+        let mut bytes = encode_event("t", b"");
+        bytes.extend_from_slice(&encode_event("t", b"never read"));
+        net.send(1, conn, &bytes).expect("send");
+        assert_eq!(
+            frames(&mut rx),
+            vec![(CMD_REMOTE_CLOSED, conn.to_be_bytes().to_vec())]
+        );
+        let st = net.lock();
+        assert_eq!((st.stats.rejected, st.stats.published), (1, 0));
+        assert!(st.conns.is_empty());
+        drop(st);
+        // The broker's own node is always trusted, and trust is directed: n2 still hears n1.
+        let (tx2, _rx2) = mpsc::channel(16);
+        let own = net.dial(2, 1, 2, EVENT_STREAM_PORT, &tx2).expect("dial");
+        net.send(2, own, &encode_event("t", b"")).expect("send");
+        let back = net.dial(3, 1, 1, EVENT_STREAM_PORT, &tx2).expect("dial");
+        net.send(3, back, &encode_event("t", b"")).expect("send");
+        assert_eq!(net.lock().stats.rejected, 1);
+        // Granting trust lets the next subscription in.
+        net.grant_trust(1, 0);
+        let again = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx).expect("dial");
+        net.send(1, again, &encode_event("t", b"")).expect("send");
+        assert!(frames(&mut rx).is_empty());
+        assert!(net.lock().conns[&again].listed);
+    }
+
+    #[test]
+    fn a_subscriber_failing_three_times_in_a_row_is_dropped_but_stays_connected() {
+        let net = test_net();
+        let mut retries = net.retry_queue.lock().unwrap().take().unwrap();
+        let (sub_tx, mut sub_rx) = mpsc::channel(16);
+        let sub = net.dial(1, 0, 2, EVENT_STREAM_PORT, &sub_tx).expect("dial");
+        net.send(1, sub, &encode_event("t", b""))
+            .expect("subscribe");
+        let (pub_tx, _pub_rx) = mpsc::channel(16);
+        let publisher = net.dial(2, 1, 2, EVENT_STREAM_PORT, &pub_tx).expect("dial");
+        net.send(2, publisher, &encode_event("t", b""))
+            .expect("open");
+        let publish = |n: usize| {
+            for _ in 0..n {
+                net.send(2, publisher, &encode_event("t", b"x"))
+                    .expect("publish");
+            }
+        };
+        net.set_failing_delivery(0);
+        // Two failures, then a retry that succeeds: the count starts again.
+        publish(2);
+        while let Ok(r) = retries.try_recv() {
+            net.lock().retry(r);
+        }
+        net.heal();
+        publish(1);
+        assert_eq!(frames(&mut sub_rx).len(), 1);
+        assert_eq!(net.lock().conns[&sub].failures, 0);
+        net.set_failing_delivery(0);
+        publish(3);
+        let due: Vec<Retry> = std::iter::from_fn(|| retries.try_recv().ok()).collect();
+        assert_eq!(due.len(), 3, "each failed delivery is retried once");
+        assert!(due.iter().all(|r| r.due > pilot_election::clock::now()));
+        // The third retry fails, but a failing retry is never retried again.
+        for r in due {
+            net.lock().retry(r);
+        }
+        assert!(retries.try_recv().is_err());
+        net.heal();
+        publish(1);
+        let st = net.lock();
+        assert!(!st.conns[&sub].listed, "dropped from the list");
+        assert!(st.conns.contains_key(&sub), "but still connected");
+        assert_eq!(st.stats.subscribers_dropped, 1);
+        assert_eq!(st.stats.delivery_failures, 5);
+        drop(st);
+        assert!(
+            frames(&mut sub_rx).is_empty(),
+            "a dropped subscriber hears nothing"
+        );
+    }
+
+    #[test]
+    fn a_retry_delivers_when_the_queue_has_drained() {
+        let net = test_net();
+        let mut retries = net.retry_queue.lock().unwrap().take().unwrap();
+        let (sub_tx, mut sub_rx) = mpsc::channel(1);
+        let sub = net.dial(1, 0, 2, EVENT_STREAM_PORT, &sub_tx).expect("dial");
+        net.send(1, sub, &encode_event("t", b""))
+            .expect("subscribe");
+        let (pub_tx, _pub_rx) = mpsc::channel(16);
+        let publisher = net.dial(2, 1, 2, EVENT_STREAM_PORT, &pub_tx).expect("dial");
+        let mut bytes = encode_event("t", b"");
+        bytes.extend_from_slice(&encode_event("t", b"1"));
+        bytes.extend_from_slice(&encode_event("t", b"2"));
+        net.send(2, publisher, &bytes).expect("publish");
+        assert_eq!(
+            net.lock().stats.overflowed,
+            1,
+            "the second found the queue full"
+        );
+        assert_eq!(frames(&mut sub_rx).len(), 1);
+        net.lock().retry(retries.try_recv().expect("a retry"));
+        assert_eq!(frames(&mut sub_rx).len(), 1, "the retry got through");
+        assert_eq!(net.lock().stats.delivered, 2);
     }
 
     #[test]

@@ -1,0 +1,515 @@
+//! Single handlers of the state machine, one rule at a time (docs/protocol.md numbers them).
+//! The simulator checks that the rules together are safe; these check that each rule is what
+//! the code does, including rules whose breach the simulator would only see as a slowdown.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+
+const T: Duration = Duration::from_secs(3);
+const H: Duration = Duration::from_millis(500);
+
+fn set(ids: &[&str]) -> MemberSet {
+    MemberSet::new(ids[0], ids.iter().copied()).unwrap()
+}
+
+fn node_at(id: &str, eligible: bool, persisted: Persistent, now: Instant) -> Node {
+    Node::new(
+        Config {
+            node_id: id.into(),
+            group: "g".into(),
+            members: MemberSet::new(id, MEMBERS.iter().copied()).unwrap(),
+            priority: 1,
+            eligible,
+            timings: Timings::default(),
+        },
+        persisted,
+        now,
+        7,
+        1 << 32,
+    )
+}
+
+/// A test cluster's clock and message numbering.
+struct Bench {
+    t0: Instant,
+    seq: u64,
+    fingerprint: String,
+}
+
+impl Bench {
+    fn new(members: &[&str]) -> Bench {
+        Bench {
+            t0: crate::clock::now(),
+            seq: 1,
+            fingerprint: set(members).fingerprint().to_string(),
+        }
+    }
+
+    fn at(&self, d: Duration) -> Instant {
+        self.t0 + d
+    }
+
+    fn msg(&mut self, from: &str, term: u64, body: Body) -> Input {
+        self.seq += 1;
+        Input::Message(Message {
+            v: PROTOCOL_VERSION,
+            group: "g".into(),
+            from: from.into(),
+            term,
+            seq: self.seq,
+            ts: 0,
+            members: self.fingerprint.clone(),
+            body,
+            kid: None,
+            sig: None,
+        })
+    }
+
+    fn presence(
+        &mut self,
+        from: &str,
+        term: u64,
+        priority: u32,
+        c: Candidacy,
+        hears: &[&str],
+    ) -> Input {
+        let members = self.members_of_fingerprint();
+        self.msg(
+            from,
+            term,
+            Body::Presence {
+                priority,
+                candidacy: c,
+                hears: hears.iter().map(|s| s.to_string()).collect(),
+                member_ids: members,
+            },
+        )
+    }
+
+    fn members_of_fingerprint(&self) -> Vec<String> {
+        // Every test cluster here is a, b, c (and sometimes d).
+        MEMBERS.iter().map(|s| s.to_string()).collect()
+    }
+}
+
+const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+fn drain(n: &mut Node) -> Vec<Action> {
+    std::iter::from_fn(|| n.poll_action()).collect()
+}
+
+fn published(actions: &[Action]) -> Vec<&Body> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Publish(m) => Some(&m.body),
+            _ => None,
+        })
+        .collect()
+}
+
+fn pre_vote(b: &mut Bench, candidate: &str, term: u64, priority: u32) -> Input {
+    b.msg(
+        candidate,
+        term,
+        Body::Election {
+            candidate: candidate.into(),
+            priority,
+            pre_vote: true,
+        },
+    )
+}
+
+fn grants_pre_vote(actions: &[Action], candidate: &str) -> bool {
+    published(actions).iter().any(|b| {
+        matches!(b, Body::Vote { candidate: c, granted: true, pre_vote: true } if c == candidate)
+    })
+}
+
+/// Node `a`, past its start-up guard, a voter that does not campaign itself (so that its own
+/// rank never enters its answers).
+fn voter(b: &mut Bench) -> Node {
+    let mut a = node_at("a", false, Persistent::default(), b.t0);
+    let _ = a.handle(b.at(T + H), Input::Tick);
+    drain(&mut a);
+    a
+}
+
+/// Node `a`, a candidate: past its start-up guard, its election timer ran out, it asks for
+/// pre-votes for term 1.
+fn campaigning(b: &mut Bench) -> Node {
+    let mut a = node_at("a", true, Persistent::default(), b.t0);
+    let _ = a.handle(b.at(T + H), Input::Tick);
+    assert_eq!(a.role(), Role::PreCandidate);
+    drain(&mut a);
+    a
+}
+
+fn grant(b: &mut Bench, term: u64, pre_vote: bool) -> Input {
+    b.msg(
+        "b",
+        term,
+        Body::Vote {
+            candidate: "a".into(),
+            granted: true,
+            pre_vote,
+        },
+    )
+}
+
+#[test]
+fn a_message_from_a_non_member_changes_nothing() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let before = a.view(b.at(T + H));
+    let stray = b.presence("x", 40, 9, Candidacy::Eligible, &["a"]);
+    assert_eq!(a.handle(b.at(T + H), stray), Ok(Outcome::NotMember));
+    assert!(drain(&mut a).is_empty());
+    assert_eq!(a.view(b.at(T + H)), before, "not even the term moved");
+    assert!(a.peers(b.at(T + H)).iter().all(|m| m.id != "x"));
+}
+
+#[test]
+fn votes_and_acks_from_another_member_set_are_not_counted() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = campaigning(&mut b);
+    let now = b.at(T + H);
+    let mut other = Bench::new(&["a", "b", "c", "d"]);
+    other.seq = 100;
+    assert_eq!(
+        a.handle(now, grant(&mut other, 1, true)),
+        Ok(Outcome::OtherMembers)
+    );
+    assert_eq!(a.role(), Role::PreCandidate, "not counted");
+    assert_eq!(a.handle(now, grant(&mut b, 1, true)), Ok(Outcome::Accepted));
+    assert_eq!(a.role(), Role::Candidate, "counted with the same set");
+}
+
+/// Makes `a` leader of a, b, c through b's grants.
+fn leader(b: &mut Bench) -> Node {
+    let mut a = campaigning(b);
+    let now = b.at(T + H);
+    let _ = a.handle(now, grant(b, 1, true));
+    let _ = a.handle(now, grant(b, 1, false));
+    assert_eq!(a.role(), Role::Leader);
+    drain(&mut a);
+    a
+}
+
+#[test]
+fn a_leader_steps_down_at_once_for_a_higher_term() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = leader(&mut b);
+    let now = b.at(T + H + Duration::from_millis(10));
+    let higher = b.presence("c", a.term() + 3, 2, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(now, higher);
+    let v = a.view(now);
+    assert_eq!(v.role, Role::Follower);
+    assert!(!v.is_leader_at(now));
+    assert_eq!(v.term, 4);
+}
+
+#[test]
+fn a_granted_vote_is_on_disk_before_it_leaves() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    let _ = a.handle(now, pre_vote(&mut b, "c", 1, 9));
+    let election = b.msg(
+        "c",
+        1,
+        Body::Election {
+            candidate: "c".into(),
+            priority: 9,
+            pre_vote: false,
+        },
+    );
+    drain(&mut a);
+    let _ = a.handle(now, election);
+    let actions = drain(&mut a);
+    let persist = actions
+        .iter()
+        .position(|x| matches!(x, Action::Persist(p) if p.voted_for.as_deref() == Some("c")));
+    let vote = actions.iter().position(
+        |x| matches!(x, Action::Publish(m) if matches!(m.body, Body::Vote { granted: true, .. })),
+    );
+    assert!(
+        matches!((persist, vote), (Some(p), Some(v)) if p < v),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn a_voter_keeps_its_vote_for_the_term() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    for c in ["c", "b"] {
+        let e = b.msg(
+            c,
+            1,
+            Body::Election {
+                candidate: c.into(),
+                priority: 9,
+                pre_vote: false,
+            },
+        );
+        let _ = a.handle(now, e);
+    }
+    let actions = drain(&mut a);
+    let to_b = published(&actions)
+        .iter()
+        .any(|x| matches!(x, Body::Vote { candidate, granted: true, .. } if candidate == "b"));
+    assert!(!to_b, "second vote in term 1: {actions:?}");
+    assert_eq!(a.persistent().voted_for.as_deref(), Some("c"));
+}
+
+#[test]
+fn a_vote_promises_no_other_vote_for_t() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    let e = b.msg(
+        "c",
+        1,
+        Body::Election {
+            candidate: "c".into(),
+            priority: 9,
+            pre_vote: false,
+        },
+    );
+    let _ = a.handle(now, e);
+    drain(&mut a);
+    // b asks for the next term just before T has passed, then just after.
+    let _ = a.handle(
+        now + T - Duration::from_millis(1),
+        pre_vote(&mut b, "b", 2, 20),
+    );
+    assert!(!grants_pre_vote(&drain(&mut a), "b"));
+    let _ = a.handle(
+        now + T + Duration::from_millis(1),
+        pre_vote(&mut b, "b", 2, 20),
+    );
+    assert!(grants_pre_vote(&drain(&mut a), "b"));
+}
+
+#[test]
+fn a_rival_that_does_not_hear_us_or_a_quorum_vetoes_nobody() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    // c outranks b and hears a and b: a refuses b and waits for c.
+    let c_two_way = b.presence("c", 0, 9, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(now, c_two_way);
+    let _ = a.handle(now, pre_vote(&mut b, "b", 1, 5));
+    assert!(!grants_pre_vote(&drain(&mut a), "b"));
+    // c goes deaf: its next advertisement hears nobody; b gets a's pre-vote at once.
+    let c_deaf = b.presence("c", 0, 9, Candidacy::Eligible, &[]);
+    let _ = a.handle(now, c_deaf);
+    let _ = a.handle(now, pre_vote(&mut b, "b", 1, 5));
+    assert!(grants_pre_vote(&drain(&mut a), "b"));
+}
+
+#[test]
+fn a_rival_that_has_not_won_within_t_of_the_first_veto_vetoes_no_more() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    let c = b.presence("c", 0, 9, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(now, c);
+    let _ = a.handle(now, pre_vote(&mut b, "b", 1, 5));
+    assert!(!grants_pre_vote(&drain(&mut a), "b"));
+    // c keeps advertising, so it stays live and steady, but it never wins.
+    for k in 1..=7 {
+        let c_again = b.presence("c", 0, 9, Candidacy::Eligible, &["a", "b"]);
+        let _ = a.handle(now + H * k, c_again);
+    }
+    let later = now + H * 7;
+    let _ = a.handle(later, pre_vote(&mut b, "b", 1, 5));
+    assert!(grants_pre_vote(&drain(&mut a), "b"));
+}
+
+#[test]
+fn a_booting_node_says_so_then_becomes_eligible() {
+    let b = Bench::new(&MEMBERS);
+    let mut a = node_at("a", true, Persistent::default(), b.t0);
+    let _ = a.handle(b.t0, Input::Tick);
+    let first = drain(&mut a);
+    assert!(published(&first).iter().any(|x| matches!(
+        x,
+        Body::Presence {
+            candidacy: Candidacy::Booting,
+            ..
+        }
+    )));
+    assert!(!a.view(b.t0).can_vote);
+    let _ = a.handle(b.at(T), Input::Tick);
+    let after = drain(&mut a);
+    assert!(published(&after).iter().any(|x| matches!(
+        x,
+        Body::Presence {
+            candidacy: Candidacy::Eligible,
+            ..
+        }
+    )));
+    assert!(a.view(b.at(T)).can_vote);
+}
+
+#[test]
+fn the_start_up_guard_ends_on_a_resign_of_its_term_not_an_older_one() {
+    let mut b = Bench::new(&MEMBERS);
+    let persisted = Persistent {
+        term: 5,
+        voted_for: None,
+    };
+    let mut a = node_at("a", false, persisted, b.t0);
+    let now = b.at(Duration::from_millis(100));
+    let resign = |b: &mut Bench, term| {
+        b.msg(
+            "b",
+            term,
+            Body::Resign {
+                leader: "b".into(),
+                successor: None,
+                lost_quorum: false,
+            },
+        )
+    };
+    let _ = a.handle(now, resign(&mut b, 4));
+    assert!(
+        !a.view(now).can_vote,
+        "a resign of term 4 proves nothing about term 5"
+    );
+    let _ = a.handle(now, resign(&mut b, 5));
+    assert!(a.view(now).can_vote);
+}
+
+#[test]
+fn following_a_leader_ends_the_start_up_guard_with_a_guard_for_that_leader() {
+    let mut b = Bench::new(&MEMBERS);
+    let persisted = Persistent {
+        term: 5,
+        voted_for: None,
+    };
+    let mut a = node_at("a", false, persisted, b.t0);
+    let now = b.at(Duration::from_millis(100));
+    let hb = b.msg(
+        "b",
+        5,
+        Body::Heartbeat {
+            leader: "b".into(),
+            timestamp: 0,
+            lease_ms: 2000,
+            priority: 5,
+            candidacy: Candidacy::Eligible,
+            hears: vec!["a".into(), "c".into()],
+            member_ids: b.members_of_fingerprint(),
+        },
+    );
+    let _ = a.handle(now, hb);
+    assert!(a.view(now).can_vote);
+    // It still votes for nobody but the leader while the leader is heard.
+    let _ = a.handle(now, pre_vote(&mut b, "c", 6, 9));
+    assert!(!grants_pre_vote(&drain(&mut a), "c"));
+}
+
+#[test]
+fn a_member_back_from_a_restart_ranks_below_the_steady_ones() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    for c in [Candidacy::Eligible, Candidacy::Booting, Candidacy::Eligible] {
+        let p = b.presence("c", 0, 9, c, &["a", "b"]);
+        let _ = a.handle(now, p);
+    }
+    // c outranks b by priority but flapped: b is no longer vetoed for it.
+    let _ = a.handle(now, pre_vote(&mut b, "b", 1, 5));
+    assert!(grants_pre_vote(&drain(&mut a), "b"));
+}
+
+#[test]
+fn a_leader_that_lost_its_quorum_ranks_below_the_steady_ones() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    let c = b.presence("c", 0, 9, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(now, c);
+    let resign = b.msg(
+        "c",
+        0,
+        Body::Resign {
+            leader: "c".into(),
+            successor: None,
+            lost_quorum: true,
+        },
+    );
+    let _ = a.handle(now, resign);
+    // A later term (a resigned leader is out of the ranking only in its own term), and c
+    // eligible again, live and two-way.
+    let later = now + H;
+    let c = b.presence("c", 1, 9, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(later, c);
+    assert_eq!(a.term(), 1);
+    let _ = a.handle(later, pre_vote(&mut b, "b", 2, 5));
+    assert!(grants_pre_vote(&drain(&mut a), "b"));
+}
+
+#[test]
+fn an_advertisement_overtaken_by_a_newer_one_is_ignored() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    let old = b.presence("c", 0, 9, Candidacy::Booting, &["a", "b"]);
+    let new = b.presence("c", 0, 9, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(now, new);
+    let _ = a.handle(now, old);
+    let c = a.peers(now).into_iter().find(|m| m.id == "c").unwrap();
+    assert_eq!(c.candidacy, Some(Candidacy::Eligible));
+}
+
+#[test]
+fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T * 3);
+    // b lists a, b, c, d, e: two more than a's set.
+    let mut far = Bench::new(&["a", "b", "c", "d", "e"]);
+    far.seq = 50;
+    let p = far.msg(
+        "b",
+        0,
+        Body::Presence {
+            priority: 5,
+            candidacy: Candidacy::Eligible,
+            hears: vec!["a".into()],
+            member_ids: ["a", "b", "c", "d", "e"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+        },
+    );
+    let _ = a.handle(now, p);
+    let v = a.view(now);
+    assert!(!v.can_vote);
+    assert_eq!(v.config_conflicts, vec!["b".to_string()]);
+    let _ = a.handle(now, pre_vote(&mut b, "c", 1, 9));
+    assert!(!grants_pre_vote(&drain(&mut a), "c"));
+    // One id away (a, b, c, d) is a safe change: it votes again once b says so.
+    let mut near = Bench::new(&["a", "b", "c", "d"]);
+    near.seq = 60;
+    let p = near.msg(
+        "b",
+        0,
+        Body::Presence {
+            priority: 5,
+            candidacy: Candidacy::Eligible,
+            hears: vec!["a".into()],
+            member_ids: ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect(),
+        },
+    );
+    let _ = a.handle(now, p);
+    assert!(a.view(now).can_vote);
+}
