@@ -12,6 +12,8 @@
 //! - [`store`]: the data directory (state file with term, vote and boot counter; history).
 //! - [`transport`]: how messages leave and arrive (`http` built in, `memory` for tests).
 //! - [`api`]: the HTTP API (`router(AppState)`), one file per resource.
+//! - [`server`]: the HTTP server: accept loop, connection caps and timeouts, peer ingress.
+//! - [`open_files`]: the open-file limit, raised at start, that the caps must fit in.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`cli`]: command-line parsing, the client commands and the demo; `main.rs` only dispatches.
 //! - [`run`]: one node, from configuration to a serving process.
@@ -21,8 +23,10 @@ pub mod api;
 pub mod cli;
 pub mod election;
 pub mod metrics;
+pub mod open_files;
 pub mod pilotctl;
 pub mod runtime;
+pub mod server;
 pub mod signing;
 pub mod sim;
 pub mod store;
@@ -33,14 +37,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{AppState, Auth};
+use crate::api::{AppState, Auth, Subscribers};
 use crate::election::{Config, Node, Timings};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Wiring};
+use crate::server::{Limits, Listeners};
 use crate::store::{Store, StoreError};
 use crate::transport::http::{HttpTransport, Peer};
 use crate::transport::pilot::{PilotConfig, PilotTransport};
@@ -64,6 +68,8 @@ pub struct NodeConfig {
     pub pilot: Option<PilotConfig>,
     /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
     pub cluster_keys: Option<signing::KeyRing>,
+    /// Connection caps and timeouts of the HTTP server.
+    pub limits: Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,19 +80,21 @@ pub enum RunError {
     Runtime(#[from] RuntimeError),
     #[error("cannot start the HTTP transport: {0}")]
     Transport(String),
-    #[error("HTTP server failed: {0}")]
-    Serve(std::io::Error),
     #[error("the election loop died: {0}")]
     LoopDied(String),
 }
 
-/// Runs one node on `listener` until `shutdown` resolves (then hands over leadership if it has
-/// it) or the election loop fails. An `Err` means the process must exit non-zero.
+/// Runs one node on `listeners` (a `TcpListener`, or the API's and the peers') until
+/// `shutdown` resolves (then hands over leadership if it has it) or the election loop fails.
+/// An `Err` means the process must exit non-zero.
 pub async fn run(
     config: NodeConfig,
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    let listeners = listeners.into();
+    let mut limits = config.limits.clone();
+    open_files::prepare(&mut limits, config.peers.len());
     let loaded = Store::open(&config.data_dir, config.reset_state)?;
     if config.reset_state {
         tracing::warn!(dir = %config.data_dir.display(), "state reset by --reset-state: starting at term 0");
@@ -148,7 +156,8 @@ pub async fn run(
         term = loaded.persistent.term,
         boot = loaded.boot,
         cluster_size = config.cluster_size,
-        listen = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        listen = %listeners.api.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        peer_listen = %listeners.peer.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default(),
         "node starting"
     );
     let state = AppState {
@@ -156,11 +165,12 @@ pub async fn run(
         commands: cmd_tx,
         ingress: in_tx,
         clock,
-        metrics,
+        metrics: metrics.clone(),
         auth: Arc::new(Auth {
             token: config.admin_token.clone(),
             allow_unauthenticated: config.allow_unauthenticated,
         }),
+        subscribers: Subscribers::new(limits.max_event_subscribers),
     };
     let stop = CancellationToken::new();
     let stop_loop = stop.clone();
@@ -169,20 +179,18 @@ pub async fn run(
         stop_loop.cancel();
     });
     let mut loop_task = tokio::spawn(runtime.run(stop));
-    let app = api::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server_done = CancellationToken::new();
-    let server_stop = server_done.clone();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { server_stop.cancelled().await })
-            .await
-    });
+    let server = tokio::spawn(server::serve(
+        listeners,
+        api::router(state),
+        limits,
+        metrics.clone(),
+        server_done.clone(),
+    ));
     let loop_result = (&mut loop_task).await;
     server_done.cancel();
     // Open event streams end with the loop; give other requests a moment, then stop anyway.
-    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(2), server).await {
-        return Err(RunError::Serve(e));
-    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), server).await;
     match loop_result {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.into()),

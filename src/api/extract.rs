@@ -18,6 +18,11 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
+            if let Some(t) = crate::server::BodyTimedOut::caused(&e) {
+                return ApiError::RequestTimeout {
+                    after_ms: t.0.as_millis() as u64,
+                };
+            }
             // axum exposes the limit error only through its text.
             let too_large = format!("{e:?}").contains("LengthLimitError")
                 || e.to_string().contains("length limit");

@@ -18,6 +18,7 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
         _ => -1.0,
     };
     m.last_heartbeat_age.set(hb_age);
+    m.event_subscribers.set(s.subscribers.open() as i64);
     for member in &snap.members {
         m.member_last_seen_age
             .get_or_create(&vec![("member", member.id.clone())])

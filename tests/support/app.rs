@@ -387,6 +387,7 @@ pub async fn in_process(id: &str, auth: pilot_election::api::Auth) -> InProcess 
         clock,
         metrics,
         auth: Arc::new(auth),
+        subscribers: pilot_election::api::Subscribers::new(8),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
