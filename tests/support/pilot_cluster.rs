@@ -50,6 +50,7 @@ pub fn pilot_node_in(net: &Devnet, daemon: &str, broker: &str, size: usize, extr
         dir,
         args,
         child: None,
+        open_files: None,
     }
 }
 

@@ -1,0 +1,309 @@
+//! Connection-level hardening, with real processes held at an open-file limit of 1024: slow,
+//! idle and numerous clients are closed, capped or refused, while `GET /leader`, event
+//! subscribers and the election carry on.
+//!
+//! Nothing here asserts on latency: deadlines are generous (a loaded 2-core machine), and what
+//! is checked is that answers come, connections close, and no term changes.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::app::{get_json, metrics_text, serial, wait_for, Cluster};
+use crate::cluster::{hand_over, Events};
+use crate::flood::{
+    closing_times, half_open, open_files_of, post_flood, probe_leader, raise_open_files, sample,
+    subscribe, Attempt, Post,
+};
+use crate::peers::{forgeries, key_file};
+
+/// The nodes' open-file limit: the common soft limit, held as a hard one.
+const OPEN_FILES: u64 = 1024;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(3);
+/// Slack on top of a deadline for a loaded machine (the node closes at the deadline; this
+/// process may notice later).
+const MARGIN: Duration = Duration::from_secs(7);
+const FIRST_LEADER: Duration = Duration::from_secs(20);
+
+/// Three nodes at [`OPEN_FILES`], agreed on a leader: the cluster, the leader and its term.
+async fn cluster(extra: &[&str]) -> (Cluster, String, u64) {
+    let have = raise_open_files();
+    assert!(
+        have >= 16 * 1024,
+        "the test process needs about 12 000 open files for its floods; its hard limit is {have}"
+    );
+    let c = Cluster::start_with_open_files(3, extra, Some(OPEN_FILES));
+    let (leader, term) = c.agreed(&[0, 1, 2], FIRST_LEADER, |_, _| true).await;
+    for n in &c.nodes {
+        let pid = n.child.as_ref().expect("running").id();
+        assert_eq!(
+            open_files_of(pid),
+            Some((OPEN_FILES, OPEN_FILES)),
+            "{} must run at the open-file limit under test",
+            n.id
+        );
+        assert!(
+            n.log().contains(&format!("open_files={OPEN_FILES}")),
+            "{} logs its open-file limit:\n{}",
+            n.id,
+            n.log()
+        );
+    }
+    (c, leader, term)
+}
+
+fn addr(c: &Cluster, i: usize) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], c.nodes[i].port))
+}
+
+/// Every node still names `leader` in `term`: nothing the flood did started an election.
+async fn same_leader_and_term(c: &Cluster, leader: &str, term: u64) {
+    let (l, t) = c
+        .agreed(&[0, 1, 2], Duration::from_secs(10), |_, _| true)
+        .await;
+    assert_eq!(
+        (l.as_str(), t),
+        (leader, term),
+        "a new term or leader\n{}",
+        c.logs()
+    );
+}
+
+/// The sample `name` of the metrics text `m` is at least `n`.
+fn at_least(m: &str, name: &str, n: f64, why: &str) {
+    let v = sample(m, name);
+    assert!(v >= n, "{why}: {name} is {v}, expected at least {n}\n{m}");
+}
+
+fn all_200(probes: &[u16]) {
+    assert!(probes.len() >= 3, "too few probes ran: {probes:?}");
+    assert!(
+        probes.iter().all(|s| *s == 200),
+        "GET /leader must keep answering 200: {probes:?}"
+    );
+}
+
+#[tokio::test]
+async fn half_open_connections_are_closed_and_the_leader_keeps_answering() {
+    let _serial = serial().await;
+    let (c, leader, term) = cluster(&["--header-timeout", "3s"]).await;
+    let li = c.index(&leader);
+    let url = c.nodes[li].url();
+    let acks = r#"pilot_election_messages_received_total{type="ack",outcome="accepted"}"#;
+    let acks_before = sample(&metrics_text(&url).await, acks);
+
+    // More half-open connections than the node has descriptors.
+    let conns = half_open(addr(&c, li), 1100, 100).await;
+    assert_eq!(conns.len(), 1100, "every connection was opened");
+    let closing = tokio::spawn(closing_times(conns, HEADER_TIMEOUT + MARGIN));
+    // While the last of them are still open: new clients get answers.
+    let probes = probe_leader(
+        &url,
+        Duration::from_millis(200),
+        Instant::now() + HEADER_TIMEOUT,
+    )
+    .await;
+    let closed = closing.await.expect("closing times");
+
+    all_200(&probes);
+    let open = closed.iter().filter(|c| c.is_none()).count();
+    assert_eq!(
+        open,
+        0,
+        "{open} half-open connections outlived the header timeout ({HEADER_TIMEOUT:?} + {MARGIN:?})"
+    );
+    let m = metrics_text(&url).await;
+    let timed_out = r#"pilot_election_connections_timed_out_total{phase="header"}"#;
+    at_least(&m, timed_out, 1.0, "the header timeout closed some");
+    let evicted = r#"pilot_election_connections_evicted_total{pool="api"}"#;
+    at_least(
+        &m,
+        evicted,
+        1.0,
+        "the cap made room by closing the longest waiting",
+    );
+    at_least(
+        &m,
+        acks,
+        acks_before + 1.0,
+        "the followers' acks kept arriving",
+    );
+    let (status, ready) = get_json(&format!("{url}/readyz")).await;
+    assert_eq!(status, 200, "the leader still reaches a quorum: {ready}");
+    same_leader_and_term(&c, &leader, term).await;
+}
+
+/// Subscribers attempted in all, and at once.
+const ATTEMPTS: usize = 10_000;
+const BATCH: usize = 500;
+const WATCHERS: usize = 3;
+
+/// How each attempt went, by outcome: `200`, `503 <code>` (with `Retry-After`), ...
+fn outcome(a: &Attempt) -> String {
+    match a {
+        Attempt::Streaming(_) => "200".into(),
+        Attempt::Answered {
+            status,
+            retry_after,
+            body,
+            ..
+        } => {
+            let code = serde_json::from_str::<Value>(body)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(String::from))
+                .unwrap_or_else(|| format!("non-JSON body {body:?}"));
+            let retry = if retry_after.is_some() {
+                ""
+            } else {
+                " without Retry-After"
+            };
+            format!("{status} {code}{retry}")
+        }
+        Attempt::Unanswered => "unanswered".into(),
+    }
+}
+
+#[tokio::test]
+async fn event_subscribers_beyond_the_cap_get_503_and_the_others_keep_receiving() {
+    let _serial = serial().await;
+    let (c, leader, term) = cluster(&[]).await;
+    let li = c.index(&leader);
+    let url = c.nodes[li].url();
+    let cap = 128; // --max-event-subscribers, by default
+    let subscribers = "pilot_election_event_subscribers";
+
+    let mut watchers = Vec::new();
+    for _ in 0..WATCHERS {
+        let mut w = Events::open(&url).await;
+        let first = tokio::time::timeout(Duration::from_secs(10), w.next())
+            .await
+            .expect("the current state at once")
+            .expect("an event");
+        assert_eq!(first["term"], json!(term));
+        watchers.push(w);
+    }
+    let successor = c.nodes[(li + 1) % 3].id.clone();
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    for batch in 0..ATTEMPTS / BATCH {
+        let attempts = join_all((0..BATCH).map(|_| subscribe(addr(&c, li)))).await;
+        let streaming = attempts
+            .iter()
+            .filter(|a| matches!(a, Attempt::Streaming(_)))
+            .count();
+        assert!(
+            streaming <= cap - WATCHERS,
+            "batch {batch}: {streaming} streams beside {WATCHERS} watchers, cap {cap}"
+        );
+        assert!(
+            streaming >= 1,
+            "batch {batch}: no stream at all (the slots of earlier batches were not given back)"
+        );
+        for a in &attempts {
+            *tally.entry(outcome(a)).or_default() += 1;
+        }
+        if batch == ATTEMPTS / BATCH / 2 {
+            // A change while the cap is full: the watchers must still hear of it.
+            hand_over(&c, &leader, &successor).await;
+        }
+        drop(attempts);
+        let released = wait_for(Duration::from_secs(15), || {
+            let url = url.clone();
+            async move {
+                let n = sample(&metrics_text(&url).await, subscribers);
+                (n <= WATCHERS as f64).then_some(())
+            }
+        })
+        .await;
+        assert!(
+            released.is_some(),
+            "batch {batch}: closed streams did not give their slots back"
+        );
+    }
+    eprintln!("{ATTEMPTS} subscriptions attempted: {tally:?}");
+    let refused = tally.get("503 too_many_subscribers").copied().unwrap_or(0);
+    let unanswered = tally.get("unanswered").copied().unwrap_or(0);
+    assert!(
+        refused >= ATTEMPTS / 2,
+        "the cap answers 503 too_many_subscribers with Retry-After: {tally:?}"
+    );
+    assert!(
+        tally
+            .keys()
+            .all(|k| ["200", "503 too_many_subscribers", "unanswered"].contains(&k.as_str())),
+        "only streams and 503 too_many_subscribers with Retry-After: {tally:?}"
+    );
+    assert!(
+        unanswered <= ATTEMPTS / 100,
+        "at most a few attempts closed without an answer: {tally:?}"
+    );
+    let m = metrics_text(&url).await;
+    let counted = r#"pilot_election_refused_total{reason="event_subscribers"}"#;
+    at_least(
+        &m,
+        counted,
+        refused as f64,
+        "the node counts what it refused",
+    );
+
+    for w in &mut watchers {
+        let seen = w.until_leader(&successor).await;
+        assert!(seen["term"].as_u64().unwrap() > term, "{seen}");
+    }
+}
+
+#[tokio::test]
+async fn floods_of_unauthenticated_mutations_and_forged_peer_messages_change_nothing() {
+    let _serial = serial().await;
+    let (_keys_dir, kf) = key_file();
+    let (c, leader, term) = cluster(&["--cluster-key-file", &kf]).await;
+    let url = c.nodes[c.index(&leader)].url();
+    let mut posts = Vec::new();
+    for bearer in [None, Some("not-the-token".to_string())] {
+        posts.push(Post {
+            path: "/step-down".into(),
+            body: json!({"successor": "mallory"}).to_string(),
+            bearer: bearer.clone(),
+        });
+        posts.push(Post {
+            path: "/candidacy".into(),
+            body: json!({"eligible": false}).to_string(),
+            bearer,
+        });
+    }
+    for body in forgeries(term + 100) {
+        posts.push(Post {
+            path: "/peer/messages".into(),
+            body,
+            bearer: None,
+        });
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    let (statuses, probes) = tokio::join!(
+        post_flood(&url, posts, 8, until),
+        probe_leader(&url, Duration::from_millis(200), until)
+    );
+    eprintln!("POST flood answers by status: {statuses:?}");
+    assert!(
+        statuses.keys().all(|s| (200..500).contains(s)),
+        "no 5xx and no dropped request: {statuses:?}"
+    );
+    for s in [202, 401, 403] {
+        assert!(
+            statuses.get(&s).copied().unwrap_or(0) > 100,
+            "{s}: {statuses:?}"
+        );
+    }
+    all_200(&probes);
+    same_leader_and_term(&c, &leader, term).await;
+    let m = metrics_text(&url).await;
+    for outcome in ["unsigned", "bad_signature", "unknown_key"] {
+        let n = crate::peers::counted(&m, outcome);
+        assert!(n > 100.0, "{outcome}: {n}\n{m}");
+    }
+    // Every refusal was logged with its source, and still the node stands.
+    assert!(c.nodes[c.index(&leader)].log().contains("refused mutation"));
+}
