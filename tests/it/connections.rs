@@ -13,11 +13,13 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::app::{get_json, metrics_text, serial, wait_for, Cluster};
+use crate::app::{
+    app, client, free_port, get_json, leader_of, metrics_text, serial, wait_for, Cluster, TempDir,
+};
 use crate::cluster::{hand_over, Events};
 use crate::flood::{
-    closing_times, half_open, open_files_of, post_flood, probe_leader, raise_open_files, sample,
-    subscribe, Attempt, Post,
+    closing_times, dripping_body, half_open, open_files_of, post_flood, probe_leader,
+    raise_open_files, sample, subscribe, Attempt, Post,
 };
 use crate::peers::{forgeries, key_file};
 
@@ -31,13 +33,54 @@ const FIRST_LEADER: Duration = Duration::from_secs(20);
 
 /// Three nodes at [`OPEN_FILES`], agreed on a leader: the cluster, the leader and its term.
 async fn cluster(extra: &[&str]) -> (Cluster, String, u64) {
+    raise_our_limit();
+    let c = Cluster::start_with_open_files(3, extra, Some(OPEN_FILES));
+    let (leader, term) = settled(&c).await;
+    (c, leader, term)
+}
+
+/// Three nodes at [`OPEN_FILES`] whose peers reach each other on `--peer-listen` addresses.
+async fn cluster_with_peer_listeners(extra: &[&str]) -> (Cluster, Vec<u16>, String, u64) {
+    raise_our_limit();
+    let peer_ports: Vec<(String, u16)> = (1..=3).map(|i| (format!("n{i}"), free_port())).collect();
+    let nodes = peer_ports
+        .iter()
+        .map(|(id, peer_port)| {
+            let listen = format!("127.0.0.1:{peer_port}");
+            let mut args = extra.to_vec();
+            args.extend(["--peer-listen", &listen]);
+            // The peers' URLs name their peer listeners.
+            let mut n = app(id, free_port(), &peer_ports, &args);
+            n.open_files = Some(OPEN_FILES);
+            n.start();
+            n
+        })
+        .collect();
+    let c = Cluster {
+        nodes,
+        _token_file: TempDir::new("no-token"),
+    };
+    let (leader, term) = settled(&c).await;
+    (
+        c,
+        peer_ports.into_iter().map(|p| p.1).collect(),
+        leader,
+        term,
+    )
+}
+
+/// The floods need a few thousand sockets of this process.
+fn raise_our_limit() {
     let have = raise_open_files();
     assert!(
-        have >= 16 * 1024,
-        "the test process needs about 12 000 open files for its floods; its hard limit is {have}"
+        have >= 4096,
+        "this test process needs a few thousand open files; its hard limit is {have}"
     );
-    let c = Cluster::start_with_open_files(3, extra, Some(OPEN_FILES));
-    let (leader, term) = c.agreed(&[0, 1, 2], FIRST_LEADER, |_, _| true).await;
+}
+
+/// Waits for a leader, and checks that every node runs (and says it runs) at [`OPEN_FILES`].
+async fn settled(c: &Cluster) -> (String, u64) {
+    let agreed = c.agreed(&[0, 1, 2], FIRST_LEADER, |_, _| true).await;
     for n in &c.nodes {
         let pid = n.child.as_ref().expect("running").id();
         assert_eq!(
@@ -53,7 +96,7 @@ async fn cluster(extra: &[&str]) -> (Cluster, String, u64) {
             n.log()
         );
     }
-    (c, leader, term)
+    agreed
 }
 
 fn addr(c: &Cluster, i: usize) -> SocketAddr {
@@ -306,4 +349,132 @@ async fn floods_of_unauthenticated_mutations_and_forged_peer_messages_change_not
     }
     // Every refusal was logged with its source, and still the node stands.
     assert!(c.nodes[c.index(&leader)].log().contains("refused mutation"));
+}
+
+/// Every API connection of the leader busy with a request whose body never comes; then a
+/// follower restarts and must reach the leader again on new connections, through the peers'
+/// reserved slots on the shared port or through `--peer-listen`. Its acknowledgements alone
+/// keep the leader's quorum once the other follower is killed.
+async fn peers_get_through_while_every_api_connection_is_busy(peer_listen: bool) {
+    let limits = [
+        "--max-connections",
+        "16",
+        "--max-event-subscribers",
+        "8",
+        "--body-timeout",
+        "120s",
+    ];
+    // A route that reads its body: peer messages on a shared port; with --peer-listen the
+    // API port refuses those at once, so the operator's candidacy (open to all here).
+    let (mut c, peer_ports, leader, term) = if peer_listen {
+        let mut open = limits.to_vec();
+        open.push("--allow-unauthenticated");
+        cluster_with_peer_listeners(&open).await
+    } else {
+        let (c, leader, term) = cluster(&limits).await;
+        (c, Vec::new(), leader, term)
+    };
+    let li = c.index(&leader);
+    let url = c.nodes[li].url();
+    if peer_listen {
+        let (status, body) = post_raw(&format!("{url}/peer/messages"), "{}").await;
+        assert_eq!(status, 404, "the API port takes no peer messages: {body}");
+        let peer_url = format!("http://127.0.0.1:{}", peer_ports[li]);
+        let (status, body) = get_json(&format!("{peer_url}/leader")).await;
+        assert_eq!(status, 404, "the peer port serves nothing else: {body}");
+    }
+
+    // Requests in progress until every API connection is taken: a new client is told so.
+    let slow_path = if peer_listen {
+        "/candidacy"
+    } else {
+        "/peer/messages"
+    };
+    let mut drips = Vec::new();
+    let refusal = loop {
+        assert!(drips.len() < 100, "the node never said it was full");
+        drips.push(
+            dripping_body(addr(&c, li), slow_path)
+                .await
+                .expect("a dripping request"),
+        );
+        if drips.len() < 16 {
+            continue;
+        }
+        let resp = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+            .get(format!("{url}/leader"))
+            .send()
+            .await;
+        if let Some(r) = resp.ok().filter(|r| r.status().as_u16() == 503) {
+            break r;
+        }
+    };
+    assert!(refusal.headers().contains_key("retry-after"));
+    assert_eq!(refusal.headers()["connection"], "close");
+    let body: Value = refusal.json().await.expect("a JSON error");
+    assert_eq!(body["error"], "too_many_connections", "{body}");
+
+    // A follower restarts: all its connections to the leader are new.
+    let fi = (li + 1) % 3;
+    let other = (li + 2) % 3;
+    c.nodes[fi].kill9();
+    c.nodes[fi].start();
+    let rejoined = wait_for(Duration::from_secs(20), || {
+        let u = c.nodes[fi].url();
+        async move { leader_of(&u).await.filter(|l| l.1 == term) }
+    })
+    .await;
+    assert_eq!(
+        rejoined,
+        Some((leader.clone(), term)),
+        "the restarted follower follows the leader again\n{}",
+        c.logs()
+    );
+    // Without the other follower, only the restarted one's acknowledgements renew the lease.
+    c.nodes[other].kill9();
+    let watch_until = Instant::now() + 3 * crate::app::T;
+    while Instant::now() < watch_until {
+        assert_eq!(
+            leader_of(&c.nodes[fi].url()).await,
+            Some((leader.clone(), term)),
+            "the leader lost its quorum behind its full API\n{}",
+            c.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    drop(drips);
+    let (l, t) = c
+        .agreed(&[li, fi], Duration::from_secs(10), |_, _| true)
+        .await;
+    assert_eq!((l, t), (leader, term), "no new term\n{}", c.logs());
+}
+
+/// POSTs `body` as JSON; the status and the body as text.
+async fn post_raw(url: &str, body: &str) -> (u16, String) {
+    let resp = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST");
+    (
+        resp.status().as_u16(),
+        resp.text().await.unwrap_or_default(),
+    )
+}
+
+#[tokio::test]
+async fn peers_get_through_the_reserved_slots_while_every_api_connection_is_busy() {
+    let _serial = serial().await;
+    peers_get_through_while_every_api_connection_is_busy(false).await;
+}
+
+#[tokio::test]
+async fn peers_get_through_their_own_listener_while_every_api_connection_is_busy() {
+    let _serial = serial().await;
+    peers_get_through_while_every_api_connection_is_busy(true).await;
 }

@@ -55,6 +55,21 @@ pub async fn half_open(addr: SocketAddr, n: usize, batch: usize) -> Vec<(TcpStre
     out
 }
 
+/// Opens a connection that sends a request head announcing a body, then one byte of it: the
+/// node holds it as a request in progress until the body timeout.
+pub async fn dripping_body(addr: SocketAddr, path: &str) -> Option<TcpStream> {
+    let mut s = tokio::time::timeout(PATIENCE, TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: flood\r\nContent-Type: application/json\r\n\
+         Content-Length: 1000\r\n\r\n{{"
+    );
+    s.write_all(head.as_bytes()).await.ok()?;
+    Some(s)
+}
+
 /// How long after its opening each connection was closed by the node (end of stream or reset),
 /// or `None` if it was still open `within` after it was opened.
 pub async fn closing_times(
