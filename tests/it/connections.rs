@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::app::{
-    app, client, free_port, get_json, leader_of, metrics_text, serial, wait_for, Cluster, TempDir,
+    app, free_port, get_json, leader_of, metrics_text, post_raw, serial, wait_for, Cluster, TempDir,
 };
 use crate::cluster::{hand_over, Events};
 use crate::flood::{
@@ -450,21 +450,6 @@ async fn peers_get_through_while_every_api_connection_is_busy(peer_listen: bool)
         .agreed(&[li, fi], Duration::from_secs(10), |_, _| true)
         .await;
     assert_eq!((l, t), (leader, term), "no new term\n{}", c.logs());
-}
-
-/// POSTs `body` as JSON; the status and the body as text.
-async fn post_raw(url: &str, body: &str) -> (u16, String) {
-    let resp = client()
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST");
-    (
-        resp.status().as_u16(),
-        resp.text().await.unwrap_or_default(),
-    )
 }
 
 #[tokio::test]

@@ -318,6 +318,21 @@ pub async fn post_json(url: &str, path: &str, token: Option<&str>, body: &Value)
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// POSTs `body` (JSON) to `url`: the status and the answer as text.
+pub async fn post_raw(url: &str, body: &str) -> (u16, String) {
+    let resp = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST");
+    (
+        resp.status().as_u16(),
+        resp.text().await.unwrap_or_default(),
+    )
+}
+
 /// The term a node reports, once it answers.
 pub async fn term_of(url: &str, within: Duration) -> Option<u64> {
     let url = format!("{url}/term");
