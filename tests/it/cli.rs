@@ -76,6 +76,36 @@ fn invalid_configuration_exits_64_with_one_line() {
             &["run", "--node-id", "a", "--cluster-key", "k1=short"],
             "k1",
         ),
+        (
+            &["run", "--node-id", "a", "--header-timeout", "0s"],
+            "--header-timeout must be more than 0",
+        ),
+        (
+            &["run", "--node-id", "a", "--max-connections=lots"],
+            "--max-connections",
+        ),
+        (
+            &["run", "--node-id", "a", "--max-connections", "10"],
+            "--max-event-subscribers 128 must be below --max-connections 10",
+        ),
+        (
+            &[
+                "run",
+                "--node-id",
+                "a",
+                "--transport",
+                "pilot",
+                "--broker",
+                "hub",
+                "--pilotctl",
+                "/bin/sh",
+                "--cluster-size",
+                "3",
+                "--peer-listen",
+                "127.0.0.1:7071",
+            ],
+            "--peer-listen is for the http transport",
+        ),
     ];
     for (args, needle) in cases {
         let o = run(args);
@@ -88,6 +118,21 @@ fn invalid_configuration_exits_64_with_one_line() {
         );
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+    // An address that cannot be bound stops the node as --listen does, after its start-up
+    // warnings: exit 64, the last line saying which.
+    let o = run(&[
+        "run",
+        "--node-id",
+        "a",
+        "--listen",
+        "127.0.0.1:0",
+        "--peer-listen",
+        "256.0.0.1:1",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(last.contains("cannot listen on 256.0.0.1:1"), "{err}");
 }
 
 #[test]

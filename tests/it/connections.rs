@@ -11,15 +11,18 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::app::{
-    app, free_port, get_json, leader_of, metrics_text, post_raw, serial, wait_for, Cluster, TempDir,
+    app, free_port, get_json, leader_of, metrics_text, post_raw, serial, wait_for, wait_up,
+    Cluster, TempDir,
 };
 use crate::cluster::{hand_over, Events};
 use crate::flood::{
     closing_times, dripping_body, half_open, open_files_of, post_flood, probe_leader,
-    raise_open_files, sample, subscribe, Attempt, Post,
+    raise_open_files, read_answer, sample, subscribe, Attempt, Post,
 };
 use crate::peers::{forgeries, key_file};
 
@@ -462,4 +465,60 @@ async fn peers_get_through_the_reserved_slots_while_every_api_connection_is_busy
 async fn peers_get_through_their_own_listener_while_every_api_connection_is_busy() {
     let _serial = serial().await;
     peers_get_through_while_every_api_connection_is_busy(true).await;
+}
+
+#[tokio::test]
+async fn a_slow_body_gets_408_and_an_idle_connection_is_closed_after_the_idle_timeout() {
+    let _serial = serial().await;
+    let idle = Duration::from_secs(2);
+    let mut n = app(
+        "solo",
+        free_port(),
+        &[],
+        &["--body-timeout", "1s", "--idle-timeout", "2s"],
+    );
+    n.start();
+    wait_up(&n).await;
+    let a = SocketAddr::from(([127, 0, 0, 1], n.port));
+
+    let mut slow = dripping_body(a, "/peer/messages").await.expect("connected");
+    let answer = tokio::time::timeout(Duration::from_secs(1) + MARGIN, read_answer(&mut slow))
+        .await
+        .expect("an answer once the body timeout has passed")
+        .expect("an HTTP answer");
+    assert_eq!(answer.status, 408, "{}{}", answer.head, answer.body);
+    let body: Value = serde_json::from_str(&answer.body).expect("a JSON error");
+    assert_eq!(body["error"], "request_timeout", "{body}");
+    let closed = closing_times(vec![(slow, Instant::now())], MARGIN).await;
+    assert!(closed[0].is_some(), "the connection is closed after a 408");
+
+    let mut kept = TcpStream::connect(a).await.expect("connected");
+    for _ in 0..2 {
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_answer(&mut kept).await.expect("an answer");
+        assert_eq!(answer.status, 200, "kept alive between requests");
+    }
+    let answered = Instant::now();
+    let closed = closing_times(vec![(kept, answered)], idle + MARGIN).await;
+    let after = closed[0].expect("closed after the idle timeout");
+    assert!(
+        after + Duration::from_millis(500) >= idle,
+        "closed after {after:?}, before the idle timeout {idle:?}"
+    );
+
+    let m = metrics_text(&n.url()).await;
+    at_least(
+        &m,
+        r#"pilot_election_connections_timed_out_total{phase="body"}"#,
+        1.0,
+        "body",
+    );
+    at_least(
+        &m,
+        r#"pilot_election_connections_timed_out_total{phase="idle"}"#,
+        1.0,
+        "idle",
+    );
 }

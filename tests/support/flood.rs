@@ -113,49 +113,78 @@ pub async fn subscribe(addr: SocketAddr) -> Attempt {
         s.write_all(b"GET /events HTTP/1.1\r\nHost: flood\r\n\r\n")
             .await
             .ok()?;
-        let mut buf = Vec::new();
-        let head_end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
+        let answer = read_answer(&mut s).await?;
+        Some(if answer.status == 200 {
+            Attempt::Streaming(s)
+        } else {
+            Attempt::Answered {
+                status: answer.status,
+                retry_after: answer.header("retry-after"),
+                body: answer.body,
+                _conn: s,
             }
-            let mut chunk = [0u8; 1024];
-            let n = s.read(&mut chunk).await.ok()?;
-            if n == 0 || buf.len() > 16 * 1024 {
-                return None;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-        let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
-        if status == 200 {
-            return Some(Attempt::Streaming(s));
-        }
-        let header = |name: &str| {
-            head.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .map(|v| v.trim().to_string())
-        };
-        let len: usize = header("content-length")?.parse().ok()?;
-        let mut body = buf[head_end..].to_vec();
-        while body.len() < len {
-            let mut chunk = [0u8; 1024];
-            let n = s.read(&mut chunk).await.ok()?;
-            if n == 0 {
-                return None;
-            }
-            body.extend_from_slice(&chunk[..n]);
-        }
-        Some(Attempt::Answered {
-            status,
-            retry_after: header("retry-after"),
-            body: String::from_utf8_lossy(&body).into_owned(),
-            _conn: s,
         })
     })
     .await
     .ok()
     .flatten()
     .unwrap_or(Attempt::Unanswered)
+}
+
+/// An HTTP/1.1 answer read by hand.
+pub struct Answer {
+    pub status: u16,
+    /// The head, lower-cased.
+    pub head: String,
+    /// Read by `Content-Length`; empty for a 200 without one (a stream).
+    pub body: String,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    }
+}
+
+/// Reads one answer from `s`: its head, and its body (by `Content-Length`) unless it is a 200.
+pub async fn read_answer(s: &mut TcpStream) -> Option<Answer> {
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 1024];
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 || buf.len() > 16 * 1024 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+    let mut answer = Answer {
+        status,
+        head,
+        body: String::new(),
+    };
+    if status == 200 && answer.header("content-length").is_none() {
+        return Some(answer);
+    }
+    let len: usize = answer.header("content-length")?.parse().ok()?;
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < len {
+        let mut chunk = [0u8; 1024];
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    answer.body = String::from_utf8_lossy(&body).into_owned();
+    Some(answer)
 }
 
 /// One request of a POST flood.
