@@ -22,6 +22,23 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn invalid_configuration_exits_64_with_one_line() {
+    // Any executable passes the pilotctl check.
+    let pilot = [
+        "run",
+        "--node-id",
+        "a",
+        "--transport",
+        "pilot",
+        "--broker",
+        "hub",
+        "--pilotctl",
+        "/bin/sh",
+    ];
+    let pilot_peer_listen = [
+        &pilot[..],
+        &["--cluster-size", "3", "--peer-listen", "127.0.0.1:7071"],
+    ]
+    .concat();
     let cases: &[(&[&str], &str)] = &[
         (
             &["run", "--node-id", "a", "--lease", "3s"],
@@ -32,18 +49,8 @@ fn invalid_configuration_exits_64_with_one_line() {
             "--broker HOST[,HOST...] is required",
         ),
         (
-            // Any executable passes the pilotctl check; the quorum still needs a size.
-            &[
-                "run",
-                "--node-id",
-                "a",
-                "--transport",
-                "pilot",
-                "--broker",
-                "hub",
-                "--pilotctl",
-                "/bin/sh",
-            ],
+            // The quorum still needs a size.
+            &pilot,
             "--cluster-size is required with the pilot transport",
         ),
         (&["run"], "--node-id is required"),
@@ -89,21 +96,7 @@ fn invalid_configuration_exits_64_with_one_line() {
             "--max-event-subscribers 128 must be below --max-connections 10",
         ),
         (
-            &[
-                "run",
-                "--node-id",
-                "a",
-                "--transport",
-                "pilot",
-                "--broker",
-                "hub",
-                "--pilotctl",
-                "/bin/sh",
-                "--cluster-size",
-                "3",
-                "--peer-listen",
-                "127.0.0.1:7071",
-            ],
+            &pilot_peer_listen,
             "--peer-listen is for the http transport",
         ),
     ];
