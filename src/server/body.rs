@@ -43,7 +43,9 @@ impl BodyTimedOut {
 /// byte every few seconds must not keep a request open).
 pub struct Deadline {
     inner: Body,
-    sleep: Pin<Box<Sleep>>,
+    deadline: Instant,
+    /// Armed at the first read: most requests (every GET) never read a body.
+    sleep: Option<Pin<Box<Sleep>>>,
     timeout: Duration,
     metrics: Arc<Metrics>,
     fired: bool,
@@ -53,7 +55,8 @@ impl Deadline {
     pub fn new(inner: Body, timeout: Duration, metrics: Arc<Metrics>) -> Deadline {
         Deadline {
             inner,
-            sleep: Box::pin(tokio::time::sleep_until(Instant::now() + timeout)),
+            deadline: Instant::now() + timeout,
+            sleep: None,
             timeout,
             metrics,
             fired: false,
@@ -66,18 +69,25 @@ impl http_body::Body for Deadline {
     type Error = BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
         // The deadline first: a client that always has the next byte ready must not outlive it.
-        if !self.fired && self.sleep.as_mut().poll(cx).is_ready() {
-            self.fired = true;
-            self.metrics.timed_out("body");
+        if !this.fired {
+            let deadline = this.deadline;
+            let sleep = this
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if sleep.as_mut().poll(cx).is_ready() {
+                this.fired = true;
+                this.metrics.timed_out("body");
+            }
         }
-        if self.fired {
-            return Poll::Ready(Some(Err(BodyTimedOut(self.timeout).into())));
+        if this.fired {
+            return Poll::Ready(Some(Err(BodyTimedOut(this.timeout).into())));
         }
-        Pin::new(&mut self.inner)
+        Pin::new(&mut this.inner)
             .poll_frame(cx)
             .map(|frame| frame.map(|f| f.map_err(Into::into)))
     }

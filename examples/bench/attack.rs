@@ -1,0 +1,245 @@
+//! `bench attack`: `GET /leader` on the leader of a 3-node http cluster, quiet and then while
+//! each flood of issue 14 runs against that leader, with its RSS at the caps. The nodes run at
+//! an open-file limit of 1024 (soft and hard) and default connection limits, with a cluster key.
+//!
+//! Floods (each for warm-up + `--secs`):
+//! - slowloris: 1100 clients, each sending a partial request head and coming back as soon as
+//!   the node closes it (evicted at the cap or timed out);
+//! - events: 500 clients subscribing to `/events` again and again; a stream is held to the end,
+//!   a refusal is retried at once;
+//! - posts: 8 clients sending unauthenticated `POST /step-down` and `/candidacy` and unsigned
+//!   forged peer messages as fast as the node answers.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{current_leader, http, rss_kib, wrk, Opts, Wrk};
+use crate::app::{wait_up, Cluster, TempDir};
+use crate::flood::{self, Attempt, Post};
+
+/// How long a flood runs before wrk starts, to reach the caps.
+const WARM_UP: Duration = Duration::from_secs(3);
+const OPEN_FILES: u64 = 1024;
+const HALF_OPEN: usize = 1100;
+const SUBSCRIBERS: usize = 500;
+const POSTERS: usize = 8;
+
+pub async fn attack(o: &Opts) {
+    let ours = flood::raise_open_files();
+    assert!(
+        ours >= 4096,
+        "the bench needs a few thousand sockets; hard limit {ours}"
+    );
+    let keys = TempDir::new("bench-keys");
+    let kf = keys.0.join("cluster.key");
+    std::fs::write(&kf, "k1=0123456789abcdef0123456789abcdef\n").expect("key file");
+    let kf = kf.display().to_string();
+    let c = Cluster::start_with_open_files(
+        3,
+        &["--preempt-after", "0s", "--cluster-key-file", &kf],
+        Some(OPEN_FILES),
+    );
+    for n in &c.nodes {
+        wait_up(n).await;
+    }
+    let client = http();
+    let (leader, term) = current_leader(&client, &c, &[0, 1, 2]).await;
+    let li = c.index(&leader);
+    let url = c.nodes[li].url();
+    let addr = SocketAddr::from(([127, 0, 0, 1], c.nodes[li].port));
+    let pid = c.nodes[li].child.as_ref().expect("running").id();
+    println!(
+        "leader {leader} (term {term}), pid {pid}, open-file limit {:?}; wrk -t2 -c32 -d{}s --latency {url}/leader",
+        flood::open_files_of(pid),
+        o.secs
+    );
+
+    let quiet = measure(&url, o.secs).await;
+    report("quiet", &quiet, pid, "");
+
+    let until = Instant::now() + WARM_UP + Duration::from_secs(o.secs + 1);
+    let hostile = tokio::spawn(slowloris(addr, HALF_OPEN, until));
+    let w = measure(&url, o.secs).await;
+    let opened = hostile.await.expect("slowloris");
+    let secs = (WARM_UP.as_secs() + o.secs + 1) as f64;
+    report(
+        "slowloris",
+        &w,
+        pid,
+        &format!(
+            "{HALF_OPEN} clients opened {opened} half-open connections ({:.0}/s)",
+            opened as f64 / secs
+        ),
+    );
+    settle(&c, &leader, term, &url).await;
+
+    let until = Instant::now() + WARM_UP + Duration::from_secs(o.secs + 1);
+    let hostile = tokio::spawn(subscribers(addr, SUBSCRIBERS, until));
+    let w = measure(&url, o.secs).await;
+    let tally = hostile.await.expect("subscribers");
+    let attempts: usize = tally.values().sum();
+    report(
+        "events",
+        &w,
+        pid,
+        &format!(
+            "{SUBSCRIBERS} clients made {attempts} subscription attempts ({:.0}/s): {tally:?}",
+            attempts as f64 / secs
+        ),
+    );
+    settle(&c, &leader, term, &url).await;
+
+    let until = Instant::now() + WARM_UP + Duration::from_secs(o.secs + 1);
+    let hostile = tokio::spawn(posts(url.clone(), term, until));
+    let w = measure(&url, o.secs).await;
+    let statuses = hostile.await.expect("posts");
+    let sent: u64 = statuses.values().sum();
+    report(
+        "posts",
+        &w,
+        pid,
+        &format!(
+            "{POSTERS} clients sent {sent} POSTs ({:.0}/s), answers by status {statuses:?}",
+            sent as f64 / secs
+        ),
+    );
+    settle(&c, &leader, term, &url).await;
+}
+
+/// wrk on `GET /leader` after the warm-up (off the async threads: wrk blocks).
+async fn measure(url: &str, secs: u64) -> Wrk {
+    tokio::time::sleep(WARM_UP).await;
+    let target = format!("{url}/leader");
+    tokio::task::spawn_blocking(move || wrk(&target, secs))
+        .await
+        .expect("wrk")
+}
+
+/// One line of figures; RSS and peak RSS are read at the end of the wrk run, under the flood.
+fn report(name: &str, w: &Wrk, pid: u32, what: &str) {
+    println!(
+        "{name:>9}: GET /leader p50 {:.2} ms, p99 {:.2} ms, {:.0} req/s{}{}; leader RSS {:.1} MiB (peak {:.1} MiB){}{what}",
+        w.p50_ms,
+        w.p99_ms,
+        w.rps,
+        if w.non_2xx { " (non-2xx answers!)" } else { "" },
+        w.socket_errors
+            .as_ref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default(),
+        rss_kib(pid) as f64 / 1024.0,
+        status_kib(pid, "VmHWM:") as f64 / 1024.0,
+        if what.is_empty() { "" } else { "; " },
+    );
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// After a flood: the node drains its connections and nobody started an election.
+async fn settle(c: &Cluster, leader: &str, term: u64, url: &str) {
+    let quiet = crate::app::wait_for(Duration::from_secs(30), || {
+        let url = url.to_string();
+        async move {
+            let m = crate::app::metrics_text(&url).await;
+            (flood::sample(&m, r#"pilot_election_connections_open{pool="api"}"#) <= 4.0)
+                .then_some(m)
+        }
+    })
+    .await;
+    let m = quiet.expect("the leader's connections drain after the flood");
+    let counters: Vec<&str> = m
+        .lines()
+        .filter(|l| {
+            ["refused_total", "timed_out_total", "evicted_total"]
+                .iter()
+                .any(|k| l.contains(k))
+        })
+        .collect();
+    println!("           leader counters so far: {}", counters.join(", "));
+    let (l, t) = current_leader(&http(), c, &[0, 1, 2]).await;
+    assert_eq!(
+        (l.as_str(), t),
+        (leader, term),
+        "a flood changed the leader or the term"
+    );
+}
+
+/// `n` clients each sending a partial head, waiting to be closed, and coming back at once;
+/// returns how many connections they opened.
+async fn slowloris(addr: SocketAddr, n: usize, until: Instant) -> u64 {
+    let clients = (0..n).map(|_| async move {
+        let mut opened = 0u64;
+        while Instant::now() < until {
+            let conns = flood::half_open(addr, 1, 1).await;
+            if conns.is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            opened += 1;
+            flood::closing_times(conns, until.saturating_duration_since(Instant::now())).await;
+        }
+        opened
+    });
+    join_all(clients).await.into_iter().sum()
+}
+
+/// `n` clients subscribing again and again: a stream is held to `until`, a refusal retried at
+/// once. Outcomes by status.
+async fn subscribers(addr: SocketAddr, n: usize, until: Instant) -> BTreeMap<String, usize> {
+    let clients = (0..n).map(|_| async move {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        while Instant::now() < until {
+            let key = match flood::subscribe(addr).await {
+                Attempt::Streaming(s) => {
+                    tokio::time::sleep_until(until).await;
+                    drop(s);
+                    "200".to_string()
+                }
+                Attempt::Answered { status, .. } => status.to_string(),
+                Attempt::Unanswered => "unanswered".to_string(),
+            };
+            *seen.entry(key).or_default() += 1;
+        }
+        seen
+    });
+    let mut total = BTreeMap::new();
+    for seen in join_all(clients).await {
+        for (k, v) in seen {
+            *total.entry(k).or_default() += v;
+        }
+    }
+    total
+}
+
+/// Unauthenticated mutations and unsigned forged peer messages (a coup in a far term).
+async fn posts(url: String, term: u64, until: Instant) -> BTreeMap<u16, u64> {
+    let coup = json!({"v": 1, "group": "it", "from": "mallory", "term": term + 100, "seq": 1,
+                      "ts": 0, "type": "leader", "leader": "mallory", "elected_at": 0});
+    let post = |path: &str, body: String, bearer: Option<&str>| Post {
+        path: path.into(),
+        body,
+        bearer: bearer.map(String::from),
+    };
+    let posts = vec![
+        post("/step-down", json!({}).to_string(), None),
+        post(
+            "/candidacy",
+            json!({"eligible": false}).to_string(),
+            Some("wrong"),
+        ),
+        post("/peer/messages", coup.to_string(), None),
+    ];
+    flood::post_flood(&url, posts, POSTERS, until).await
+}
