@@ -11,6 +11,7 @@
 //!   forged peer messages as fast as the node answers.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -61,54 +62,81 @@ pub async fn attack(o: &Opts) {
 
     let quiet = measure(&url, o.secs).await;
     report("quiet", &quiet, pid, "");
-
-    let until = Instant::now() + WARM_UP + Duration::from_secs(o.secs + 1);
-    let hostile = tokio::spawn(slowloris(addr, HALF_OPEN, until));
-    let w = measure(&url, o.secs).await;
-    let opened = hostile.await.expect("slowloris");
-    let secs = (WARM_UP.as_secs() + o.secs + 1) as f64;
-    report(
+    let t = Target {
+        c: &c,
+        leader,
+        term,
+        url: url.clone(),
+        pid,
+        secs: o.secs,
+    };
+    t.round(
         "slowloris",
-        &w,
-        pid,
-        &format!(
-            "{HALF_OPEN} clients opened {opened} half-open connections ({:.0}/s)",
-            opened as f64 / secs
-        ),
-    );
-    settle(&c, &leader, term, &url).await;
-
-    let until = Instant::now() + WARM_UP + Duration::from_secs(o.secs + 1);
-    let hostile = tokio::spawn(subscribers(addr, SUBSCRIBERS, until));
-    let w = measure(&url, o.secs).await;
-    let tally = hostile.await.expect("subscribers");
-    let attempts: usize = tally.values().sum();
-    report(
+        |until| slowloris(addr, HALF_OPEN, until),
+        |opened: u64, secs| {
+            format!(
+                "{HALF_OPEN} clients opened {opened} half-open connections ({:.0}/s)",
+                opened as f64 / secs
+            )
+        },
+    )
+    .await;
+    t.round(
         "events",
-        &w,
-        pid,
-        &format!(
-            "{SUBSCRIBERS} clients made {attempts} subscription attempts ({:.0}/s): {tally:?}",
-            attempts as f64 / secs
-        ),
-    );
-    settle(&c, &leader, term, &url).await;
-
-    let until = Instant::now() + WARM_UP + Duration::from_secs(o.secs + 1);
-    let hostile = tokio::spawn(posts(url.clone(), term, until));
-    let w = measure(&url, o.secs).await;
-    let statuses = hostile.await.expect("posts");
-    let sent: u64 = statuses.values().sum();
-    report(
+        |until| subscribers(addr, SUBSCRIBERS, until),
+        |tally: BTreeMap<String, usize>, secs| {
+            let attempts: usize = tally.values().sum();
+            format!(
+                "{SUBSCRIBERS} clients made {attempts} subscription attempts ({:.0}/s): {tally:?}",
+                attempts as f64 / secs
+            )
+        },
+    )
+    .await;
+    t.round(
         "posts",
-        &w,
-        pid,
-        &format!(
-            "{POSTERS} clients sent {sent} POSTs ({:.0}/s), answers by status {statuses:?}",
-            sent as f64 / secs
-        ),
-    );
-    settle(&c, &leader, term, &url).await;
+        |until| posts(url, term, until),
+        |statuses: BTreeMap<u16, u64>, secs| {
+            let sent: u64 = statuses.values().sum();
+            format!(
+                "{POSTERS} clients sent {sent} POSTs ({:.0}/s), answers by status {statuses:?}",
+                sent as f64 / secs
+            )
+        },
+    )
+    .await;
+}
+
+/// The leader under attack.
+struct Target<'a> {
+    c: &'a Cluster,
+    leader: String,
+    term: u64,
+    url: String,
+    pid: u32,
+    secs: u64,
+}
+
+impl Target<'_> {
+    /// Runs `flood` (given when to stop) while wrk measures; reports the figures with what
+    /// `describe` says of the flood's result (given its duration in seconds), then checks that
+    /// the node settles with the same leader and term.
+    async fn round<T, F>(
+        &self,
+        name: &str,
+        flood: impl FnOnce(Instant) -> F,
+        describe: impl FnOnce(T, f64) -> String,
+    ) where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let run = WARM_UP + Duration::from_secs(self.secs + 1);
+        let hostile = tokio::spawn(flood(Instant::now() + run));
+        let w = measure(&self.url, self.secs).await;
+        let what = describe(hostile.await.expect("the flood"), run.as_secs_f64());
+        report(name, &w, self.pid, &what);
+        settle(self.c, &self.leader, self.term, &self.url).await;
+    }
 }
 
 /// wrk on `GET /leader` after the warm-up (off the async threads: wrk blocks).
