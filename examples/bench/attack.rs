@@ -40,102 +40,78 @@ pub async fn attack(o: &Opts) {
     let kf = keys.0.join("cluster.key");
     std::fs::write(&kf, "k1=0123456789abcdef0123456789abcdef\n").expect("key file");
     let kf = kf.display().to_string();
-    let c = Cluster::start_with_open_files(
-        3,
-        &["--preempt-after", "0s", "--cluster-key-file", &kf],
-        Some(OPEN_FILES),
-    );
-    for n in &c.nodes {
-        wait_up(n).await;
-    }
-    let client = http();
-    let (leader, term) = current_leader(&client, &c, &[0, 1, 2]).await;
-    let li = c.index(&leader);
-    let url = c.nodes[li].url();
-    let addr = SocketAddr::from(([127, 0, 0, 1], c.nodes[li].port));
-    let pid = c.nodes[li].child.as_ref().expect("running").id();
     println!(
-        "leader {leader} (term {term}), pid {pid}, open-file limit {:?}; wrk -t2 -c32 -d{}s --latency {url}/leader",
-        flood::open_files_of(pid),
+        "wrk -t2 -c32 -d{}s --latency on the leader's GET /leader, quiet then under each flood",
         o.secs
     );
-
-    let quiet = measure(&url, o.secs).await;
-    report("quiet", &quiet, pid, "");
-    let t = Target {
-        c: &c,
-        leader,
-        term,
-        url: url.clone(),
-        pid,
-        secs: o.secs,
-    };
-    t.round(
-        "slowloris",
-        |until| slowloris(addr, HALF_OPEN, until),
-        |opened: u64, secs| {
-            format!(
-                "{HALF_OPEN} clients opened {opened} half-open connections ({:.0}/s)",
-                opened as f64 / secs
-            )
-        },
-    )
-    .await;
-    t.round(
-        "events",
-        |until| subscribers(addr, SUBSCRIBERS, until),
-        |tally: BTreeMap<String, usize>, secs| {
-            let attempts: usize = tally.values().sum();
-            format!(
-                "{SUBSCRIBERS} clients made {attempts} subscription attempts ({:.0}/s): {tally:?}",
-                attempts as f64 / secs
-            )
-        },
-    )
-    .await;
-    t.round(
-        "posts",
-        |until| posts(url, term, until),
-        |statuses: BTreeMap<u16, u64>, secs| {
-            let sent: u64 = statuses.values().sum();
-            format!(
-                "{POSTERS} clients sent {sent} POSTs ({:.0}/s), answers by status {statuses:?}",
-                sent as f64 / secs
-            )
-        },
-    )
-    .await;
+    // A fresh cluster per flood: RSS at the caps of one flood is not the allocator's memory of
+    // the previous one.
+    Target::start(&kf, o.secs)
+        .await
+        .round("slowloris", |t, until| slowloris(t.addr, until))
+        .await;
+    Target::start(&kf, o.secs)
+        .await
+        .round("events", |t, until| subscribers(t.addr, until))
+        .await;
+    Target::start(&kf, o.secs)
+        .await
+        .round("posts", |t, until| posts(t.url.clone(), t.term, until))
+        .await;
 }
 
-/// The leader under attack.
-struct Target<'a> {
-    c: &'a Cluster,
+/// The leader of a fresh 3-node cluster, to attack.
+struct Target {
+    c: Cluster,
     leader: String,
     term: u64,
     url: String,
+    addr: SocketAddr,
     pid: u32,
     secs: u64,
 }
 
-impl Target<'_> {
-    /// Runs `flood` (given when to stop) while wrk measures; reports the figures with what
-    /// `describe` says of the flood's result (given its duration in seconds), then checks that
-    /// the node settles with the same leader and term.
-    async fn round<T, F>(
-        &self,
-        name: &str,
-        flood: impl FnOnce(Instant) -> F,
-        describe: impl FnOnce(T, f64) -> String,
-    ) where
-        F: Future<Output = T> + Send + 'static,
-        T: Send + 'static,
+impl Target {
+    async fn start(key_file: &str, secs: u64) -> Target {
+        let c = Cluster::start_with_open_files(
+            3,
+            &["--preempt-after", "0s", "--cluster-key-file", key_file],
+            Some(OPEN_FILES),
+        );
+        for n in &c.nodes {
+            wait_up(n).await;
+        }
+        let (leader, term) = current_leader(&http(), &c, &[0, 1, 2]).await;
+        let li = c.index(&leader);
+        let pid = c.nodes[li].child.as_ref().expect("running").id();
+        println!(
+            "leader {leader} (term {term}), pid {pid}, open-file limit {:?}",
+            flood::open_files_of(pid)
+        );
+        Target {
+            url: c.nodes[li].url(),
+            addr: SocketAddr::from(([127, 0, 0, 1], c.nodes[li].port)),
+            c,
+            leader,
+            term,
+            pid,
+            secs,
+        }
+    }
+
+    /// wrk quiet, then while `flood` runs (given the target and when to stop; it says what it
+    /// did); reports both, then checks that the node settles with the same leader and term.
+    async fn round<F>(&self, name: &str, flood: impl FnOnce(&Target, Instant) -> F)
+    where
+        F: Future<Output = String> + Send + 'static,
     {
+        let quiet = measure(&self.url, self.secs).await;
+        report("quiet", &quiet, self.pid, "");
         let run = WARM_UP + Duration::from_secs(self.secs + 1);
-        let hostile = tokio::spawn(flood(Instant::now() + run));
+        let hostile = tokio::spawn(flood(self, Instant::now() + run));
         let w = measure(&self.url, self.secs).await;
-        let what = describe(hostile.await.expect("the flood"), run.as_secs_f64());
-        report(name, &w, self.pid, &what);
-        settle(self.c, &self.leader, self.term, &self.url).await;
+        report(name, &w, self.pid, &hostile.await.expect("the flood"));
+        settle(&self.c, &self.leader, self.term, &self.url).await;
     }
 }
 
@@ -190,12 +166,17 @@ async fn settle(c: &Cluster, leader: &str, term: u64, url: &str) {
     let counters: Vec<&str> = m
         .lines()
         .filter(|l| {
-            ["refused_total", "timed_out_total", "evicted_total"]
-                .iter()
-                .any(|k| l.contains(k))
+            [
+                "refused_total",
+                "timed_out_total",
+                "evicted_total",
+                "outcome=\"unsigned\"",
+            ]
+            .iter()
+            .any(|k| l.contains(k))
         })
         .collect();
-    println!("           leader counters so far: {}", counters.join(", "));
+    println!("           leader counters: {}", counters.join(", "));
     let (l, t) = current_leader(&http(), c, &[0, 1, 2]).await;
     assert_eq!(
         (l.as_str(), t),
@@ -204,10 +185,11 @@ async fn settle(c: &Cluster, leader: &str, term: u64, url: &str) {
     );
 }
 
-/// `n` clients each sending a partial head, waiting to be closed, and coming back at once;
-/// returns how many connections they opened.
-async fn slowloris(addr: SocketAddr, n: usize, until: Instant) -> u64 {
-    let clients = (0..n).map(|_| async move {
+/// [`HALF_OPEN`] clients each sending a partial head, waiting to be closed, and coming back at
+/// once.
+async fn slowloris(addr: SocketAddr, until: Instant) -> String {
+    let from = Instant::now();
+    let clients = (0..HALF_OPEN).map(|_| async move {
         let mut opened = 0u64;
         while Instant::now() < until {
             let conns = flood::half_open(addr, 1, 1).await;
@@ -220,15 +202,23 @@ async fn slowloris(addr: SocketAddr, n: usize, until: Instant) -> u64 {
         }
         opened
     });
-    join_all(clients).await.into_iter().sum()
+    let opened: u64 = join_all(clients).await.into_iter().sum();
+    format!(
+        "{HALF_OPEN} clients opened {opened} half-open connections ({:.0}/s)",
+        opened as f64 / from.elapsed().as_secs_f64()
+    )
 }
 
-/// `n` clients subscribing again and again: a stream is held to `until`, a refusal retried at
-/// once. Outcomes by status.
-async fn subscribers(addr: SocketAddr, n: usize, until: Instant) -> BTreeMap<String, usize> {
-    let clients = (0..n).map(|_| async move {
+/// [`SUBSCRIBERS`] clients subscribing again and again: a stream is held to `until`, a refusal
+/// retried at once.
+async fn subscribers(addr: SocketAddr, until: Instant) -> String {
+    let from = Instant::now();
+    // Attempts stop a second before the streams are let go, so that none takes a slot that a
+    // leaving holder has just freed (that would count a stream twice).
+    let last_attempt = until - Duration::from_secs(1);
+    let clients = (0..SUBSCRIBERS).map(|_| async move {
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-        while Instant::now() < until {
+        while Instant::now() < last_attempt {
             let key = match flood::subscribe(addr).await {
                 Attempt::Streaming(s) => {
                     tokio::time::sleep_until(until).await;
@@ -242,17 +232,23 @@ async fn subscribers(addr: SocketAddr, n: usize, until: Instant) -> BTreeMap<Str
         }
         seen
     });
-    let mut total = BTreeMap::new();
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
     for seen in join_all(clients).await {
         for (k, v) in seen {
-            *total.entry(k).or_default() += v;
+            *tally.entry(k).or_default() += v;
         }
     }
-    total
+    let attempts: usize = tally.values().sum();
+    format!(
+        "{SUBSCRIBERS} clients made {attempts} subscription attempts ({:.0}/s): {tally:?}",
+        attempts as f64 / from.elapsed().as_secs_f64()
+    )
 }
 
-/// Unauthenticated mutations and unsigned forged peer messages (a coup in a far term).
-async fn posts(url: String, term: u64, until: Instant) -> BTreeMap<u16, u64> {
+/// [`POSTERS`] clients sending unauthenticated mutations and unsigned forged peer messages (a
+/// coup in a far term).
+async fn posts(url: String, term: u64, until: Instant) -> String {
+    let from = Instant::now();
     let coup = json!({"v": 1, "group": "it", "from": "mallory", "term": term + 100, "seq": 1,
                       "ts": 0, "type": "leader", "leader": "mallory", "elected_at": 0});
     let post = |path: &str, body: String, bearer: Option<&str>| Post {
@@ -269,5 +265,10 @@ async fn posts(url: String, term: u64, until: Instant) -> BTreeMap<u16, u64> {
         ),
         post("/peer/messages", coup.to_string(), None),
     ];
-    flood::post_flood(&url, posts, POSTERS, until).await
+    let statuses = flood::post_flood(&url, posts, POSTERS, until).await;
+    let sent: u64 = statuses.values().sum();
+    format!(
+        "{POSTERS} clients sent {sent} POSTs ({:.0}/s), answers by status {statuses:?}",
+        sent as f64 / from.elapsed().as_secs_f64()
+    )
 }
