@@ -465,3 +465,54 @@ fn refuse(shared: &Arc<Shared>, stream: TcpStream) {
         drop(permit);
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_fit_in_1024_open_files_and_larger_caps_are_lowered_to_fit() {
+        let mut l = Limits::default();
+        assert_eq!(
+            l.fit(1024, OWN_FILES + 8),
+            None,
+            "the defaults fit the common limit"
+        );
+        assert_eq!(l, Limits::default());
+
+        let mut l = Limits {
+            max_connections: 5000,
+            max_event_subscribers: 4000,
+            ..Limits::default()
+        };
+        let said = l.fit(1024, OWN_FILES + 8).expect("lowered");
+        assert!(said.contains("--max-connections 5000"), "{said}");
+        assert!(l.files_needed() + OWN_FILES + 8 <= 1024, "{l:?}");
+        assert!(l.max_event_subscribers < l.max_connections, "{l:?}");
+        assert!(l.peer_connections >= 4, "{l:?}");
+
+        // A tiny limit still leaves a working node rather than none.
+        let mut l = Limits::default();
+        l.fit(64, OWN_FILES + 8).expect("lowered");
+        assert!(l.max_connections >= 8 && l.max_event_subscribers < l.max_connections);
+    }
+
+    #[test]
+    fn each_scope_refuses_what_it_does_not_carry() {
+        let post = Method::POST;
+        let get = Method::GET;
+        let code = |s: Scope, m: &Method, p: &str| s.refusal(m, p).map(|e| e.code());
+        assert_eq!(code(Scope::All, &post, PEER_MESSAGES), None);
+        assert_eq!(code(Scope::All, &get, "/leader"), None);
+        assert_eq!(code(Scope::Api, &get, "/leader"), None);
+        assert_eq!(code(Scope::Api, &post, PEER_MESSAGES), Some("not_found"));
+        assert_eq!(code(Scope::Reserved, &post, PEER_MESSAGES), None);
+        assert_eq!(
+            code(Scope::Reserved, &get, "/leader"),
+            Some("too_many_connections")
+        );
+        assert_eq!(code(Scope::Peer, &post, PEER_MESSAGES), None);
+        assert_eq!(code(Scope::Peer, &get, "/leader"), Some("not_found"));
+        assert_eq!(code(Scope::Peer, &get, PEER_MESSAGES), Some("not_found"));
+    }
+}
