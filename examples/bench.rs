@@ -13,6 +13,7 @@
 //! cargo run --release --example bench -- idle      --nodes 3 --transport pilot --secs 30
 //! cargo run --release --example bench -- api       --secs 10 --rounds 2   # needs wrk
 //! cargo run --release --example bench -- stability --nodes 25 --transport pilot --secs 60
+//! cargo run --release --example bench -- attack    --secs 10              # needs wrk
 //! ```
 //!
 //! Nodes run at default timings (h 500 ms, L 2 s, T 3 s) with `--preempt-after 0s`, so that a
@@ -21,8 +22,12 @@
 
 #[path = "../tests/support/app.rs"]
 mod app;
+#[path = "bench/attack.rs"]
+mod attack;
 #[path = "../tests/support/devnet.rs"]
 mod devnet;
+#[path = "../tests/support/flood.rs"]
+mod flood;
 #[path = "../tests/support/pilot_cluster.rs"]
 mod pilot_cluster;
 
@@ -77,7 +82,7 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|idle|api|stability [--nodes N] \
+        "bench: {what}\nusage: bench failover|step-down|sigterm|idle|api|stability|attack [--nodes N] \
          [--transport http|pilot] [--runs N] [--secs S] [--rounds R]"
     );
     std::process::exit(64)
@@ -650,8 +655,11 @@ async fn stability(o: &Opts) {
 
 struct Wrk {
     rps: f64,
+    p50_ms: f64,
     p99_ms: f64,
     non_2xx: bool,
+    /// wrk's "Socket errors" line, if it printed one.
+    socket_errors: Option<String>,
 }
 
 fn wrk(url: &str, secs: u64) -> Wrk {
@@ -666,20 +674,26 @@ fn wrk(url: &str, secs: u64) -> Wrk {
             .find_map(|l| l.trim().strip_prefix(prefix).map(|v| v.trim().to_string()))
             .unwrap_or_else(|| panic!("wrk printed no {prefix}:\n{text}"))
     };
-    let rps: f64 = field("Requests/sec:").parse().expect("rps");
-    let p99 = field("99%");
-    let (num, unit) = p99.split_at(p99.find(|c: char| c.is_alphabetic()).unwrap_or(p99.len()));
-    let scale = match unit {
-        "us" => 0.001,
-        "ms" => 1.0,
-        "s" => 1000.0,
-        "m" => 60_000.0,
-        _ => panic!("wrk latency unit {unit}"),
+    let ms = |p: String| {
+        let (num, unit) = p.split_at(p.find(|c: char| c.is_alphabetic()).unwrap_or(p.len()));
+        let scale = match unit {
+            "us" => 0.001,
+            "ms" => 1.0,
+            "s" => 1000.0,
+            "m" => 60_000.0,
+            _ => panic!("wrk latency unit {unit}"),
+        };
+        num.parse::<f64>().expect("a latency") * scale
     };
     Wrk {
-        rps,
-        p99_ms: num.parse::<f64>().expect("p99") * scale,
+        rps: field("Requests/sec:").parse().expect("rps"),
+        p50_ms: ms(field("50%")),
+        p99_ms: ms(field("99%")),
         non_2xx: text.contains("Non-2xx"),
+        socket_errors: text
+            .lines()
+            .find(|l| l.trim().starts_with("Socket errors"))
+            .map(|l| l.trim().to_string()),
     }
 }
 
@@ -752,6 +766,7 @@ async fn main() {
         "idle" => idle(&o).await,
         "api" => api(&o).await,
         "stability" => stability(&o).await,
+        "attack" => attack::attack(&o).await,
         other => usage(&format!("unknown scenario {other}")),
     }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure of BENCHMARKS.md in one go (about 28 minutes at 30 runs, plus 3 for etcd), each scenario's output
+# Every figure of BENCHMARKS.md in one go (about 30 minutes at 30 runs, plus 3 for etcd), each scenario's output
 # in OUT_DIR/<name>.txt. The latency-sensitive scenarios (handover, idle cost, API) run last.
 #
 # scripts/bench-all.sh [RUNS] [OUT_DIR]   (defaults: 30, bench-out)
@@ -31,6 +31,7 @@ run idle-pilot-25 "$B" idle --nodes 25 --transport pilot --secs 30
 run idle-http-3 "$B" idle --nodes 3 --transport http --secs 30
 run idle-pilot-3 "$B" idle --nodes 3 --transport pilot --secs 30
 run api "$B" api --secs 10 --rounds 2
+run attack "$B" attack --secs 10
 run sim-figures target/release/examples/sim-figures
 # Three minutes more: each etcd run waits out the 60 s session TTL.
 if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then

@@ -7,14 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{AppState, Auth};
+use crate::api::{AppState, Auth, Subscribers};
 use crate::election::{Config, MemberSet, Node, Timings};
 use crate::metrics::Metrics;
 use crate::runtime::{exit_budget, Runtime, RuntimeError, Wiring};
+use crate::server::{Limits, Listeners};
 use crate::signing::KeyRing;
 use crate::store::{self, Store, StoreError};
 use crate::transport::http::{HttpTransport, Peer};
@@ -41,6 +41,8 @@ pub struct NodeConfig {
     pub pilot: Option<PilotConfig>,
     /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
     pub cluster_keys: Option<KeyRing>,
+    /// Connection caps and timeouts of the HTTP server.
+    pub limits: Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +53,6 @@ pub enum RunError {
     Runtime(#[from] RuntimeError),
     #[error("cannot start the HTTP transport: {0}")]
     Transport(String),
-    #[error("HTTP server failed: {0}")]
-    Serve(std::io::Error),
     #[error("the election loop died: {0}")]
     LoopDied(String),
 }
@@ -74,6 +74,7 @@ pub struct NodeBuilder {
 pub struct BuiltNode {
     pub runtime: Runtime,
     pub state: AppState,
+    limits: Limits,
     /// Stops the transport when the node is done; it outlives the loop's shutdown, because a
     /// leader handing over must still hear its successor win.
     transport_stop: CancellationToken,
@@ -182,10 +183,12 @@ impl NodeBuilder {
                 token: config.admin_token.clone(),
                 allow_unauthenticated: config.allow_unauthenticated,
             }),
+            subscribers: Subscribers::new(config.limits.max_event_subscribers),
         };
         Ok(BuiltNode {
             runtime,
             state,
+            limits: config.limits,
             transport_stop,
         })
     }
@@ -197,14 +200,20 @@ impl BuiltNode {
         crate::api::router(self.state.clone())
     }
 
-    /// Serves the API on `listener` and runs the election until `shutdown` resolves (then hands
-    /// over leadership if it has it) or the election loop fails. An `Err` means the process must
-    /// exit non-zero.
+    /// Serves the API on `listeners` and runs the election until `shutdown` resolves (then
+    /// hands over leadership if it has it) or the election loop fails. An `Err` means the process
+    /// must exit non-zero.
     pub async fn serve(
         self,
-        listener: TcpListener,
+        listeners: impl Into<Listeners>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), RunError> {
+        let listeners = listeners.into();
+        tracing::info!(
+            listen = %listeners.api.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            peer_listen = %listeners.peer.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default(),
+            "serving"
+        );
         let _stop_transport = self.transport_stop.drop_guard();
         let stop = CancellationToken::new();
         let stop_loop = stop.clone();
@@ -213,21 +222,19 @@ impl BuiltNode {
             stop_loop.cancel();
         });
         let mut loop_task = tokio::spawn(self.runtime.run(stop));
-        let app = crate::api::router(self.state)
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let metrics = self.state.metrics.clone();
         let server_done = CancellationToken::new();
-        let server_stop = server_done.clone();
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move { server_stop.cancelled().await })
-                .await
-        });
+        let server = tokio::spawn(crate::server::serve(
+            listeners,
+            crate::api::router(self.state),
+            self.limits,
+            metrics,
+            server_done.clone(),
+        ));
         let loop_result = (&mut loop_task).await;
         server_done.cancel();
         // Open event streams end with the loop; give other requests a moment, then stop anyway.
-        if let Ok(Ok(Err(e))) = tokio::time::timeout(exit_budget::SERVER_CLOSE, server).await {
-            return Err(RunError::Serve(e));
-        }
+        let _ = tokio::time::timeout(exit_budget::SERVER_CLOSE, server).await;
         match loop_result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.into()),

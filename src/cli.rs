@@ -18,6 +18,7 @@ use crate::NodeConfig;
 
 pub mod client;
 pub mod demo;
+pub mod server;
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_REFUSED: i32 = 1;
@@ -78,6 +79,8 @@ pub struct RunArgs {
     /// Address of the HTTP API (and of the http transport's ingress).
     #[arg(long, env = "PILOT_ELECTION_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: String,
+    #[command(flatten)]
+    pub server: server::ServerArgs,
     #[arg(
         long,
         env = "PILOT_ELECTION_TRANSPORT",
@@ -258,6 +261,12 @@ impl RunArgs {
             .filter(|s| !s.is_empty())
             .ok_or("--node-id is required with the http transport")?;
         let pilot = self.pilot_settings()?;
+        if pilot.is_some() && self.server.peer_listen.is_some() {
+            return Err("--peer-listen is for the http transport (peers POST to it)".into());
+        }
+        if self.server.peer_listen.as_deref() == Some(self.listen.as_str()) {
+            return Err("--peer-listen must differ from --listen".into());
+        }
         if node_id.len() > crate::election::MAX_ID_BYTES {
             return Err("--node-id must be at most 256 bytes".into());
         }
@@ -316,6 +325,7 @@ impl RunArgs {
             reset_state: self.reset_state,
             pilot,
             cluster_keys,
+            limits: self.server.to_limits()?,
         })
     }
 
@@ -595,7 +605,7 @@ pub fn main() -> i32 {
             if let Some((ctl, verdict)) = pilotctl {
                 verdict.log(&ctl);
             }
-            rt.block_on(run_node(config, args.listen.clone()))
+            rt.block_on(run_node(config, &args.listen, &args.server))
         }
         Command::Leader(a) => rt.block_on(client::leader(&a)),
         Command::Status(a) => rt.block_on(client::status(&a)),
@@ -614,7 +624,7 @@ pub fn main() -> i32 {
 /// writes' and the server's, a node stops within Docker's default 10 s.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
-async fn run_node(config: NodeConfig, listen: String) -> i32 {
+async fn run_node(config: NodeConfig, listen: &str, server: &server::ServerArgs) -> i32 {
     match &config.cluster_keys {
         Some(k) => tracing::info!(key_id = k.signing_key_id(), "peer messages are signed and verified"),
         None => tracing::warn!("no cluster key (--cluster-key-file): peers are unauthenticated, anyone who can reach this node can publish election messages"),
@@ -626,14 +636,14 @@ async fn run_node(config: NodeConfig, listen: String) -> i32 {
             tracing::info!("no admin token configured: candidacy and step-down are refused (403)");
         }
     }
-    let listener = match tokio::net::TcpListener::bind(&listen).await {
+    let listeners = match server.bind(listen).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("pilot-election: cannot listen on {listen}: {e}");
+            eprintln!("pilot-election: {e}");
             return EXIT_USAGE;
         }
     };
-    match crate::run(config, listener, shutdown_signal()).await {
+    match crate::run(config, listeners, shutdown_signal()).await {
         Ok(()) => EXIT_OK,
         Err(e) => {
             tracing::error!(error = %e, "stopped");

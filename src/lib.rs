@@ -19,6 +19,8 @@
 //!   `memory` for tests).
 //! - [`pilotctl`]: a typed async wrapper around the real `pilotctl` CLI, for the pilot transport.
 //! - [`api`]: the HTTP API (`router(AppState)`), one file per resource.
+//! - [`server`]: the HTTP server around the router: connection caps, timeouts, the peers' own
+//!   share; [`open_files`] raises the open-file limit it needs.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`cli`]: command-line parsing, the client commands and the demo; `main.rs` only dispatches.
 //! - [`run`]: one node, from configuration to a serving process.
@@ -30,8 +32,10 @@ pub mod cli;
 pub mod clock;
 pub mod election;
 pub mod metrics;
+pub mod open_files;
 pub mod pilotctl;
 pub mod runtime;
+pub mod server;
 pub mod signing;
 pub mod sim;
 pub mod store;
@@ -39,19 +43,21 @@ pub mod transport;
 
 use std::future::Future;
 
-use tokio::net::TcpListener;
-
 pub use builder::{NodeBuilder, NodeConfig, RunError};
+use server::Listeners;
 
-/// Runs one node on `listener` until `shutdown` resolves (then hands over leadership if it has
-/// it) or the election loop fails. An `Err` means the process must exit non-zero.
+/// Runs one node on `listeners` (a `TcpListener`, or the API's and the peers') until
+/// `shutdown` resolves (then hands over leadership if it has it) or the election loop fails.
+/// An `Err` means the process must exit non-zero.
 pub async fn run(
-    config: NodeConfig,
-    listener: TcpListener,
+    mut config: NodeConfig,
+    listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
+    // The process's open-file limit, raised to its hard limit; caps that do not fit are lowered.
+    open_files::prepare(&mut config.limits, config.peers.len());
     NodeBuilder::new(config)
         .build()?
-        .serve(listener, shutdown)
+        .serve(listeners, shutdown)
         .await
 }

@@ -32,6 +32,12 @@ pub struct Metrics {
     pub publish_latency: Histogram,
     pub subscription_restarts: Counter,
     pub broker_state: Family<Labels, Gauge>,
+    pub connections_open: Family<Labels, Gauge>,
+    pub refusals: Family<Labels, Counter>,
+    pub timeouts: Family<Labels, Counter>,
+    pub evictions: Family<Labels, Counter>,
+    pub accept_errors: Counter,
+    pub event_subscribers: Gauge,
 }
 
 impl Default for Metrics {
@@ -56,6 +62,12 @@ impl Metrics {
             publish_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 12)),
             subscription_restarts: Counter::default(),
             broker_state: Family::default(),
+            connections_open: Family::default(),
+            refusals: Family::default(),
+            timeouts: Family::default(),
+            evictions: Family::default(),
+            accept_errors: Counter::default(),
+            event_subscribers: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,6 +131,36 @@ impl Metrics {
                 "Time to deliver one message to one peer",
                 m.publish_latency.clone(),
             );
+            r.register(
+                "connections_open",
+                "Inbound connections open, by pool (api; peer: the peers' reserved slots or listener)",
+                m.connections_open.clone(),
+            );
+            r.register(
+                "refused",
+                "Connections and requests refused by a cap, by reason (max_connections, event_subscribers)",
+                m.refusals.clone(),
+            );
+            r.register(
+                "connections_timed_out",
+                "Connections closed because a head, a body or the next request did not arrive in time, by phase (header, body, idle)",
+                m.timeouts.clone(),
+            );
+            r.register(
+                "connections_evicted",
+                "Waiting connections closed to make room for a new one at the cap, by pool",
+                m.evictions.clone(),
+            );
+            r.register(
+                "accept_errors",
+                "Failed accepts (such as EMFILE: out of file descriptors)",
+                m.accept_errors.clone(),
+            );
+            r.register(
+                "event_subscribers",
+                "Open GET /events streams",
+                m.event_subscribers.clone(),
+            );
         }
         m
     }
@@ -133,15 +175,11 @@ impl Metrics {
     }
 
     pub fn transition(&self, reason: &str) {
-        self.transitions
-            .get_or_create(&vec![("reason", reason.to_string())])
-            .inc();
+        count(&self.transitions, "reason", reason);
     }
 
     pub fn election(&self, result: &str) {
-        self.elections
-            .get_or_create(&vec![("result", result.to_string())])
-            .inc();
+        count(&self.elections, "result", result);
     }
 
     /// Sets the one state a broker is in to 1 and its other states to 0, so that a query can
@@ -166,6 +204,24 @@ impl Metrics {
         self.publish_latency.observe(d.as_secs_f64());
     }
 
+    pub fn connections_open(&self, pool: &str, open: usize) {
+        self.connections_open
+            .get_or_create(&vec![("pool", pool.to_string())])
+            .set(open as i64);
+    }
+
+    pub fn refused(&self, reason: &str) {
+        count(&self.refusals, "reason", reason);
+    }
+
+    pub fn timed_out(&self, phase: &str) {
+        count(&self.timeouts, "phase", phase);
+    }
+
+    pub fn evicted(&self, pool: &str) {
+        count(&self.evictions, "pool", pool);
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -174,4 +230,11 @@ impl Metrics {
         let _ = encode(&mut out, &r);
         out
     }
+}
+
+/// One more in the series of `family` whose one label is `label=value`.
+fn count(family: &Family<Labels, Counter>, label: &'static str, value: &str) {
+    family
+        .get_or_create(&vec![(label, value.to_string())])
+        .inc();
 }

@@ -17,7 +17,6 @@ mod pilot_cluster;
 
 use std::time::Duration;
 
-
 use app::{get_json, metric, metrics_text, wait_up, Cluster, T};
 use devnet::Devnet;
 use pilot_cluster::pilot_cluster_of;

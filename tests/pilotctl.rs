@@ -7,7 +7,6 @@ mod devnet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-
 use devnet::{event_frame, pilotctl_path, temp_dir, write_script, Devnet, StreamClient, DEADLINE};
 use pilot_election::pilotctl::{ErrorCode, Pilotctl, PilotctlError, Subscription};
 use serde_json::json;

@@ -44,13 +44,24 @@ pub enum ApiError {
     LoopStopped,
     #[error("too many messages queued; try again")]
     Overloaded,
+    #[error("this node is at its connection limit (--max-connections); retry later")]
+    TooManyConnections,
+    #[error("this node already serves its {max} event subscribers (--max-event-subscribers); retry later")]
+    TooManySubscribers { max: usize },
+    #[error("the request body did not arrive within {after_ms} ms (--body-timeout)")]
+    RequestTimeout { after_ms: u64 },
 }
 
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         use ApiError::*;
         match self {
-            NoLeader { .. } | LoopStopped | Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            NoLeader { .. }
+            | LoopStopped
+            | Overloaded
+            | TooManyConnections
+            | TooManySubscribers { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             NotLeader { .. } | TermMismatch { .. } => StatusCode::CONFLICT,
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Unauthorized => StatusCode::UNAUTHORIZED,
@@ -83,6 +94,9 @@ impl ApiError {
             MethodNotAllowed => "method_not_allowed",
             LoopStopped => "loop_stopped",
             Overloaded => "overloaded",
+            TooManyConnections => "too_many_connections",
+            TooManySubscribers { .. } => "too_many_subscribers",
+            RequestTimeout { .. } => "request_timeout",
         }
     }
 
@@ -118,9 +132,17 @@ impl IntoResponse for ApiError {
         body.insert("message".into(), json!(self.to_string()));
         let mut resp = (self.status(), axum::Json(Value::Object(body))).into_response();
         match self {
-            ApiError::NoLeader { .. } | ApiError::LoopStopped | ApiError::Overloaded => {
+            ApiError::NoLeader { .. }
+            | ApiError::LoopStopped
+            | ApiError::Overloaded
+            | ApiError::TooManyConnections => {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            // Subscribers come and go slowly: a slot is unlikely to free up within a second.
+            ApiError::TooManySubscribers { .. } => {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             ApiError::Unauthorized => {
                 resp.headers_mut()

@@ -1,12 +1,15 @@
 //! Extractors whose every rejection is an [`ApiError`], and the operator check.
 
 use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
+use tokio::time::Instant;
 
 use super::{ApiError, AppState};
 
@@ -18,6 +21,11 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
+            if let Some(t) = crate::server::BodyTimedOut::caused(&e) {
+                return ApiError::RequestTimeout {
+                    after_ms: t.0.as_millis() as u64,
+                };
+            }
             // axum exposes the limit error only through its text.
             let too_large = format!("{e:?}").contains("LengthLimitError")
                 || e.to_string().contains("length limit");
@@ -105,15 +113,84 @@ impl FromRequestParts<AppState> for Admin {
         match state.auth.check(header) {
             Ok(()) => Ok(Admin { source }),
             Err(e) => {
-                tracing::warn!(
-                    source = %source,
-                    method = %parts.method,
-                    path = parts.uri.path(),
-                    error = e.code(),
-                    "refused mutation"
-                );
+                if let Some(not_logged) = refusal_to_log() {
+                    tracing::warn!(
+                        source = %source,
+                        method = %parts.method,
+                        path = parts.uri.path(),
+                        error = e.code(),
+                        not_logged,
+                        "refused mutation"
+                    );
+                }
                 Err(e)
             }
         }
+    }
+}
+
+/// Refused mutations logged per second at most: a flood of them must not become a flood of log
+/// lines (disk and CPU); the next line logged counts those left out.
+const REFUSALS_LOGGED_PER_SECOND: u32 = 20;
+
+struct RefusalLog {
+    window: Option<Instant>,
+    logged: u32,
+    left_out: u64,
+}
+
+static REFUSAL_LOG: Mutex<RefusalLog> = Mutex::new(RefusalLog {
+    window: None,
+    logged: 0,
+    left_out: 0,
+});
+
+impl RefusalLog {
+    /// Whether to log a refusal at `now`, with how many were left out since the last one
+    /// logged.
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .window
+            .is_none_or(|w| now >= w + Duration::from_secs(1))
+        {
+            self.window = Some(now);
+            self.logged = 0;
+        }
+        if self.logged >= REFUSALS_LOGGED_PER_SECOND {
+            self.left_out += 1;
+            return None;
+        }
+        self.logged += 1;
+        Some(std::mem::take(&mut self.left_out))
+    }
+}
+
+fn refusal_to_log() -> Option<u64> {
+    let mut log = REFUSAL_LOG.lock().unwrap_or_else(|e| e.into_inner());
+    log.admit(crate::clock::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_logged_twenty_a_second_and_the_rest_counted() {
+        let mut log = RefusalLog {
+            window: None,
+            logged: 0,
+            left_out: 0,
+        };
+        let t0 = crate::clock::now();
+        let first: Vec<_> = (0..25).map(|_| log.admit(t0)).collect();
+        assert_eq!(first.iter().filter(|x| x.is_some()).count(), 20);
+        assert!(first[..20].iter().all(|x| *x == Some(0)));
+        assert_eq!(log.admit(t0 + Duration::from_millis(999)), None);
+        assert_eq!(
+            log.admit(t0 + Duration::from_secs(1)),
+            Some(6),
+            "the next second's first line counts those left out"
+        );
+        assert_eq!(log.admit(t0 + Duration::from_secs(1)), Some(0));
     }
 }

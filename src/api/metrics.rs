@@ -17,6 +17,7 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
         _ => -1.0,
     };
     m.last_heartbeat_age.set(hb_age);
+    m.event_subscribers.set(s.subscribers.open() as i64);
     for member in &snap.members {
         // -1 for a member never heard, like the heartbeat age without a leader.
         let age = member

@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 pub use error::ApiError;
+pub use events::Subscribers;
 pub use extract::{Auth, BODY_LIMIT};
 pub use openapi::OPENAPI_YAML;
 
@@ -45,6 +46,8 @@ pub struct AppState {
     pub clock: LoopClock,
     pub metrics: Arc<Metrics>,
     pub auth: Arc<Auth>,
+    /// The `/events` streams and their cap.
+    pub subscribers: Subscribers,
 }
 
 impl AppState {
@@ -82,11 +85,14 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::get_readyz))
         .route("/metrics", get(metrics::get_metrics))
         .route("/openapi.yaml", get(openapi::get_openapi))
-        .route("/peer/messages", post(peer::post_messages))
+        .route(PEER_MESSAGES, post(peer::post_messages))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
+
+/// The http transport's ingress; the server may reserve connections for it or serve it alone.
+pub const PEER_MESSAGES: &str = "/peer/messages";
 
 /// The paths `router` serves, for the contract test against the OpenAPI document.
 pub const ROUTES: &[(&str, &str)] = &[
@@ -105,7 +111,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/openapi.yaml"),
-    ("post", "/peer/messages"),
+    ("post", PEER_MESSAGES),
 ];
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

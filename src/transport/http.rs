@@ -15,10 +15,13 @@ use crate::metrics::Metrics;
 
 /// Messages waiting for one peer; older ones are worth little once newer ones exist.
 const PEER_QUEUE: usize = 32;
-/// Requests in flight to one peer.
-const PEER_IN_FLIGHT: usize = 4;
+/// Requests in flight to one peer, hence also the most connections to it.
+pub const PEER_IN_FLIGHT: usize = 4;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(1000);
+/// A pooled connection unused this long is closed by us, well before the peer's own idle
+/// timeout (`--idle-timeout`, 60 s by default) could close it under a request.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A peer: its node id and base URL (`http://host:port`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +57,7 @@ impl HttpTransport {
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
             .pool_max_idle_per_host(PEER_IN_FLIGHT)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build()?;
         let needed = quorum.saturating_sub(1);
         let health = Arc::new(HealthCell::new("http", needed == 0));

@@ -22,6 +22,23 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn invalid_configuration_exits_64_with_one_line() {
+    // Any executable passes the pilotctl check.
+    let pilot = [
+        "run",
+        "--node-id",
+        "a",
+        "--transport",
+        "pilot",
+        "--broker",
+        "hub",
+        "--pilotctl",
+        "/bin/sh",
+    ];
+    let pilot_peer_listen = [
+        &pilot[..],
+        &["--member", "a,b,c", "--peer-listen", "127.0.0.1:7071"],
+    ]
+    .concat();
     let cases: &[(&[&str], &str)] = &[
         (
             &["run", "--node-id", "a", "--lease", "3s"],
@@ -32,18 +49,8 @@ fn invalid_configuration_exits_64_with_one_line() {
             "--broker HOST[,HOST...] is required",
         ),
         (
-            // Any executable passes the pilotctl check; the quorum still needs a size.
-            &[
-                "run",
-                "--node-id",
-                "a",
-                "--transport",
-                "pilot",
-                "--broker",
-                "hub",
-                "--pilotctl",
-                "/bin/sh",
-            ],
+            // Any executable passes the pilotctl check; the quorum still needs the members.
+            &pilot,
             "the pilot transport needs its members: --member ID",
         ),
         (
@@ -104,6 +111,22 @@ fn invalid_configuration_exits_64_with_one_line() {
             &["run", "--node-id", "a", "--cluster-key", "k1=short"],
             "k1",
         ),
+        (
+            &["run", "--node-id", "a", "--header-timeout", "0s"],
+            "--header-timeout must be more than 0",
+        ),
+        (
+            &["run", "--node-id", "a", "--max-connections=lots"],
+            "--max-connections",
+        ),
+        (
+            &["run", "--node-id", "a", "--max-connections", "10"],
+            "--max-event-subscribers 128 must be below --max-connections 10",
+        ),
+        (
+            &pilot_peer_listen,
+            "--peer-listen is for the http transport",
+        ),
     ];
     for (args, needle) in cases {
         let o = run(args);
@@ -116,6 +139,21 @@ fn invalid_configuration_exits_64_with_one_line() {
         );
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+    // An address that cannot be bound stops the node as --listen does, after its start-up
+    // warnings: exit 64, the last line saying which.
+    let o = run(&[
+        "run",
+        "--node-id",
+        "a",
+        "--listen",
+        "127.0.0.1:0",
+        "--peer-listen",
+        "256.0.0.1:1",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(last.contains("cannot listen on 256.0.0.1:1"), "{err}");
 }
 
 #[test]

@@ -12,7 +12,7 @@ const FIRST_LEADER: Duration = Duration::from_secs(20);
 
 /// Asks the leader to hand over to `successor`, retrying while the successor is not yet known
 /// to be eligible (it may have just started).
-async fn hand_over(c: &Cluster, leader: &str, successor: &str) {
+pub(crate) async fn hand_over(c: &Cluster, leader: &str, successor: &str) {
     let url = c.nodes[c.index(leader)].url();
     let done = wait_for(Duration::from_secs(10), || {
         let url = url.clone();
@@ -141,13 +141,49 @@ async fn five_nodes_elect_fail_over_rejoin_and_hand_over() {
 }
 
 /// Reads SSE events (`data:` payloads) from a streaming response.
-struct Events {
+pub(crate) struct Events {
     resp: reqwest::Response,
     buf: String,
 }
 
 impl Events {
-    async fn next(&mut self) -> Option<Value> {
+    /// Subscribes to `url`'s `/events`, which must answer 200.
+    pub(crate) async fn open(url: &str) -> Events {
+        let resp = reqwest::Client::new()
+            .get(format!("{url}/events"))
+            .send()
+            .await
+            .expect("events");
+        assert_eq!(resp.status().as_u16(), 200);
+        assert!(resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"));
+        Events {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    /// The first event naming `leader`, within 10 s.
+    pub(crate) async fn until_leader(&mut self, leader: &str) -> Value {
+        let seen = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(ev) = self.next().await {
+                if ev["leader"] == json!(leader) {
+                    return Some(ev);
+                }
+            }
+            None
+        })
+        .await;
+        match seen {
+            Ok(Some(ev)) => ev,
+            Ok(None) => panic!("the stream ended before naming {leader}"),
+            Err(_) => panic!("no event named {leader} within 10 s"),
+        }
+    }
+
+    pub(crate) async fn next(&mut self) -> Option<Value> {
         loop {
             if let Some(end) = self.buf.find("\n\n") {
                 let block: String = self.buf.drain(..end + 2).collect();
@@ -179,20 +215,7 @@ async fn events_on_a_follower_show_the_new_leader_after_a_step_down() {
         .filter(|id| *id != leader)
         .collect();
     let (watcher, successor) = (&followers[0], &followers[1]);
-    let resp = reqwest::Client::new()
-        .get(format!("{}/events", c.nodes[c.index(watcher)].url()))
-        .send()
-        .await
-        .expect("events");
-    assert_eq!(resp.status().as_u16(), 200);
-    assert!(resp.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/event-stream"));
-    let mut events = Events {
-        resp,
-        buf: String::new(),
-    };
+    let mut events = Events::open(&c.nodes[c.index(watcher)].url()).await;
     let first = tokio::time::timeout(Duration::from_secs(5), events.next())
         .await
         .expect("a first event at once")
@@ -206,17 +229,7 @@ async fn events_on_a_follower_show_the_new_leader_after_a_step_down() {
     crate::contract::Spec::load().check_schema("LeaderEvent", &first);
 
     hand_over(&c, &leader, successor).await;
-    let seen = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(ev) = events.next().await {
-            if ev["leader"] == json!(successor) {
-                return Some(ev);
-            }
-        }
-        None
-    })
-    .await
-    .expect("the new leader within 10 s")
-    .expect("stream still open");
+    let seen = events.until_leader(successor).await;
     assert!(seen["term"].as_u64().unwrap() > term, "{seen}");
 }
 

@@ -8,10 +8,13 @@
 mod app;
 mod cli;
 mod cluster;
+mod connections;
 mod contract;
 #[path = "../support/devnet.rs"]
 mod devnet;
 mod errors;
+#[path = "../support/flood.rs"]
+mod flood;
 mod fuzz;
 mod health;
 mod memory;

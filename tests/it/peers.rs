@@ -9,7 +9,7 @@ use pilot_election::election::Message;
 use pilot_election::signing::KeyRing;
 
 use crate::app::{
-    app, client, free_port, leader_of, metrics_text, serial, wait_for, wait_up, App, Cluster,
+    app, free_port, leader_of, metrics_text, post_raw, serial, wait_for, wait_up, App, Cluster,
     TempDir,
 };
 
@@ -46,14 +46,8 @@ pub(crate) fn counted(metrics: &str, outcome: &str) -> f64 {
 
 /// POSTs one wire message to a node's peer ingress, which takes it for the loop (202).
 async fn post_message(target: &str, body: &str) {
-    let resp = client()
-        .post(target)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("POST /peer/messages");
-    assert_eq!(resp.status().as_u16(), 202, "{body}");
+    let (status, answer) = post_raw(target, body).await;
+    assert_eq!(status, 202, "{body}: {answer}");
 }
 
 /// A harmless `presence` from `mallory`, validly signed with [`KEY`]: what a member holding the

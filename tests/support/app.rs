@@ -66,6 +66,9 @@ pub struct App {
     pub dir: TempDir,
     pub args: Vec<String>,
     pub child: Option<Child>,
+    /// Starts the process under this open-file limit, soft and hard (the node raises its soft
+    /// limit to the hard one, so only a hard limit holds it).
+    pub open_files: Option<u64>,
 }
 
 impl App {
@@ -88,7 +91,18 @@ impl App {
             .append(true)
             .open(self.dir.0.join("node.log"))
             .expect("log file");
-        let child = Command::new(BIN)
+        let mut cmd = match self.open_files {
+            // `exec` keeps the PID, so the node is still killed by the PID we hold.
+            Some(n) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -177,6 +191,7 @@ pub fn app(id: &str, port: u16, peers: &[(String, u16)], extra: &[&str]) -> App 
         dir,
         args,
         child: None,
+        open_files: None,
     }
 }
 
@@ -189,6 +204,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(n: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_with_open_files(n, extra, None)
+    }
+
+    /// As [`Cluster::start`], every node under the open-file limit `open_files` if given.
+    pub fn start_with_open_files(n: usize, extra: &[&str], open_files: Option<u64>) -> Cluster {
         let token_file = TempDir::new("token");
         let tf = token_file.0.join("token");
         std::fs::write(&tf, format!("{TOKEN}\n")).expect("token file");
@@ -201,6 +221,7 @@ impl Cluster {
             .map(|(id, port)| app(id, *port, &peers, &all_extra))
             .collect();
         for n in &mut nodes {
+            n.open_files = open_files;
             n.start();
         }
         Cluster {
@@ -305,6 +326,21 @@ pub async fn post_json(url: &str, path: &str, token: Option<&str>, body: &Value)
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
+/// POSTs `body` (JSON) to `url`: the status and the answer as text.
+pub async fn post_raw(url: &str, body: &str) -> (u16, String) {
+    let resp = client()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("POST");
+    (
+        resp.status().as_u16(),
+        resp.text().await.unwrap_or_default(),
+    )
+}
+
 /// The term a node reports, once it answers.
 pub async fn term_of(url: &str, within: Duration) -> Option<u64> {
     let url = format!("{url}/term");
@@ -373,6 +409,7 @@ pub fn node_config(
         reset_state: false,
         pilot: None,
         cluster_keys: None,
+        limits: pilot_election::server::Limits::default(),
     }
 }
 

@@ -62,6 +62,7 @@ pub fn pilot_node_with(
         dir,
         args,
         child: None,
+        open_files: None,
     }
 }
 

@@ -1,0 +1,137 @@
+//! Body wrappers the server puts around every exchange: a deadline on the request body (hyper
+//! bounds nothing once the head is in, so a client could drip a body for ever) and a guard on
+//! the response body that tells the connection when the exchange is really over (for a stream
+//! such as `/events` that is long after the handler returned).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use http_body::{Frame, SizeHint};
+use tokio::time::{Instant, Sleep};
+
+use super::conn::Exchange;
+use crate::metrics::Metrics;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The request body did not arrive within `--body-timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the request body did not arrive within {0:?}")]
+pub struct BodyTimedOut(pub Duration);
+
+impl BodyTimedOut {
+    /// Whether `e`, or anything it was caused by, is a body deadline (the framework wraps body
+    /// errors in its own, once per layer).
+    pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimedOut> {
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(t) = err.downcast_ref::<BodyTimedOut>() {
+                return Some(*t);
+            }
+            cur = err.source();
+        }
+        None
+    }
+}
+
+/// A request body that fails once its deadline has passed, whatever arrived before. The
+/// deadline is counted from the end of the head, for the whole body (not between chunks: one
+/// byte every few seconds must not keep a request open).
+pub struct Deadline {
+    inner: Body,
+    deadline: Instant,
+    /// Armed at the first read: most requests (every GET) never read a body.
+    sleep: Option<Pin<Box<Sleep>>>,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+    fired: bool,
+}
+
+impl Deadline {
+    pub fn new(inner: Body, timeout: Duration, metrics: Arc<Metrics>) -> Deadline {
+        Deadline {
+            inner,
+            deadline: Instant::now() + timeout,
+            sleep: None,
+            timeout,
+            metrics,
+            fired: false,
+        }
+    }
+}
+
+impl http_body::Body for Deadline {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        // The deadline first: a client that always has the next byte ready must not outlive it.
+        if !this.fired {
+            let deadline = this.deadline;
+            let sleep = this
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if sleep.as_mut().poll(cx).is_ready() {
+                this.fired = true;
+                this.metrics.timed_out("body");
+            }
+        }
+        if this.fired {
+            return Poll::Ready(Some(Err(BodyTimedOut(this.timeout).into())));
+        }
+        Pin::new(&mut this.inner)
+            .poll_frame(cx)
+            .map(|frame| frame.map(|f| f.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A response body that holds its exchange open until it is finished or dropped.
+pub struct Tracked {
+    inner: Body,
+    _exchange: Exchange,
+}
+
+impl Tracked {
+    pub fn new(inner: Body, exchange: Exchange) -> Tracked {
+        Tracked {
+            inner,
+            _exchange: exchange,
+        }
+    }
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,523 @@
+//! The HTTP server: our own accept loop on hyper, so that connections are bounded by
+//! configuration rather than by the open-file limit, and slow or idle clients cannot hold the
+//! node (axum's `serve` has no timeouts and no cap).
+//!
+//! - Every connection has deadlines: the first head within the header timeout of the accept, a
+//!   request body within the body timeout of its head, the next head within the idle timeout
+//!   of the last response and, once it has started, within the header timeout.
+//! - Connections are capped. At the cap the one that has waited longest without finishing a
+//!   head is closed to make room, then the longest idle one; only when every connection is
+//!   busy with a request is a newcomer refused, with `503 too_many_connections`.
+//! - Peer ingress never depends on the API having room: on a shared port, `--peer-connections`
+//!   slots beyond the cap carry only `POST /peer/messages`; with `--peer-listen` the peers have
+//!   a listener (and cap) of their own.
+//! - On shutdown, the listeners close, waiting connections are closed at once and requests in
+//!   progress are finished (event streams end with the election loop).
+//!
+//! Connection deadlines are about this process's own sockets, not the protocol: they are
+//! measured on tokio's clock (which the runtime's timers use), not the suspend-aware
+//! `clock::now()` that leases need.
+#![allow(clippy::disallowed_methods)]
+
+mod body;
+mod conn;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{header, HeaderValue, Method, Request, Response};
+use axum::response::IntoResponse;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+pub use body::BodyTimedOut;
+use body::{Deadline, Tracked};
+use conn::{Conn, Watched};
+
+use crate::api::{ApiError, PEER_MESSAGES};
+use crate::metrics::Metrics;
+
+/// Connection limits and timeouts (`--max-connections` and friends).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_event_subscribers: usize,
+    pub peer_connections: usize,
+}
+
+impl Default for Limits {
+    /// A LAN control plane: a few peers, dashboards, probes and operators. Fits, with the
+    /// node's own files, in the common open-file limit of 1024.
+    fn default() -> Self {
+        Limits {
+            header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 512,
+            max_event_subscribers: 128,
+            peer_connections: 64,
+        }
+    }
+}
+
+/// Connections being answered `503 too_many_connections` at the same time; beyond this a
+/// refused connection is closed without an answer.
+pub const REFUSALS: usize = 32;
+/// Open files the node needs besides inbound connections: its data files, logs, the runtime,
+/// and slack for pilotctl pipes; outgoing peer connections are counted on top.
+pub const OWN_FILES: u64 = 64;
+/// Largest request head (all header lines) a client may send.
+const MAX_HEAD: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+/// Pause after an accept error such as EMFILE, so that a full table does not spin the loop.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+impl Limits {
+    /// File descriptors the caps can take at once.
+    pub fn files_needed(&self) -> u64 {
+        (self.max_connections + self.peer_connections + REFUSALS) as u64
+    }
+
+    /// Lowers the caps until they fit in `open_files` with `reserved` files left for the node;
+    /// returns what was changed, for the log. A node out of descriptors could not write its
+    /// state file or reach its peers, which is worse than refusing clients.
+    pub fn fit(&mut self, open_files: u64, reserved: u64) -> Option<String> {
+        let room = open_files.saturating_sub(reserved + REFUSALS as u64) as usize;
+        if self.max_connections + self.peer_connections <= room {
+            return None;
+        }
+        let before = self.clone();
+        self.peer_connections = self.peer_connections.min((room / 8).max(4));
+        self.max_connections = room.saturating_sub(self.peer_connections).max(8);
+        if self.max_event_subscribers >= self.max_connections {
+            self.max_event_subscribers = (self.max_connections / 2).max(1);
+        }
+        Some(format!(
+            "--max-connections {} and --peer-connections {} do not fit in the open-file limit \
+             {open_files} (the node keeps {reserved} for itself): using {} and {} (event \
+             subscribers {} -> {})",
+            before.max_connections,
+            before.peer_connections,
+            self.max_connections,
+            self.peer_connections,
+            before.max_event_subscribers,
+            self.max_event_subscribers
+        ))
+    }
+}
+
+/// Where the node listens: the API, and optionally a separate peer ingress.
+pub struct Listeners {
+    pub api: TcpListener,
+    pub peer: Option<TcpListener>,
+}
+
+impl From<TcpListener> for Listeners {
+    fn from(api: TcpListener) -> Listeners {
+        Listeners { api, peer: None }
+    }
+}
+
+/// What a connection may ask for, decided when it is admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// The API port, which also takes peer messages.
+    All,
+    /// The API port when peers have their own listener.
+    Api,
+    /// A slot reserved for peers on the shared port: only peer messages.
+    Reserved,
+    /// The peer listener.
+    Peer,
+}
+
+impl Scope {
+    /// The answer for a request this connection may not make, if it is one.
+    fn refusal(self, method: &Method, path: &str) -> Option<ApiError> {
+        let peer = method == Method::POST && path == PEER_MESSAGES;
+        match self {
+            Scope::All => None,
+            Scope::Api if peer => Some(ApiError::NotFound(format!(
+                "{method} {path} (this node takes peer messages on its --peer-listen address)"
+            ))),
+            Scope::Reserved if !peer => Some(ApiError::TooManyConnections),
+            Scope::Peer if !peer => Some(ApiError::NotFound(format!(
+                "{method} {path} (this is the peer listener: only {PEER_MESSAGES})"
+            ))),
+            _ => None,
+        }
+    }
+}
+
+/// A capped set of connections, named for the metrics: `api` or `peer`.
+struct Pool {
+    name: &'static str,
+    cap: usize,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+}
+
+impl Pool {
+    fn new(name: &'static str, cap: usize) -> Pool {
+        Pool {
+            name,
+            cap,
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes `conn` if there is room, making room by evicting a waiting connection if need be.
+    fn admit(&self, conn: &Arc<Conn>, metrics: &Metrics) -> bool {
+        let mut conns = self.lock();
+        while conns.len() >= self.cap {
+            let Some(victim) = conns
+                .values()
+                .filter_map(|c| c.eviction_rank().map(|r| (r, c.id)))
+                .min()
+                .map(|(_, id)| id)
+            else {
+                return false;
+            };
+            // A victim that started a request meanwhile stays (and is not picked again).
+            if conns.get(&victim).is_some_and(|v| v.evict()) {
+                conns.remove(&victim);
+                metrics.evicted(self.name);
+            }
+        }
+        conns.insert(conn.id, conn.clone());
+        metrics.connections_open(self.name, conns.len());
+        true
+    }
+
+    fn remove(&self, id: u64, metrics: &Metrics) {
+        let mut conns = self.lock();
+        conns.remove(&id);
+        metrics.connections_open(self.name, conns.len());
+    }
+}
+
+/// A connection's place in its pool, given back however its task ends (even by a panic).
+struct Membership {
+    shared: Arc<Shared>,
+    pool: usize,
+    id: u64,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.shared.pools[self.pool].remove(self.id, &self.shared.metrics);
+    }
+}
+
+struct Shared {
+    router: Router,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    /// `[api, peer]`: the API's cap, and the peers' reserve or listener.
+    pools: [Pool; 2],
+    /// Whether peers have their own listener.
+    peer_listener: bool,
+    refusals: Arc<Semaphore>,
+    tasks: TaskTracker,
+    stop: CancellationToken,
+    next_id: AtomicU64,
+    http: http1::Builder,
+}
+
+const API: usize = 0;
+const PEER: usize = 1;
+
+/// Serves `router` on `listeners` until `stop` is cancelled, then until the requests in
+/// progress are done (the caller bounds that wait).
+pub async fn serve(
+    listeners: Listeners,
+    router: Router,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let mut http = http1::Builder::new();
+    http.keep_alive(true)
+        .header_read_timeout(None)
+        .max_header_size(MAX_HEAD)
+        .max_headers(MAX_HEADERS);
+    metrics.connections_open("api", 0);
+    metrics.connections_open("peer", 0);
+    let shared = Arc::new(Shared {
+        router,
+        pools: [
+            Pool::new("api", limits.max_connections),
+            Pool::new("peer", limits.peer_connections),
+        ],
+        limits,
+        metrics,
+        peer_listener: listeners.peer.is_some(),
+        refusals: Arc::new(Semaphore::new(REFUSALS)),
+        tasks: TaskTracker::new(),
+        stop,
+        next_id: AtomicU64::new(0),
+        http,
+    });
+    let tasks = shared.tasks.clone();
+    tasks.spawn(accept_loop(listeners.api, false, shared.clone()));
+    if let Some(peer) = listeners.peer {
+        tasks.spawn(accept_loop(peer, true, shared.clone()));
+    }
+    shared.stop.cancelled().await;
+    drop(shared);
+    tasks.close();
+    tasks.wait().await;
+}
+
+async fn accept_loop(listener: TcpListener, peer: bool, shared: Arc<Shared>) {
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shared.stop.cancelled() => return,
+        };
+        match accepted {
+            Ok((stream, remote)) => admit(&shared, stream, remote, peer),
+            Err(e) => {
+                use std::io::ErrorKind::*;
+                if matches!(
+                    e.kind(),
+                    ConnectionAborted | ConnectionReset | ConnectionRefused
+                ) {
+                    continue;
+                }
+                // EMFILE and the like: the connection waits in the backlog; try again soon.
+                shared.metrics.accept_errors.inc();
+                if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!(error = %e, "accept failed (is the open-file limit too low for the connection caps?)");
+                    last_warning = Some(Instant::now());
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                    _ = shared.stop.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+/// Finds the connection a place (API, then the peers' reserve on a shared port), or refuses it.
+fn admit(shared: &Arc<Shared>, stream: TcpStream, remote: SocketAddr, peer: bool) {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let conn = Arc::new(Conn::new(
+        id,
+        shared.limits.header_timeout,
+        shared.limits.idle_timeout,
+    ));
+    let places: &[(usize, Scope)] = match (peer, shared.peer_listener) {
+        (true, _) => &[(PEER, Scope::Peer)],
+        (false, true) => &[(API, Scope::Api)],
+        (false, false) => &[(API, Scope::All), (PEER, Scope::Reserved)],
+    };
+    for &(pool, scope) in places {
+        if shared.pools[pool].admit(&conn, &shared.metrics) {
+            let membership = Membership {
+                shared: shared.clone(),
+                pool,
+                id,
+            };
+            shared
+                .tasks
+                .spawn(serve_connection(stream, remote, conn, scope, membership));
+            return;
+        }
+    }
+    refuse(shared, stream);
+}
+
+/// Serves one admitted connection until it closes, times out, is evicted or the server stops.
+async fn serve_connection(
+    stream: TcpStream,
+    remote: SocketAddr,
+    conn: Arc<Conn>,
+    scope: Scope,
+    membership: Membership,
+) {
+    let shared = membership.shared.clone();
+    let service = {
+        let (conn, shared) = (conn.clone(), shared.clone());
+        hyper::service::service_fn(move |req: Request<Incoming>| {
+            let exchange = conn.begin();
+            let shared = shared.clone();
+            async move {
+                let resp = answer(&shared, req, remote, scope).await;
+                Ok::<_, Infallible>(resp.map(|b| Body::new(Tracked::new(b, exchange))))
+            }
+        })
+    };
+    let io = TokioIo::new(Watched::new(stream, conn.clone()));
+    let http = shared.http.serve_connection(io, service);
+    tokio::pin!(http);
+    let mut stopping = false;
+    loop {
+        let deadline = conn.deadline();
+        tokio::select! {
+            _ = http.as_mut() => break,
+            _ = conn.changed.notified() => {
+                if conn.evicted() {
+                    break;
+                }
+            }
+            _ = sleep_until(deadline) => {
+                if let Some(wait) = conn.expired(Instant::now()) {
+                    shared.metrics.timed_out(wait.label());
+                    break;
+                }
+            }
+            _ = shared.stop.cancelled(), if !stopping => {
+                stopping = true;
+                if !conn.busy() {
+                    break;
+                }
+                // Finish the request in progress, then close.
+                http.as_mut().graceful_shutdown();
+            }
+        }
+    }
+    drop(membership);
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One request through the router, with the connection's scope, its source address and the
+/// body deadline.
+async fn answer(
+    shared: &Shared,
+    req: Request<Incoming>,
+    remote: SocketAddr,
+    scope: Scope,
+) -> Response<Body> {
+    if let Some(e) = scope.refusal(req.method(), req.uri().path()) {
+        if e == ApiError::TooManyConnections {
+            shared.metrics.refused("max_connections");
+            return closing(e);
+        }
+        return e.into_response();
+    }
+    let (mut parts, body) = req.into_parts();
+    parts.extensions.insert(ConnectInfo(remote));
+    let body = Deadline::new(
+        Body::new(body),
+        shared.limits.body_timeout,
+        shared.metrics.clone(),
+    );
+    let req = Request::from_parts(parts, Body::new(body));
+    match shared.router.clone().oneshot(req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}
+
+/// An error answer after which the connection closes.
+fn closing(e: ApiError) -> Response<Body> {
+    let mut resp = e.into_response();
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// Answers `503 too_many_connections` to the connection's first request and closes it; past
+/// [`REFUSALS`] such answers at once, closes it at once.
+fn refuse(shared: &Arc<Shared>, stream: TcpStream) {
+    shared.metrics.refused("max_connections");
+    let Ok(permit) = shared.refusals.clone().try_acquire_owned() else {
+        return;
+    };
+    let (stop, wait) = (shared.stop.clone(), shared.limits.header_timeout);
+    let mut http = http1::Builder::new();
+    http.keep_alive(false)
+        .header_read_timeout(None)
+        .max_header_size(MAX_HEAD);
+    shared.tasks.spawn(async move {
+        let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+            Ok::<_, Infallible>(closing(ApiError::TooManyConnections))
+        });
+        let conn = http.serve_connection(TokioIo::new(stream), service);
+        tokio::select! {
+            _ = tokio::time::timeout(wait, conn) => {}
+            _ = stop.cancelled() => {}
+        }
+        drop(permit);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_fit_in_1024_open_files_and_larger_caps_are_lowered_to_fit() {
+        let mut l = Limits::default();
+        assert_eq!(
+            l.fit(1024, OWN_FILES + 8),
+            None,
+            "the defaults fit the common limit"
+        );
+        assert_eq!(l, Limits::default());
+
+        let mut l = Limits {
+            max_connections: 5000,
+            max_event_subscribers: 4000,
+            ..Limits::default()
+        };
+        let said = l.fit(1024, OWN_FILES + 8).expect("lowered");
+        assert!(said.contains("--max-connections 5000"), "{said}");
+        assert!(l.files_needed() + OWN_FILES + 8 <= 1024, "{l:?}");
+        assert!(l.max_event_subscribers < l.max_connections, "{l:?}");
+        assert!(l.peer_connections >= 4, "{l:?}");
+
+        // A tiny limit still leaves a working node rather than none.
+        let mut l = Limits::default();
+        l.fit(64, OWN_FILES + 8).expect("lowered");
+        assert!(l.max_connections >= 8 && l.max_event_subscribers < l.max_connections);
+    }
+
+    #[test]
+    fn each_scope_refuses_what_it_does_not_carry() {
+        let post = Method::POST;
+        let get = Method::GET;
+        let code = |s: Scope, m: &Method, p: &str| s.refusal(m, p).map(|e| e.code());
+        assert_eq!(code(Scope::All, &post, PEER_MESSAGES), None);
+        assert_eq!(code(Scope::All, &get, "/leader"), None);
+        assert_eq!(code(Scope::Api, &get, "/leader"), None);
+        assert_eq!(code(Scope::Api, &post, PEER_MESSAGES), Some("not_found"));
+        assert_eq!(code(Scope::Reserved, &post, PEER_MESSAGES), None);
+        assert_eq!(
+            code(Scope::Reserved, &get, "/leader"),
+            Some("too_many_connections")
+        );
+        assert_eq!(code(Scope::Peer, &post, PEER_MESSAGES), None);
+        assert_eq!(code(Scope::Peer, &get, "/leader"), Some("not_found"));
+        assert_eq!(code(Scope::Peer, &get, PEER_MESSAGES), Some("not_found"));
+    }
+}
