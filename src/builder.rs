@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{AppState, Auth, Subscribers};
 use crate::election::{Config, MemberSet, Node, Timings};
+use crate::exec::{Exec, ExecConfig};
 use crate::metrics::Metrics;
 use crate::runtime::{exit_budget, Runtime, RuntimeError, Wiring};
 use crate::server::{Limits, Listeners};
@@ -43,6 +44,8 @@ pub struct NodeConfig {
     pub cluster_keys: Option<KeyRing>,
     /// Connection caps and timeouts of the HTTP server.
     pub limits: Limits,
+    /// `--exec`: a command to run while this node leads.
+    pub exec: Option<ExecConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +78,8 @@ pub struct BuiltNode {
     pub runtime: Runtime,
     pub state: AppState,
     limits: Limits,
+    /// The `--exec` supervisor, if any.
+    exec: Option<Exec>,
     /// Stops the transport when the node is done; it outlives the loop's shutdown, because a
     /// leader handing over must still hear its successor win.
     transport_stop: CancellationToken,
@@ -153,7 +158,7 @@ impl NodeBuilder {
             },
         };
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
-        let (runtime, snapshot, clock) = Runtime::new(
+        let (mut runtime, snapshot, clock) = Runtime::new(
             node,
             loaded.store,
             loaded.history,
@@ -173,9 +178,19 @@ impl NodeBuilder {
             quorum = config.members.quorum(),
             "node starting"
         );
+        // With --exec, handovers asked through the API wait for the child to stop (see `exec`).
+        let exec = (config.exec.clone())
+            .map(|e| Exec::start(e, snapshot.clone(), cmd_tx.clone(), metrics.clone()));
+        if let Some(x) = &exec {
+            runtime.guard_releases(x.handle().release_guard(config.timings));
+        }
+        let commands = match &exec {
+            Some(x) => x.gate(cmd_tx, snapshot.clone()),
+            None => cmd_tx,
+        };
         let state = AppState {
             snapshot,
-            commands: cmd_tx,
+            commands,
             ingress: in_tx,
             clock,
             metrics,
@@ -189,6 +204,7 @@ impl NodeBuilder {
             runtime,
             state,
             limits: config.limits,
+            exec,
             transport_stop,
         })
     }
@@ -217,8 +233,13 @@ impl BuiltNode {
         let _stop_transport = self.transport_stop.drop_guard();
         let stop = CancellationToken::new();
         let stop_loop = stop.clone();
+        let exec_drain = self.exec.as_ref().map(Exec::handle);
         tokio::spawn(async move {
             shutdown.await;
+            // The child stops before a leader hands over (its successor may lead at once).
+            if let Some(x) = exec_drain {
+                x.drain_for_exit().await;
+            }
             stop_loop.cancel();
         });
         let mut loop_task = tokio::spawn(self.runtime.run(stop));
@@ -234,7 +255,15 @@ impl BuiltNode {
         let loop_result = (&mut loop_task).await;
         server_done.cancel();
         // Open event streams end with the loop; give other requests a moment, then stop anyway.
-        let _ = tokio::time::timeout(exit_budget::SERVER_CLOSE, server).await;
+        let exec = self.exec;
+        let _ = tokio::join!(
+            tokio::time::timeout(exit_budget::SERVER_CLOSE, server),
+            async {
+                if let Some(x) = exec {
+                    x.finish().await;
+                }
+            }
+        );
         match loop_result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(e.into()),

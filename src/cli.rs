@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use crate::election::{default_priority, MemberSet, Timings};
+use crate::exec::ExecConfig;
 use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
 use crate::transport::http::Peer;
@@ -155,6 +156,12 @@ pub struct RunArgs {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+    /// Run this command line (through `sh -c`) only while this node leads.
+    #[arg(long, env = "PILOT_ELECTION_EXEC")]
+    pub exec: Option<String>,
+    /// With --exec: step down when the command exits non-zero, instead of restarting it.
+    #[arg(long, env = "PILOT_ELECTION_EXEC_STEP_DOWN_ON_FAILURE")]
+    pub exec_step_down_on_failure: bool,
 }
 
 #[derive(Debug, Args)]
@@ -261,12 +268,7 @@ impl RunArgs {
             .filter(|s| !s.is_empty())
             .ok_or("--node-id is required with the http transport")?;
         let pilot = self.pilot_settings()?;
-        if pilot.is_some() && self.server.peer_listen.is_some() {
-            return Err("--peer-listen is for the http transport (peers POST to it)".into());
-        }
-        if self.server.peer_listen.as_deref() == Some(self.listen.as_str()) {
-            return Err("--peer-listen must differ from --listen".into());
-        }
+        self.check_listeners(pilot.is_some())?;
         if node_id.len() > crate::election::MAX_ID_BYTES {
             return Err("--node-id must be at most 256 bytes".into());
         }
@@ -308,7 +310,9 @@ impl RunArgs {
             ),
             (None, None) => None,
         };
+        let exec = ExecConfig::from_flags(self.exec.as_deref(), self.exec_step_down_on_failure)?;
         Ok(NodeConfig {
+            exec,
             priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
             data_dir: self
                 .data_dir
@@ -449,12 +453,24 @@ impl RunArgs {
         })
     }
 
+    fn check_listeners(&self, pilot: bool) -> Result<(), ConfigError> {
+        if pilot && self.server.peer_listen.is_some() {
+            return Err("--peer-listen is for the http transport (peers POST to it)".into());
+        }
+        if self.server.peer_listen.as_deref() == Some(self.listen.as_str()) {
+            return Err("--peer-listen must differ from --listen".into());
+        }
+        Ok(())
+    }
+
     /// With the pilot transport, refuses a pilotctl outside the tested range (exit 69) before
-    /// anything else runs it; the verdict is logged once logging is set up.
+    /// anything else runs it (a usage error is still reported first, exit 64); the verdict is
+    /// logged once logging is set up.
     pub async fn check_pilotctl(&self) -> Result<Option<PilotctlVerdict>, ConfigError> {
         let Some(pilot) = self.pilot_settings()? else {
             return Ok(None);
         };
+        self.check_listeners(true)?;
         let verdict = crate::pilotctl::compat::check(&pilot.pilotctl)
             .await
             .map_err(ConfigError::Unavailable)?;
@@ -616,13 +632,9 @@ pub fn main() -> i32 {
     };
     // Dropping the runtime would wait for any blocking write still in flight (a stuck disk),
     // which would break the bounded exit Docker's stop timeout relies on.
-    rt.shutdown_timeout(EXIT_GRACE);
+    rt.shutdown_timeout(crate::runtime::exit_budget::LEFTOVER_BLOCKING);
     code
 }
-
-/// What the exit waits for leftover blocking work: with the handover's grace, the last
-/// writes' and the server's, a node stops within Docker's default 10 s.
-const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 async fn run_node(config: NodeConfig, listen: &str, server: &server::ServerArgs) -> i32 {
     match &config.cluster_keys {

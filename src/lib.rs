@@ -21,6 +21,7 @@
 //! - [`api`]: the HTTP API (`router(AppState)`), one file per resource.
 //! - [`server`]: the HTTP server around the router: connection caps, timeouts, the peers' own
 //!   share; [`open_files`] raises the open-file limit it needs.
+//! - [`exec`]: `run --exec`, a command that runs only while this node leads.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`cli`]: command-line parsing, the client commands and the demo; `main.rs` only dispatches.
 //! - [`run`]: one node, from configuration to a serving process.
@@ -31,6 +32,7 @@ pub mod builder;
 pub mod cli;
 pub mod clock;
 pub mod election;
+pub mod exec;
 pub mod metrics;
 pub mod open_files;
 pub mod pilotctl;

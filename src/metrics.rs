@@ -38,6 +38,10 @@ pub struct Metrics {
     pub evictions: Family<Labels, Counter>,
     pub accept_errors: Counter,
     pub event_subscribers: Gauge,
+    /// 1 while `/readyz` would answer 200, labelled with the transport; set at scrape time.
+    pub ready: Family<Labels, Gauge>,
+    pub exec_running: Gauge,
+    pub exec_exits: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -68,6 +72,9 @@ impl Metrics {
             evictions: Family::default(),
             accept_errors: Counter::default(),
             event_subscribers: Gauge::default(),
+            ready: Family::default(),
+            exec_running: Gauge::default(),
+            exec_exits: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -161,6 +168,21 @@ impl Metrics {
                 "Open GET /events streams",
                 m.event_subscribers.clone(),
             );
+            r.register(
+                "ready",
+                "1 while /readyz answers 200 (this node can vote and hears a quorum of members with its member set), by transport",
+                m.ready.clone(),
+            );
+            r.register(
+                "exec_running",
+                "1 while the --exec child runs on this node",
+                m.exec_running.clone(),
+            );
+            r.register(
+                "exec_exits",
+                "--exec children that ended: ok or failed on their own, stopped or killed by the node",
+                m.exec_exits.clone(),
+            );
         }
         m
     }
@@ -194,6 +216,12 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::from(s == state));
         }
+    }
+
+    pub fn exec_exit(&self, outcome: &str) {
+        self.exec_exits
+            .get_or_create(&vec![("outcome", outcome.to_string())])
+            .inc();
     }
 
     pub fn publish_failed(&self) {

@@ -10,6 +10,8 @@
 //! `watch` channel.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock;
 use crate::election::{
-    Action, CommandError, Input, Member, MemberSet, Message, Node, Outcome, Role, Timings,
+    Action, Body, CommandError, Input, Member, MemberSet, Message, Node, Outcome, Role, Timings,
     Transition, View,
 };
 use crate::metrics::Metrics;
@@ -33,8 +35,11 @@ use crate::transport::{Health, Transport};
 pub mod exit_budget {
     use std::time::Duration;
 
-    /// How long a stopping leader waits for its successor before it leaves anyway.
-    pub const HANDOVER: Duration = Duration::from_secs(5);
+    /// How long a stopping node first waits for its `--exec` child to stop.
+    pub const EXEC_DRAIN: Duration = crate::exec::DRAIN_GRACE;
+    /// How long a stopping leader waits for its successor before it leaves anyway (a handover
+    /// takes milliseconds; this covers a successor that has to retry once).
+    pub const HANDOVER: Duration = Duration::from_secs(4);
     /// How long the exit waits for the last history and replay marks to reach the disk.
     pub const FLUSH: Duration = Duration::from_secs(1);
     /// How long open requests (event streams end with the loop) get to finish.
@@ -47,7 +52,8 @@ pub mod exit_budget {
     /// The longest a stop can take.
     pub const fn total() -> Duration {
         Duration::from_millis(
-            HANDOVER.as_millis() as u64
+            EXEC_DRAIN.as_millis() as u64
+                + HANDOVER.as_millis() as u64
                 + FLUSH.as_millis() as u64
                 + SERVER_CLOSE.as_millis() as u64
                 + LEFTOVER_BLOCKING.as_millis() as u64,
@@ -121,7 +127,14 @@ pub struct Runtime {
     /// When a message from each non-member (or member with another member set) was last
     /// logged, so a stray node is named at once but does not flood the log.
     stray_logged: BTreeMap<(String, &'static str), Instant>,
+    release_guard: Option<ReleaseGuard>,
 }
+
+/// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
+/// members elect within milliseconds instead of after `T`, so whatever acts for the leader
+/// outside this process (the `--exec` child) must be gone before it is sent; the view that
+/// revokes leadership is already published when this runs (rule 9).
+pub type ReleaseGuard = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// At most one log line per stray sender and reason in this long.
 const STRAY_LOG_EVERY: Duration = Duration::from_secs(60);
@@ -179,8 +192,14 @@ impl Runtime {
             keys: wiring.keys,
             replay_out: watch::Sender::new(marks),
             stray_logged: BTreeMap::new(),
+            release_guard: None,
         };
         (rt, rx, loop_clock)
+    }
+
+    /// Every resign this node sends waits for `guard` first (see [`ReleaseGuard`]).
+    pub fn guard_releases(&mut self, guard: ReleaseGuard) {
+        self.release_guard = Some(guard);
     }
 
     /// Runs until `stop` is cancelled and, if this node led, its successor is known (or the
@@ -396,6 +415,9 @@ impl Runtime {
                         .expect("the persist task does not panic")?;
                 }
                 Action::Publish(mut msg) => {
+                    if let (Body::Resign { .. }, Some(guard)) = (&msg.body, &self.release_guard) {
+                        guard(msg.term).await;
+                    }
                     msg.stamp(unix_ms_now());
                     if let Some(keys) = &self.keys {
                         keys.sign(&mut msg);

@@ -198,7 +198,11 @@ async fn slowloris(addr: SocketAddr, until: Instant) -> String {
                 continue;
             }
             opened += 1;
-            flood::closing_times(conns, until.saturating_duration_since(pilot_election::clock::now())).await;
+            flood::closing_times(
+                conns,
+                until.saturating_duration_since(pilot_election::clock::now()),
+            )
+            .await;
         }
         opened
     });
@@ -249,7 +253,8 @@ async fn subscribers(addr: SocketAddr, until: Instant) -> String {
 /// coup in a far term).
 async fn posts(url: String, term: u64, until: Instant) -> String {
     let from = pilot_election::clock::now();
-    let coup = json!({"v": 1, "group": "it", "from": "mallory", "term": term + 100, "seq": 1,
+    let coup = json!({"v": pilot_election::election::PROTOCOL_VERSION, "group": "it", "from": "mallory",
+                      "term": term + 100, "seq": 1, "members": "00000000",
                       "ts": 0, "type": "leader", "leader": "mallory", "elected_at": 0});
     let post = |path: &str, body: String, bearer: Option<&str>| Post {
         path: path.into(),

@@ -42,7 +42,7 @@ pub async fn get_healthz(State(s): State<AppState>) -> (StatusCode, Json<HealthB
 
 #[derive(Serialize)]
 pub struct ReadyBody {
-    ready: bool,
+    pub ready: bool,
     /// Past its start-up guard: its vote counts.
     can_vote: bool,
     /// Members heard within the election timeout with this node's member set, this node
@@ -102,13 +102,14 @@ pub fn readiness(snap: &Snapshot) -> ReadyBody {
         ));
     }
     if !snap.transport.healthy {
+        // The transport's own explanation (pilot: which broker, why, what to run) beats the
+        // bare last error.
+        let why = (snap.transport.reason.as_deref())
+            .or(snap.transport.last_error.as_deref())
+            .unwrap_or("no error reported yet");
         reasons.push(format!(
-            "transport {} not working: {}",
-            snap.transport.kind,
-            snap.transport
-                .last_error
-                .as_deref()
-                .unwrap_or("no error reported yet")
+            "transport {} not working: {why}",
+            snap.transport.kind
         ));
     }
     if voters_heard < quorum {

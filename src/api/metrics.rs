@@ -18,6 +18,9 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     };
     m.last_heartbeat_age.set(hb_age);
     m.event_subscribers.set(s.subscribers.open() as i64);
+    m.ready
+        .get_or_create(&vec![("transport", snap.transport.kind.to_string())])
+        .set(i64::from(super::health::readiness(&snap).ready));
     for member in &snap.members {
         // -1 for a member never heard, like the heartbeat age without a leader.
         let age = member

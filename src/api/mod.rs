@@ -13,6 +13,7 @@ mod leader;
 mod membership;
 mod metrics;
 mod openapi;
+mod page;
 mod peer;
 mod role;
 mod status;
@@ -30,6 +31,7 @@ pub use error::ApiError;
 pub use events::Subscribers;
 pub use extract::{Auth, BODY_LIMIT};
 pub use openapi::OPENAPI_YAML;
+pub use page::PAGE_HTML;
 
 use crate::election::{CommandError, Input, Outcome, View};
 use crate::metrics::Metrics;
@@ -72,6 +74,7 @@ impl AppState {
 /// Every route of the service. Pure: building it starts nothing.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/", get(page::get_page))
         .route("/leader", get(leader::get_leader))
         .route("/term", get(leader::get_term))
         .route("/status", get(status::get_status))
@@ -96,6 +99,7 @@ pub const PEER_MESSAGES: &str = "/peer/messages";
 
 /// The paths `router` serves, for the contract test against the OpenAPI document.
 pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/"),
     ("get", "/leader"),
     ("get", "/term"),
     ("get", "/status"),

@@ -22,7 +22,7 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn invalid_configuration_exits_64_with_one_line() {
-    // Any executable passes the pilotctl check.
+    // Usage errors are reported (exit 64) before the pilotctl version is checked.
     let pilot = [
         "run",
         "--node-id",
@@ -49,7 +49,7 @@ fn invalid_configuration_exits_64_with_one_line() {
             "--broker HOST[,HOST...] is required",
         ),
         (
-            // Any executable passes the pilotctl check; the quorum still needs the members.
+            // The quorum needs the members, whatever pilotctl is.
             &pilot,
             "the pilot transport needs its members: --member ID",
         ),
@@ -126,6 +126,14 @@ fn invalid_configuration_exits_64_with_one_line() {
         (
             &pilot_peer_listen,
             "--peer-listen is for the http transport",
+        ),
+        (
+            &["run", "--node-id", "a", "--exec", " "],
+            "--exec needs a command line",
+        ),
+        (
+            &["run", "--node-id", "a", "--exec-step-down-on-failure"],
+            "--exec-step-down-on-failure needs --exec",
         ),
     ];
     for (args, needle) in cases {

@@ -6,6 +6,8 @@
 
 #[path = "../support/app.rs"]
 mod app;
+#[path = "../support/browser.rs"]
+mod browser;
 mod cli;
 mod cluster;
 mod connections;
@@ -13,11 +15,13 @@ mod contract;
 #[path = "../support/devnet.rs"]
 mod devnet;
 mod errors;
+mod exec;
 #[path = "../support/flood.rs"]
 mod flood;
 mod fuzz;
 mod health;
 mod memory;
+mod page;
 mod peers;
 mod pilot;
 #[path = "../support/pilot_cluster.rs"]

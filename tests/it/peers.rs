@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use pilot_election::election::Message;
+use pilot_election::election::{Message, PROTOCOL_VERSION};
 use pilot_election::signing::KeyRing;
 
 use crate::app::{
@@ -16,8 +16,8 @@ use crate::app::{
 pub(crate) const KEY: &str = "k1=0123456789abcdef0123456789abcdef";
 
 pub(crate) fn message(term: u64, seq: u64, body: Value) -> Message {
-    let mut v =
-        json!({"v": 1, "group": "it", "from": "mallory", "term": term, "seq": seq, "ts": 0});
+    let mut v = json!({"v": PROTOCOL_VERSION, "group": "it", "from": "mallory", "term": term,
+                       "seq": seq, "ts": 0, "members": "00000000"});
     v.as_object_mut()
         .unwrap()
         .extend(body.as_object().unwrap().clone());
@@ -56,7 +56,8 @@ fn signed_presence(term: u64, seq: u64) -> String {
     let mut m = message(
         term,
         seq,
-        json!({"type": "presence", "priority": 1, "eligible": false}),
+        json!({"type": "presence", "priority": 1, "candidacy": "withdrawn", "hears": [],
+               "member_ids": []}),
     );
     KeyRing::parse(KEY, "test").unwrap().sign(&mut m);
     m.to_json()
@@ -95,7 +96,8 @@ async fn forged_tampered_and_replayed_messages_change_nothing() {
     let target = format!("{}/peer/messages", c.nodes[fi].url());
 
     let heartbeat = json!({"type": "heartbeat", "leader": "mallory", "timestamp": 0,
-                           "lease_ms": 2000, "priority": 4_000_000_000u32, "eligible": true});
+                           "lease_ms": 2000, "priority": 4_000_000_000u32, "candidacy": "eligible",
+                           "hears": [], "member_ids": []});
     let mut sends = forgeries(term + 100);
     sends.push(message(term + 100, 2, heartbeat).to_json());
     // Validly signed, then a field changed.

@@ -65,6 +65,8 @@ pub struct App {
     pub port: u16,
     pub dir: TempDir,
     pub args: Vec<String>,
+    /// Added to the environment the process inherits.
+    pub env: Vec<(String, String)>,
     pub child: Option<Child>,
     /// Starts the process under this open-file limit, soft and hard (the node raises its soft
     /// limit to the hard one, so only a hard limit holds it).
@@ -104,6 +106,7 @@ impl App {
         };
         let child = cmd
             .args(&self.args)
+            .envs(self.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log))
@@ -190,6 +193,7 @@ pub fn app(id: &str, port: u16, peers: &[(String, u16)], extra: &[&str]) -> App 
         port,
         dir,
         args,
+        env: Vec::new(),
         child: None,
         open_files: None,
     }
@@ -204,11 +208,26 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(n: usize, extra: &[&str]) -> Cluster {
-        Cluster::start_with_open_files(n, extra, None)
+        Cluster::start_with(n, extra, None, &[])
     }
 
     /// As [`Cluster::start`], every node under the open-file limit `open_files` if given.
     pub fn start_with_open_files(n: usize, extra: &[&str], open_files: Option<u64>) -> Cluster {
+        Cluster::start_with(n, extra, open_files, &[])
+    }
+
+    /// As [`Cluster::start`], with `env` added to every node's environment.
+    pub fn start_with_env(n: usize, extra: &[&str], env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with(n, extra, None, env)
+    }
+
+    /// As [`Cluster::start`], with an open-file limit and environment for every node.
+    pub fn start_with(
+        n: usize,
+        extra: &[&str],
+        open_files: Option<u64>,
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let token_file = TempDir::new("token");
         let tf = token_file.0.join("token");
         std::fs::write(&tf, format!("{TOKEN}\n")).expect("token file");
@@ -222,6 +241,10 @@ impl Cluster {
             .collect();
         for n in &mut nodes {
             n.open_files = open_files;
+            n.env = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             n.start();
         }
         Cluster {
@@ -410,6 +433,7 @@ pub fn node_config(
         pilot: None,
         cluster_keys: None,
         limits: pilot_election::server::Limits::default(),
+        exec: None,
     }
 }
 

@@ -61,6 +61,7 @@ pub fn pilot_node_with(
         port,
         dir,
         args,
+        env: Vec::new(),
         child: None,
         open_files: None,
     }

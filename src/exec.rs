@@ -1,0 +1,1176 @@
+//! `run --exec 'COMMAND LINE'`: run one command only while this node leads, the way `consul
+//! lock` and `etcdctl elect NAME CMD` do, with the lease deciding when it must be gone.
+//!
+//! The command runs through `sh -c` as the leader of its own process group, with the term (the
+//! fencing token), the leader and the node id in its environment. A [`Supervisor`] task starts it
+//! when this node leads and stops it (SIGTERM to the group, SIGKILL when the grace is over) when
+//! leadership ends. It reads only the snapshot channel and keeps its own timer on the lease end,
+//! so a stuck election loop still stops the child when the lease runs out.
+//!
+//! # When the child must be gone
+//!
+//! Every clock's rate is within `1 ± r` of true time (`r` = max drift). A leader's lease ends
+//! `L` after it *sent* the last heartbeat `s` a quorum acknowledged, on its own clock:
+//! `lease_until = s + L`. Each follower that acknowledged that heartbeat received it after `s`
+//! and refuses to vote for anyone else until `T` has passed on its clock, which is at least
+//! `T/(1+r)` of true time; so no other node can be elected before true time `s + T/(1+r)`, which
+//! this node's clock (running slow by at most `1 − r`) reads as no earlier than
+//! `s + T·(1−r)/(1+r)`. The window between the end of the lease and the earliest election is
+//!
+//! ```text
+//! gap = T·(1−r)/(1+r) − L  ≥  h·(1−r)/(1+r)  > 0      (start-up enforces T ≥ L·(1+r)/(1−r) + h)
+//! ```
+//!
+//! and the child is SIGKILLed at `lease_until + gap/3` at the latest ([`kill_delay`]). With the
+//! defaults (`h` = 500 ms, `L` = 2 s, `T` = 3 s, `r` = 5 %) the gap is 714 ms: SIGKILL comes
+//! 238 ms after the lease ends and 476 ms before anyone else can be elected. If this process
+//! dies (`kill -9`, a crash), a watcher process that only waits for its death sends SIGTERM to
+//! the group at once and SIGKILL `gap/3` later: the node was either still leading (so
+//! `lease_until` was not yet past) or had started stopping less than `gap/3` after it, so that
+//! SIGKILL also lands at least `gap/3` before the earliest election.
+//!
+//! That bound holds only while this node says nothing: a resign lets the others elect within
+//! milliseconds. The core sends one by itself when the lease runs out without a quorum or when a
+//! better-ranked node preempts it, so every resign first waits for the child's process group to
+//! be gone ([`ExecHandle::release_guard`], SIGKILL after `gap/3` at the latest). Handovers an
+//! operator asks for (a step-down or candidacy withdrawal through the API, the stop of the node
+//! itself) stop the child before they even reach the core ([`DRAIN_GRACE`] at most;
+//! [`Exec::gate`], [`ExecHandle::drain_for_exit`]).
+//!
+//! What this cannot promise: a node that is frozen (SIGSTOP, a VM pause, swapped out) cannot
+//! stop anything, and its child keeps running while another node leads. Fence writes with
+//! `PILOT_ELECTION_TERM`.
+
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, ChildStdin, Command as Process};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::clock;
+use crate::election::{Input, Timings, View};
+use crate::metrics::Metrics;
+use crate::runtime::{Command, ReleaseGuard, Snapshot};
+
+/// The longest a planned handover (API step-down or candidacy withdrawal, the node's own stop)
+/// waits for the child after SIGTERM before SIGKILL. Short enough that the API answers well
+/// within its 5 s and that a stopping node still exits within Docker's 10 s: this, the
+/// handover's 4 s, the final writes' 1 s, the server's 2 s and the CLI's 0.5 s make 8.5 s.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// First wait before restarting a child that exited while this node still leads.
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// Restart waits double up to this; a child that ran at least this long starts over at
+/// [`BACKOFF_FIRST`].
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How often a stopping child's process group is checked for stragglers after `sh` exited.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// What `--exec` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecConfig {
+    /// Run through `sh -c`.
+    pub command: String,
+    /// Step down when the child exits non-zero while leading, instead of restarting it.
+    pub step_down_on_failure: bool,
+}
+
+impl ExecConfig {
+    /// Validates the `--exec` flags; the error is one line for the CLI.
+    pub fn from_flags(
+        command: Option<&str>,
+        step_down_on_failure: bool,
+    ) -> Result<Option<ExecConfig>, String> {
+        let Some(command) = command else {
+            return match step_down_on_failure {
+                true => Err("--exec-step-down-on-failure needs --exec".into()),
+                false => Ok(None),
+            };
+        };
+        if command.trim().is_empty() {
+            return Err("--exec needs a command line (run through sh -c)".into());
+        }
+        if command.contains('\0') {
+            return Err("--exec must not contain a NUL byte".into());
+        }
+        Ok(Some(ExecConfig {
+            command: command.to_string(),
+            step_down_on_failure,
+        }))
+    }
+}
+
+/// `T·(1−r)/(1+r) − L`: how long after this node's lease ends no other node can be elected yet,
+/// on this node's clock (see the module documentation).
+pub fn after_lease(t: &Timings) -> Duration {
+    let r = t.max_drift;
+    t.election_timeout
+        .mul_f64((1.0 - r) / (1.0 + r))
+        .saturating_sub(t.lease)
+}
+
+/// How long after the lease end (or after this process died) the child is SIGKILLed: a third
+/// of [`after_lease`], leaving two thirds for the kill to land before anyone else is elected.
+pub fn kill_delay(t: &Timings) -> Duration {
+    after_lease(t) / 3
+}
+
+/// The running supervisor: its control handle and its task.
+pub struct Exec {
+    handle: ExecHandle,
+    task: JoinHandle<()>,
+}
+
+/// Asks the supervisor to stop the child before a handover.
+#[derive(Clone)]
+pub struct ExecHandle {
+    control: mpsc::Sender<Control>,
+}
+
+enum Control {
+    /// Stop the child now (SIGKILL after `grace` at the latest) and start none until released;
+    /// `done` is answered once the child's whole process group is gone.
+    Hold {
+        grace: Duration,
+        done: oneshot::Sender<()>,
+    },
+    /// Stop the child now (SIGKILL after `grace` at the latest) without holding later ones back
+    /// (this node no longer leads); `done` is answered once no child runs.
+    Stop {
+        grace: Duration,
+        done: oneshot::Sender<()>,
+    },
+    /// The handover was refused: run the child again if this node still leads.
+    Release,
+    /// The handover happened: run a child again only once leadership in `term` has ended.
+    ReleaseAfter { term: u64 },
+}
+
+impl ExecHandle {
+    async fn hold(&self, grace: Duration) {
+        let (done, gone) = oneshot::channel();
+        if self
+            .control
+            .send(Control::Hold { grace, done })
+            .await
+            .is_ok()
+        {
+            let _ = gone.await;
+        }
+    }
+
+    /// The runtime's [`ReleaseGuard`]: before a resign of `term` leaves, the child is stopped
+    /// (SIGKILL after [`kill_delay`] at the latest) and waited for. The view already says this
+    /// node does not lead, so no new child starts meanwhile.
+    pub fn release_guard(&self, timings: Timings) -> ReleaseGuard {
+        let handle = self.clone();
+        Arc::new(move |term| {
+            let handle = handle.clone();
+            Box::pin(async move {
+                let (done, gone) = oneshot::channel();
+                let grace = kill_delay(&timings);
+                if handle
+                    .control
+                    .send(Control::Stop { grace, done })
+                    .await
+                    .is_ok()
+                {
+                    let _ = gone.await;
+                }
+                tracing::debug!(term, "exec child gone before the resign");
+            })
+        })
+    }
+
+    /// Stops the child for good before the node hands over and exits.
+    pub async fn drain_for_exit(&self) {
+        self.hold(DRAIN_GRACE).await;
+    }
+}
+
+impl Exec {
+    /// Starts the supervisor. `commands` is the election loop's command channel (for
+    /// `--exec-step-down-on-failure`).
+    pub fn start(
+        config: ExecConfig,
+        snapshot: watch::Receiver<Snapshot>,
+        commands: mpsc::Sender<Command>,
+        metrics: Arc<Metrics>,
+    ) -> Exec {
+        let (control_tx, control) = mpsc::channel(8);
+        let supervisor = Supervisor {
+            config,
+            snapshot,
+            commands,
+            metrics,
+            control,
+            control_tx: control_tx.clone(),
+            job: None,
+            hold: Hold::Free,
+            waiters: Vec::new(),
+            restart: Restart {
+                term: 0,
+                at: None,
+                backoff: BACKOFF_FIRST,
+            },
+        };
+        Exec {
+            handle: ExecHandle {
+                control: control_tx,
+            },
+            task: tokio::spawn(supervisor.run()),
+        }
+    }
+
+    pub fn handle(&self) -> ExecHandle {
+        self.handle.clone()
+    }
+
+    /// Puts a gate between the API and the election loop: a command that would hand leadership
+    /// over waits until the child is gone. Returns the sender the API must use.
+    pub fn gate(
+        &self,
+        to_loop: mpsc::Sender<Command>,
+        snapshot: watch::Receiver<Snapshot>,
+    ) -> mpsc::Sender<Command> {
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(gate(rx, to_loop, self.handle(), snapshot));
+        tx
+    }
+
+    /// Waits until the supervisor has stopped the child, which it does once the election loop
+    /// has ended (within [`DRAIN_GRACE`], sooner if the lease says so).
+    pub async fn finish(self) {
+        let bound = DRAIN_GRACE + Duration::from_millis(500);
+        if tokio::time::timeout(bound, self.task).await.is_err() {
+            tracing::warn!("the exec child was not confirmed gone at exit");
+        }
+    }
+}
+
+/// Whether a command hands leadership over when it succeeds.
+fn hands_over(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::StepDown { .. }
+            | Input::SetCandidacy {
+                eligible: false,
+                ..
+            }
+    )
+}
+
+async fn gate(
+    mut from_api: mpsc::Receiver<Command>,
+    to_loop: mpsc::Sender<Command>,
+    exec: ExecHandle,
+    snapshot: watch::Receiver<Snapshot>,
+) {
+    while let Some(cmd) = from_api.recv().await {
+        let view = snapshot.borrow().view.clone();
+        // Commands the core will refuse anyway do not cost the child its run.
+        let refused = match &cmd.input {
+            Input::StepDown {
+                expected_term: Some(t),
+                ..
+            } => *t != view.term,
+            _ => false,
+        };
+        if !hands_over(&cmd.input) || refused || !view.is_leader_at(clock::now()) {
+            if to_loop.send(cmd).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        exec.hold(DRAIN_GRACE).await;
+        let (reply, answer) = oneshot::channel();
+        let forwarded = Command {
+            input: cmd.input,
+            reply,
+        };
+        if to_loop.send(forwarded).await.is_err() {
+            return;
+        }
+        let Ok(result) = answer.await else {
+            return;
+        };
+        let release = match result {
+            Ok(_) => Control::ReleaseAfter { term: view.term },
+            Err(_) => Control::Release,
+        };
+        let _ = exec.control.send(release).await;
+        let _ = cmd.reply.send(result);
+    }
+}
+
+/// Whether a new child may start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    Free,
+    /// Until released (a handover in progress) or for good (the node stops).
+    Held,
+    /// Until this node no longer leads in this term.
+    UntilEnd(u64),
+}
+
+struct Restart {
+    /// The term the backoff belongs to; a new term starts at once.
+    term: u64,
+    at: Option<Instant>,
+    backoff: Duration,
+}
+
+/// One run of the command: `sh -c` as the leader of its own process group.
+struct Job {
+    child: Child,
+    pgid: Pid,
+    pid: u32,
+    watcher: Option<Watcher>,
+    term: u64,
+    started: Instant,
+    /// The latest lease end seen while leading in `term`.
+    lease_until: Instant,
+    stop: Option<Stop>,
+    /// `sh` has exited; the job ends once the rest of its group is gone too.
+    exited: Option<Exited>,
+    /// Set once the group is known to be gone, so that dropping the job kills nothing.
+    finished: bool,
+}
+
+struct Exited {
+    status: ExitStatus,
+    /// Before anything asked it to stop.
+    on_its_own: bool,
+}
+
+struct Stop {
+    since: Instant,
+    kill_by: Instant,
+    killed: bool,
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if !self.finished {
+            // The supervisor is going away with the child still running (a panic, an abort).
+            let _ = killpg(self.pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// A `sh` in its own process group that waits for end of file on its stdin, whose only writer
+/// is this process: when this process dies however it dies, the kernel closes the pipe and the
+/// watcher sends SIGTERM to the child's group, then SIGKILL after the kill delay. Nothing is
+/// ever written to the pipe.
+struct Watcher {
+    child: Child,
+    /// Held open for as long as the job runs; its end of file is the signal.
+    _stdin: Option<ChildStdin>,
+}
+
+/// `read` is a builtin: until this process dies the watcher is one process, no `cat` child that
+/// would outlive it (and, where this node is PID 1 without an init, stay a zombie).
+const WATCHER_SCRIPT: &str = r#"while read -r _; do :; done; kill -TERM -"$1" 2>/dev/null; sleep "$2"; kill -KILL -"$1" 2>/dev/null"#;
+
+fn spawn_watcher(pgid: Pid, delay: Duration) -> std::io::Result<Watcher> {
+    let mut child = Process::new("/bin/sh")
+        .arg("-c")
+        .arg(WATCHER_SCRIPT)
+        .arg("pilot-election-exec-watcher")
+        .arg(pgid.as_raw().to_string())
+        .arg(format!("{:.3}", delay.as_secs_f64()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let stdin = child.stdin.take();
+    Ok(Watcher {
+        child,
+        _stdin: stdin,
+    })
+}
+
+impl Watcher {
+    /// Ends the watcher without letting it act.
+    async fn dismiss(mut self) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let _ = self.child.wait().await;
+    }
+}
+
+/// Whether any process of the group still runs. Zombies do not count: where this node is PID 1
+/// without an init (a container started without `--init`), the command's orphans become this
+/// process's zombies, which nothing reaps, and they would hold every stop until its SIGKILL.
+fn group_alive(pgid: Pid) -> bool {
+    if killpg(pgid, None).is_err() {
+        return false;
+    }
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    procs.flatten().any(|e| {
+        // After the command name: state, ppid, pgid.
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+        let state = fields.next();
+        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        group == Some(pgid.as_raw()) && state.is_some_and(|s| s != "Z" && s != "X")
+    })
+}
+
+/// Runs the command while this node leads; see the module documentation.
+struct Supervisor {
+    config: ExecConfig,
+    snapshot: watch::Receiver<Snapshot>,
+    commands: mpsc::Sender<Command>,
+    metrics: Arc<Metrics>,
+    control: mpsc::Receiver<Control>,
+    control_tx: mpsc::Sender<Control>,
+    job: Option<Job>,
+    hold: Hold,
+    /// Answered once no child runs.
+    waiters: Vec<oneshot::Sender<()>>,
+    restart: Restart,
+}
+
+impl Supervisor {
+    async fn run(mut self) {
+        // Set once the election loop has ended: the child is stopped for good.
+        let mut closed = false;
+        loop {
+            let now = clock::now();
+            let (view, timings) = {
+                let snap = self.snapshot.borrow_and_update();
+                (snap.view.clone(), snap.timings)
+            };
+            self.step(&view, &timings, now, closed).await;
+            if self.job.is_none() {
+                for w in self.waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                if closed {
+                    return;
+                }
+            }
+            let wake = self.next_wake(&view, now);
+            tokio::select! {
+                changed = self.snapshot.changed(), if !closed => {
+                    if changed.is_err() {
+                        closed = true;
+                        self.hold = Hold::Held;
+                    }
+                }
+                status = wait_sh(&mut self.job) => {
+                    if let Some(job) = &mut self.job {
+                        let on_its_own = job.stop.is_none();
+                        job.exited = Some(Exited { status, on_its_own });
+                    }
+                }
+                Some(c) = self.control.recv() => self.on_control(c),
+                _ = clock::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// Whether this node may run a child in `view.term` now.
+    fn may_run(&mut self, view: &View, now: Instant) -> bool {
+        let leading = view.is_leader_at(now);
+        if let Hold::UntilEnd(t) = self.hold {
+            if !leading || view.term != t {
+                self.hold = Hold::Free;
+            }
+        }
+        leading && self.hold == Hold::Free
+    }
+
+    async fn step(&mut self, view: &View, timings: &Timings, now: Instant, closed: bool) {
+        let may_run = self.may_run(view, now);
+        let exit_bound = closed.then(|| now + DRAIN_GRACE);
+        if let Some(job) = &mut self.job {
+            let leading_in_term = view.is_leader_at(now) && view.term == job.term;
+            if leading_in_term {
+                if let Some(l) = view.lease_until {
+                    job.lease_until = job.lease_until.max(l);
+                }
+            }
+            let lease_bound = (!leading_in_term).then(|| job.lease_until + kill_delay(timings));
+            let bound = [lease_bound, exit_bound].into_iter().flatten().min();
+            let keep = may_run && view.term == job.term && job.exited.is_none();
+            if !keep {
+                let kill_by = bound.unwrap_or(now + DRAIN_GRACE);
+                job.begin_stop(now, kill_by);
+            }
+            if let (Some(stop), Some(b)) = (&mut job.stop, bound) {
+                stop.kill_by = stop.kill_by.min(b);
+            }
+            if let Some(stop) = &mut job.stop {
+                if now >= stop.kill_by && !stop.killed {
+                    stop.killed = true;
+                    let _ = killpg(job.pgid, Signal::SIGKILL);
+                }
+            }
+            let gone = job.exited.is_some()
+                && (job.stop.as_ref().is_some_and(|s| s.killed) || !group_alive(job.pgid));
+            if gone {
+                if let Some(job) = self.job.take() {
+                    self.finish(job, view, now).await;
+                }
+            }
+        }
+        // A failed child may just have put a hold in place.
+        if self.job.is_none() && !closed && self.may_run(view, now) {
+            if self.restart.term != view.term {
+                self.restart = Restart {
+                    term: view.term,
+                    at: None,
+                    backoff: BACKOFF_FIRST,
+                };
+            }
+            if self.restart.at.is_none_or(|at| now >= at) {
+                self.start(view, timings, now);
+            }
+        }
+    }
+
+    fn next_wake(&self, view: &View, now: Instant) -> Instant {
+        let mut wake = now + Duration::from_secs(3600);
+        if let Some(l) = view.lease_until.filter(|_| view.is_leader_at(now)) {
+            // The lease end, in case no snapshot says otherwise (a stuck election loop).
+            wake = wake.min(l);
+        }
+        match &self.job {
+            Some(job) => {
+                if let Some(stop) = &job.stop {
+                    if !stop.killed {
+                        wake = wake.min(stop.kill_by);
+                    }
+                }
+                if job.exited.is_some() {
+                    wake = wake.min(now + GROUP_POLL);
+                }
+            }
+            None => {
+                if let Some(at) = self.restart.at {
+                    wake = wake.min(at.max(now));
+                }
+            }
+        }
+        wake
+    }
+
+    fn on_control(&mut self, c: Control) {
+        match c {
+            Control::Hold { grace, done } => {
+                self.hold = Hold::Held;
+                self.stop_now(grace, done);
+            }
+            Control::Stop { grace, done } => self.stop_now(grace, done),
+            Control::Release => self.hold = Hold::Free,
+            Control::ReleaseAfter { term } => self.hold = Hold::UntilEnd(term),
+        }
+    }
+
+    fn stop_now(&mut self, grace: Duration, done: oneshot::Sender<()>) {
+        let now = clock::now();
+        if let Some(job) = &mut self.job {
+            job.begin_stop(now, now + grace);
+            if let Some(stop) = &mut job.stop {
+                stop.kill_by = stop.kill_by.min(now + grace);
+            }
+        }
+        self.waiters.push(done);
+    }
+
+    fn start(&mut self, view: &View, timings: &Timings, now: Instant) {
+        let Some(lease_until) = view.lease_until else {
+            return;
+        };
+        let leader = view.leader.clone().unwrap_or_else(|| view.node_id.clone());
+        let mut cmd = Process::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(&self.config.command)
+            .stdin(Stdio::null())
+            .process_group(0);
+        // The node's own settings may hold the admin token or the cluster keys.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("PILOT_ELECTION_TERM", view.term.to_string())
+            .env("PILOT_ELECTION_LEADER", &leader)
+            .env("PILOT_ELECTION_NODE_ID", &view.node_id);
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, term = view.term, "could not start the exec command");
+                self.metrics.exec_exit("failed");
+                self.schedule_restart(now, Duration::ZERO);
+                return;
+            }
+        };
+        let pid = child.id().unwrap_or_default();
+        let pgid = Pid::from_raw(i32::try_from(pid).unwrap_or_default());
+        let watcher = match spawn_watcher(pgid, kill_delay(timings)) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, "no watcher for the exec child: it would outlive a crash of this node");
+                None
+            }
+        };
+        tracing::info!(term = view.term, pid, "exec child started");
+        self.metrics.exec_running.set(1);
+        self.job = Some(Job {
+            child,
+            pgid,
+            pid,
+            watcher,
+            term: view.term,
+            started: now,
+            lease_until,
+            stop: None,
+            exited: None,
+            finished: false,
+        });
+    }
+
+    fn schedule_restart(&mut self, now: Instant, ran: Duration) {
+        if ran >= BACKOFF_MAX {
+            self.restart.backoff = BACKOFF_FIRST;
+        }
+        self.restart.at = Some(now + self.restart.backoff);
+        self.restart.backoff = (self.restart.backoff * 2).min(BACKOFF_MAX);
+    }
+
+    /// Reports a job whose whole group is gone, then decides what comes next.
+    async fn finish(&mut self, mut job: Job, view: &View, now: Instant) {
+        job.finished = true;
+        if let Some(w) = job.watcher.take() {
+            w.dismiss().await;
+        }
+        self.metrics.exec_running.set(0);
+        let (status, on_its_own) = match &job.exited {
+            Some(e) => (e.status, e.on_its_own),
+            None => (ExitStatus::default(), false),
+        };
+        let ran = now.saturating_duration_since(job.started);
+        let (code, signal) = exit_parts(&status);
+        let (term, pid, ran_ms) = (job.term, job.pid, ran.as_millis() as u64);
+        let outcome = match job.stop.as_ref().filter(|_| !on_its_own) {
+            Some(stop) => {
+                let stop_ms = now.saturating_duration_since(stop.since).as_millis() as u64;
+                if stop.killed {
+                    tracing::warn!(
+                        term,
+                        pid,
+                        ran_ms,
+                        stop_ms,
+                        "exec child did not stop in time: killed (SIGKILL)"
+                    );
+                    "killed"
+                } else {
+                    tracing::info!(
+                        term,
+                        pid,
+                        ran_ms,
+                        stop_ms,
+                        code,
+                        signal,
+                        "exec child stopped"
+                    );
+                    "stopped"
+                }
+            }
+            None if status.success() => {
+                tracing::info!(term, pid, ran_ms, "exec child exited (code 0)");
+                "ok"
+            }
+            None => {
+                tracing::warn!(term, pid, ran_ms, code, signal, "exec child failed");
+                "failed"
+            }
+        };
+        self.metrics.exec_exit(outcome);
+        let still_leading = view.is_leader_at(now) && view.term == term;
+        if !on_its_own || !still_leading {
+            return;
+        }
+        // Also the wait if a step-down below is refused and the child runs here again.
+        self.schedule_restart(now, ran);
+        if outcome == "failed" && self.config.step_down_on_failure {
+            self.hold = Hold::Held;
+            tokio::spawn(step_down_after_failure(
+                self.commands.clone(),
+                self.control_tx.clone(),
+                term,
+            ));
+            return;
+        }
+        tracing::info!(
+            term,
+            backoff_ms = (self.restart.at.unwrap_or(now) - now).as_millis() as u64,
+            "exec child will be restarted"
+        );
+    }
+}
+
+impl Job {
+    /// SIGTERM to the whole group, once; SIGKILL follows at `kill_by`.
+    fn begin_stop(&mut self, now: Instant, kill_by: Instant) {
+        if self.stop.is_some() {
+            return;
+        }
+        if self.exited.is_none() || group_alive(self.pgid) {
+            let _ = killpg(self.pgid, Signal::SIGTERM);
+        }
+        self.stop = Some(Stop {
+            since: now,
+            kill_by: kill_by.max(now),
+            killed: false,
+        });
+    }
+}
+
+/// Resolves when the job's `sh` exits; never without a running `sh`.
+async fn wait_sh(job: &mut Option<Job>) -> ExitStatus {
+    match job {
+        // One that cannot be waited for counts as gone; the group check decides the rest.
+        Some(j) if j.exited.is_none() => j.child.wait().await.unwrap_or_default(),
+        _ => std::future::pending().await,
+    }
+}
+
+fn exit_parts(status: &ExitStatus) -> (Option<i32>, Option<i32>) {
+    use std::os::unix::process::ExitStatusExt as _;
+    (status.code(), status.signal())
+}
+
+/// `--exec-step-down-on-failure`: hand over so that another node runs the command; if the
+/// election loop refuses (this node no longer leads, for one), the hold is lifted again.
+async fn step_down_after_failure(
+    commands: mpsc::Sender<Command>,
+    control: mpsc::Sender<Control>,
+    term: u64,
+) {
+    let (reply, answer) = oneshot::channel();
+    let input = Input::StepDown {
+        successor: None,
+        expected_term: Some(term),
+    };
+    let sent = commands.send(Command { input, reply }).await.is_ok();
+    let release = match (sent, answer.await) {
+        (true, Ok(Ok(_))) => {
+            tracing::info!(term, "stepped down because the exec child failed");
+            Control::ReleaseAfter { term }
+        }
+        (_, result) => {
+            tracing::warn!(
+                term,
+                ?result,
+                "step-down after the exec child failed was refused"
+            );
+            Control::Release
+        }
+    };
+    let _ = control.send(release).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::election::{CommandError, Outcome, Role};
+    use crate::transport::Health;
+
+    fn timings() -> Timings {
+        let t = Timings {
+            heartbeat: Duration::from_millis(100),
+            lease: Duration::from_millis(400),
+            election_timeout: Duration::from_millis(700),
+            ..Timings::default()
+        };
+        t.validate().expect("safe timings");
+        t
+    }
+
+    /// This node's view: leading in `term` until `lease_until`, or following.
+    fn view(term: u64, lease_until: Option<Instant>) -> View {
+        View {
+            node_id: "n1".into(),
+            role: if lease_until.is_some() {
+                Role::Leader
+            } else {
+                Role::Follower
+            },
+            term,
+            leader: lease_until.map(|_| "n1".into()),
+            voted_for: None,
+            lease_until,
+            leader_heard_at: None,
+            leader_since: None,
+            priority: 1,
+            eligible: true,
+            candidacy: crate::election::Candidacy::Eligible,
+            can_campaign: true,
+            can_vote: true,
+            config_conflicts: Vec::new(),
+            shutting_down: false,
+        }
+    }
+
+    fn snapshot(view: View) -> Snapshot {
+        Snapshot {
+            view,
+            members: Vec::new(),
+            member_set: crate::election::MemberSet::new("n1", ["n2", "n3"]).unwrap(),
+            transport: Health {
+                kind: "memory",
+                healthy: true,
+                last_error: None,
+                reason: None,
+                brokers: None,
+            },
+            history: Arc::new(VecDeque::new()),
+            timings: timings(),
+        }
+    }
+
+    struct Fixture {
+        exec: Exec,
+        snap: watch::Sender<Snapshot>,
+        commands: mpsc::Receiver<Command>,
+        metrics: Arc<Metrics>,
+        dir: PathBuf,
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// A supervisor for `script`, whose `$LOG` is the fixture's `log` file.
+    fn fixture(tag: &str, script: &str, step_down_on_failure: bool, first: View) -> Fixture {
+        let dir = std::env::temp_dir().join(format!("pe-exec-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let command = format!("LOG='{}'; {script}", dir.join("log").display());
+        let (snap, rx) = watch::channel(snapshot(first));
+        let (cmd_tx, commands) = mpsc::channel(8);
+        let metrics = Arc::new(Metrics::new());
+        let config = ExecConfig {
+            command,
+            step_down_on_failure,
+        };
+        let exec = Exec::start(config, rx, cmd_tx, metrics.clone());
+        Fixture {
+            exec,
+            snap,
+            commands,
+            metrics,
+            dir,
+        }
+    }
+
+    impl Fixture {
+        fn lines(&self) -> Vec<String> {
+            std::fs::read_to_string(self.dir.join("log"))
+                .unwrap_or_default()
+                .lines()
+                .map(String::from)
+                .collect()
+        }
+
+        fn exits(&self, outcome: &str) -> u64 {
+            let text = self.metrics.encode();
+            let prefix = format!("pilot_election_exec_exits_total{{outcome=\"{outcome}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .map_or(0, |v| v.parse().unwrap())
+        }
+
+        /// Waits until the log has `n` lines starting with `prefix`; returns their last words.
+        async fn wait_lines(&self, prefix: &str, n: usize, within: Duration) -> Vec<String> {
+            let deadline = clock::now() + within;
+            loop {
+                let found: Vec<String> = self
+                    .lines()
+                    .iter()
+                    .filter(|l| l.starts_with(prefix))
+                    .filter_map(|l| l.split(' ').next_back().map(String::from))
+                    .collect();
+                if found.len() >= n {
+                    return found;
+                }
+                assert!(
+                    clock::now() < deadline,
+                    "no {n} `{prefix}` lines within {within:?}: {:?}",
+                    self.lines()
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+
+    /// Alive and not a zombie.
+    fn alive(pid: &str) -> bool {
+        std::fs::read_to_string(Path::new("/proc").join(pid).join("stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().map(|r| r.trim().to_string()))
+            .is_some_and(|r| !r.starts_with('Z') && !r.starts_with('X'))
+    }
+
+    async fn wait_dead(pid: &str, within: Duration) -> Instant {
+        let deadline = clock::now() + within;
+        while alive(pid) {
+            assert!(
+                clock::now() < deadline,
+                "{pid} still alive after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        clock::now()
+    }
+
+    const RUNS: &str = r#"echo "start $PILOT_ELECTION_TERM $PILOT_ELECTION_LEADER $PILOT_ELECTION_NODE_ID $$" >>"$LOG"; trap 'echo "term $$" >>"$LOG"; exit 0' TERM; while :; do sleep 0.02; done"#;
+
+    #[test]
+    fn the_kill_delay_follows_the_timings() {
+        let d = Timings::default();
+        assert_eq!(after_lease(&d).as_millis(), 714);
+        assert_eq!(kill_delay(&d).as_millis(), 238);
+        // At the smallest safe T the window is still h·(1−r)/(1+r) wide.
+        let mut t = Timings::default();
+        t.election_timeout = t.min_election_timeout();
+        let floor = t
+            .heartbeat
+            .mul_f64((1.0 - t.max_drift) / (1.0 + t.max_drift));
+        let diff = after_lease(&t).as_secs_f64() - floor.as_secs_f64();
+        assert!(diff.abs() < 1e-6, "{:?} vs {floor:?}", after_lease(&t));
+        assert!(kill_delay(&t) > Duration::ZERO);
+    }
+
+    #[test]
+    fn flags_are_checked() {
+        assert_eq!(ExecConfig::from_flags(None, false), Ok(None));
+        assert!(ExecConfig::from_flags(None, true)
+            .unwrap_err()
+            .contains("needs --exec"));
+        assert!(ExecConfig::from_flags(Some("  "), false).is_err());
+        assert!(ExecConfig::from_flags(Some("a\0b"), false).is_err());
+        let c = ExecConfig::from_flags(Some("run-job --x"), true).unwrap();
+        assert_eq!(c.unwrap().command, "run-job --x");
+    }
+
+    #[tokio::test]
+    async fn the_child_runs_while_leading_and_stops_when_the_lease_runs_out() {
+        let lease_until = clock::now() + Duration::from_millis(600);
+        // One snapshot and never another: the election loop is stuck.
+        let f = fixture("lease", RUNS, false, view(7, Some(lease_until)));
+        let start = f
+            .wait_lines("start 7 n1 n1", 1, Duration::from_secs(5))
+            .await;
+        let died = wait_dead(&start[0], Duration::from_secs(5)).await;
+        assert!(
+            died >= lease_until,
+            "stopped {:?} early",
+            lease_until - died
+        );
+        let late = died - lease_until;
+        assert!(
+            late < Duration::from_millis(500),
+            "stopped {late:?} after the lease"
+        );
+        f.wait_lines("term", 1, Duration::from_secs(2)).await;
+        assert_eq!(f.exits("stopped"), 1, "{}", f.metrics.encode());
+    }
+
+    #[tokio::test]
+    async fn a_child_that_ignores_sigterm_is_killed_after_the_lease_and_the_kill_delay() {
+        let lease_until = clock::now() + Duration::from_millis(500);
+        let script = r#"trap '' TERM; echo "start $$" >>"$LOG"; while :; do sleep 0.02; done"#;
+        let f = fixture("kill", script, false, view(3, Some(lease_until)));
+        let start = f.wait_lines("start", 1, Duration::from_secs(5)).await;
+        let died = wait_dead(&start[0], Duration::from_secs(5)).await;
+        let kill_at = lease_until + kill_delay(&timings());
+        assert!(
+            died >= kill_at,
+            "killed {:?} before its deadline",
+            kill_at - died
+        );
+        assert!(died - kill_at < Duration::from_millis(500));
+        let deadline = clock::now() + Duration::from_secs(2);
+        while f.exits("killed") != 1 {
+            assert!(clock::now() < deadline, "{}", f.metrics.encode());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_term_waits_for_the_old_child_to_exit() {
+        let far = clock::now() + Duration::from_secs(60);
+        // The first child takes 300 ms to stop after SIGTERM.
+        let script = r#"echo "start $PILOT_ELECTION_TERM" >>"$LOG"; trap 'sleep 0.3; echo "exit $PILOT_ELECTION_TERM" >>"$LOG"; exit 0' TERM; while :; do sleep 0.02; done"#;
+        let f = fixture("terms", script, false, view(1, Some(far)));
+        f.wait_lines("start", 1, Duration::from_secs(5)).await;
+        f.snap.send_replace(snapshot(view(2, Some(far))));
+        f.wait_lines("start", 2, Duration::from_secs(5)).await;
+        assert_eq!(f.lines(), ["start 1", "exit 1", "start 2"]);
+    }
+
+    #[tokio::test]
+    async fn a_child_that_exits_while_leading_is_restarted_with_backoff() {
+        let far = clock::now() + Duration::from_secs(60);
+        let script = r#"echo "start $$" >>"$LOG"; exit 0"#;
+        let f = fixture("restart", script, false, view(4, Some(far)));
+        let t0 = clock::now();
+        f.wait_lines("start", 1, Duration::from_secs(5)).await;
+        f.wait_lines("start", 2, Duration::from_secs(5)).await;
+        let t2 = clock::now();
+        f.wait_lines("start", 3, Duration::from_secs(6)).await;
+        let t3 = clock::now();
+        assert!(t2 - t0 >= BACKOFF_FIRST, "{:?}", t2 - t0);
+        assert!(
+            t3 - t2 >= BACKOFF_FIRST * 2 - Duration::from_millis(50),
+            "{:?}",
+            t3 - t2
+        );
+        assert!(f.exits("ok") >= 2);
+    }
+
+    #[tokio::test]
+    async fn a_failing_child_makes_the_leader_step_down_and_runs_again_if_refused() {
+        let far = clock::now() + Duration::from_secs(60);
+        let script = r#"echo "start $$" >>"$LOG"; exit 3"#;
+        let mut f = fixture("fail", script, true, view(9, Some(far)));
+        let cmd = tokio::time::timeout(Duration::from_secs(5), f.commands.recv())
+            .await
+            .expect("a step-down")
+            .expect("open channel");
+        assert!(
+            matches!(
+                cmd.input,
+                Input::StepDown {
+                    successor: None,
+                    expected_term: Some(9)
+                }
+            ),
+            "{:?}",
+            cmd.input
+        );
+        assert_eq!(f.exits("failed"), 1);
+        let _ = cmd.reply.send(Err(CommandError::NotLeader {
+            term: 9,
+            leader: None,
+        }));
+        // Refused while the snapshot still says this node leads: the child runs again.
+        f.wait_lines("start", 2, Duration::from_secs(5)).await;
+    }
+
+    #[tokio::test]
+    async fn a_step_down_through_the_gate_reaches_the_loop_only_once_the_child_is_gone() {
+        let far = clock::now() + Duration::from_secs(60);
+        let mut f = fixture("gate", RUNS, false, view(5, Some(far)));
+        let pid = f.wait_lines("start", 1, Duration::from_secs(5)).await[0].clone();
+        let (to_loop, mut from_gate) = mpsc::channel(8);
+        let api = f.exec.gate(to_loop, f.snap.subscribe());
+        let (reply, answer) = oneshot::channel();
+        let input = Input::StepDown {
+            successor: None,
+            expected_term: None,
+        };
+        api.send(Command { input, reply }).await.unwrap();
+        let cmd = tokio::time::timeout(Duration::from_secs(5), from_gate.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            !alive(&pid),
+            "the step-down reached the loop before the child stopped"
+        );
+        assert_eq!(
+            f.lines().last().map(String::as_str),
+            Some(format!("term {pid}").as_str())
+        );
+        let _ = cmd.reply.send(Ok(Outcome::SteppedDown {
+            term: 5,
+            successor: None,
+        }));
+        let answered = tokio::time::timeout(Duration::from_secs(5), answer).await;
+        assert!(matches!(answered, Ok(Ok(Ok(_)))), "{answered:?}");
+        // Still shown as leader in term 5 (the loop has not published yet): no new child. Once
+        // leadership comes back in a later term, one starts.
+        f.snap.send_replace(snapshot(view(5, None)));
+        f.snap.send_replace(snapshot(view(6, Some(far))));
+        let starts = f.wait_lines("start", 2, Duration::from_secs(5)).await;
+        assert!(
+            f.lines().iter().any(|l| l.starts_with("start 6")),
+            "{starts:?}"
+        );
+        assert!(!f
+            .lines()
+            .iter()
+            .any(|l| l.starts_with("start 5") && !l.ends_with(&pid)));
+        assert!(
+            f.commands.try_recv().is_err(),
+            "nothing else went to the loop"
+        );
+    }
+
+    #[test]
+    fn a_group_of_zombies_is_not_alive() {
+        use std::os::unix::process::CommandExt as _;
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 0"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id().to_string();
+        let pgid = Pid::from_raw(child.id() as i32);
+        let deadline = clock::now() + Duration::from_secs(5);
+        while alive(&pid) {
+            assert!(clock::now() < deadline, "`sh -c 'exit 0'` still runs");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Not reaped: the kernel still counts it in the group.
+        assert!(killpg(pgid, None).is_ok());
+        assert!(!group_alive(pgid));
+        child.wait().unwrap();
+        assert!(!group_alive(pgid));
+    }
+
+    #[tokio::test]
+    async fn the_watcher_kills_the_group_when_its_pipe_closes() {
+        let mut child = Process::new("/bin/sh")
+            .args(["-c", "sleep 30 & echo $! ; wait"])
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = Pid::from_raw(child.id().unwrap() as i32);
+        let mut w = spawn_watcher(pgid, Duration::from_millis(100)).unwrap();
+        assert!(group_alive(pgid));
+        // What the kernel does when this process dies.
+        drop(w._stdin.take());
+        let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+            .await
+            .expect("the group was signalled")
+            .unwrap();
+        assert!(!status.success());
+        let deadline = clock::now() + Duration::from_secs(5);
+        while group_alive(pgid) {
+            assert!(clock::now() < deadline, "the group outlived the watcher");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = w.child.wait().await;
+    }
+}

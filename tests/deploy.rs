@@ -1,0 +1,229 @@
+//! The Grafana dashboard and the Prometheus alert rules in `deploy/` name only metrics the binary
+//! exports, with only labels those metrics carry (plus Prometheus' own `job` and `instance`).
+//! A renamed metric or label fails here instead of leaving an empty panel or a silent alert.
+//! PromQL syntax and the rules' behaviour are checked by promtool (`scripts/check-deploy.sh`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use pilot_election::metrics::Metrics;
+
+const DASHBOARD: &str = include_str!("../deploy/grafana-dashboard.json");
+const ALERTS: &str = include_str!("../deploy/alerts.yml");
+
+/// Labels every scraped series gets from Prometheus.
+const TARGET_LABELS: &[&str] = &["job", "instance"];
+
+/// Every exported sample name with its labels: one series of each labelled family is created
+/// so that its labels show in the exposition.
+fn exported() -> BTreeMap<String, BTreeSet<String>> {
+    let m = Metrics::new();
+    m.received("heartbeat", "accepted");
+    m.transition("elected");
+    m.election("won");
+    m.exec_exit("ok");
+    m.member_last_seen_age
+        .get_or_create(&vec![("member", "b".to_string())])
+        .set(0.5);
+    m.ready
+        .get_or_create(&vec![("transport", "http".to_string())])
+        .set(1);
+    m.observe_publish(std::time::Duration::from_millis(1));
+    let text = m.encode();
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            // A family without series still counts, with the suffixes its type adds.
+            let mut parts = rest.split_whitespace();
+            let (name, kind) = (parts.next().unwrap(), parts.next().unwrap());
+            let names: Vec<String> = match kind {
+                "counter" => vec![format!("{name}_total")],
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .map(|s| format!("{name}{s}"))
+                    .collect(),
+                _ => vec![name.to_string()],
+            };
+            for n in names {
+                out.entry(n).or_default();
+            }
+            continue;
+        }
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
+        let labels = out.entry(line[..name_end].to_string()).or_default();
+        if let Some(inner) = line[name_end..]
+            .strip_prefix('{')
+            .and_then(|r| r.split_once('}'))
+        {
+            labels.extend(label_names(inner.0));
+        }
+    }
+    assert!(out.len() > 10, "too few metrics parsed:\n{text}");
+    out
+}
+
+/// Label names of a selector's or a sample's `{...}` content.
+fn label_names(inner: &str) -> Vec<String> {
+    inner
+        .split(',')
+        .filter_map(|m| {
+            let name = m.split(['=', '!']).next()?.trim();
+            (!name.is_empty()).then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// Each `pilot_election_*` name in `query` with the label names of its selector, if any, and
+/// of the `by (...)`/`on (...)` clauses of the query.
+fn references(query: &str) -> (Vec<(String, Vec<String>)>, Vec<String>) {
+    let mut refs = Vec::new();
+    let mut rest = query;
+    while let Some(i) = rest.find("pilot_election_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = tail[..end].to_string();
+        let labels = tail[end..]
+            .strip_prefix('{')
+            .and_then(|r| r.split_once('}'))
+            .map(|(inner, _)| label_names(inner))
+            .unwrap_or_default();
+        refs.push((name, labels));
+        rest = &tail[end..];
+    }
+    let mut grouping = Vec::new();
+    for kw in ["by", "on", "without", "ignoring"] {
+        let mut rest = query;
+        while let Some(i) = rest.find(&format!("{kw} (")) {
+            let after = &rest[i + kw.len() + 2..];
+            let (inner, tail) = after.split_once(')').expect("closing parenthesis");
+            grouping.extend(inner.split(',').map(|s| s.trim().to_string()));
+            rest = tail;
+        }
+    }
+    (refs, grouping)
+}
+
+/// Checks every query; returns how many metric references were checked.
+fn check(source: &str, queries: &[String], exported: &BTreeMap<String, BTreeSet<String>>) -> usize {
+    let mut checked = 0;
+    for q in queries {
+        let (refs, grouping) = references(q);
+        let mut allowed: BTreeSet<String> = TARGET_LABELS.iter().map(|s| s.to_string()).collect();
+        allowed.insert("le".into());
+        for (name, labels) in &refs {
+            let known = exported
+                .get(name)
+                .unwrap_or_else(|| panic!("{source}: `{name}` is not exported (in `{q}`)"));
+            for l in labels {
+                assert!(
+                    known.contains(l) || TARGET_LABELS.contains(&l.as_str()),
+                    "{source}: `{name}` has no label `{l}` (it has {known:?}) in `{q}`"
+                );
+            }
+            allowed.extend(known.iter().cloned());
+            checked += 1;
+        }
+        for g in grouping.iter().filter(|g| !g.is_empty()) {
+            assert!(
+                allowed.contains(g),
+                "{source}: no metric of `{q}` has the label `{g}` it groups by"
+            );
+        }
+    }
+    checked
+}
+
+/// Every string under a key named `expr` or `query`, and every template query.
+fn dashboard_queries(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                match (k.as_str(), child) {
+                    ("expr" | "query" | "definition", Value::String(s)) => out.push(s.clone()),
+                    _ => dashboard_queries(child, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| dashboard_queries(i, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_dashboard_queries_only_exported_metrics_and_labels() {
+    let exported = exported();
+    let dash: Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
+    assert_eq!(dash["uid"], "pilot-election");
+    let mut queries = Vec::new();
+    dashboard_queries(&dash, &mut queries);
+    let checked = check("grafana-dashboard.json", &queries, &exported);
+    assert!(checked >= 20, "only {checked} metric references found");
+    // Panels are well formed: unique ids, a place on the grid, the data source variable.
+    let panels = dash["panels"].as_array().expect("panels");
+    let ids: BTreeSet<u64> = panels.iter().filter_map(|p| p["id"].as_u64()).collect();
+    assert_eq!(ids.len(), panels.len(), "panel ids must be unique");
+    for p in panels.iter().filter(|p| p["type"] != "row") {
+        assert!(p["gridPos"]["w"].as_u64().is_some(), "{}", p["title"]);
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{}", p["title"]);
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{} has no query", p["title"]);
+    }
+    let vars: Vec<&str> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(vars, ["datasource", "job"]);
+}
+
+#[test]
+fn the_alert_rules_query_only_exported_metrics_and_labels() {
+    let exported = exported();
+    let rules: serde_yaml::Value = serde_yaml::from_str(ALERTS).expect("alerts.yml is YAML");
+    let mut queries = Vec::new();
+    let mut names = Vec::new();
+    for group in rules["groups"].as_sequence().expect("groups") {
+        for rule in group["rules"].as_sequence().expect("rules") {
+            queries.push(rule["expr"].as_str().expect("expr").to_string());
+            names.push(rule["alert"].as_str().expect("alert").to_string());
+        }
+    }
+    let checked = check("alerts.yml", &queries, &exported);
+    assert!(checked >= 9, "only {checked} metric references found");
+    for wanted in [
+        "PilotElectionNoLeader",
+        "PilotElectionMoreThanOneLeader",
+        "PilotElectionLeadershipFlapping",
+        "PilotElectionMemberSilent",
+        "PilotElectionNodeNotReady",
+        "PilotElectionRejectedPeerMessages",
+        "PilotElectionPilotctlPublishFailures",
+    ] {
+        assert!(
+            names.iter().any(|n| n == wanted),
+            "no {wanted} in {names:?}"
+        );
+    }
+}
+
+#[test]
+fn the_checker_catches_unknown_metrics_and_labels() {
+    let exported = exported();
+    for bad in [
+        "pilot_election_no_such_metric",
+        "pilot_election_term{reason=\"x\"}",
+        "sum by (member) (pilot_election_term)",
+    ] {
+        let r = std::panic::catch_unwind(|| check("test", &[bad.to_string()], &exported));
+        assert!(r.is_err(), "`{bad}` passed");
+    }
+    let good = "sum by (job, outcome) (rate(pilot_election_messages_received_total{outcome!~\"a|b\", job=~\"$job\"}[5m]))";
+    assert_eq!(check("test", &[good.to_string()], &exported), 1);
+}
