@@ -513,3 +513,52 @@ fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
     let _ = a.handle(now, p);
     assert!(a.view(now).can_vote);
 }
+
+#[test]
+fn the_first_lease_runs_from_when_the_election_left_not_from_the_victory() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = campaigning(&mut b);
+    let asked = b.at(T + H);
+    let _ = a.handle(asked, grant(&mut b, 1, true));
+    assert_eq!(a.role(), Role::Candidate);
+    drain(&mut a);
+    // The vote arrives late: the lease still counts from the request.
+    let won = asked + Duration::from_millis(700);
+    let _ = a.handle(won, grant(&mut b, 1, false));
+    assert_eq!(a.role(), Role::Leader);
+    let lease = Timings::default().lease;
+    assert_eq!(a.view(won).lease_until, Some(asked + lease));
+}
+
+#[test]
+fn a_lease_is_renewed_from_the_heartbeats_send_time_not_from_the_acks() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = leader(&mut b);
+    let lease = Timings::default().lease;
+    // The next heartbeat, then its ack 300 ms later.
+    let sent = b.at(T + H + H);
+    let _ = a.handle(sent, Input::Tick);
+    let hb_seq = drain(&mut a)
+        .iter()
+        .find_map(|x| match x {
+            Action::Publish(m) if matches!(m.body, Body::Heartbeat { .. }) => Some(m.seq),
+            _ => None,
+        })
+        .expect("a heartbeat after h");
+    let acked = sent + Duration::from_millis(300);
+    let members = b.members_of_fingerprint();
+    let ack = b.msg(
+        "b",
+        1,
+        Body::Ack {
+            leader: "a".into(),
+            hb_seq,
+            priority: 2,
+            candidacy: Candidacy::Eligible,
+            hears: vec!["a".into(), "c".into()],
+            member_ids: members,
+        },
+    );
+    assert_eq!(a.handle(acked, ack), Ok(Outcome::Accepted));
+    assert_eq!(a.view(acked).lease_until, Some(sent + lease));
+}
