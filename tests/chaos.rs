@@ -118,8 +118,8 @@ async fn watch(
 /// `[sent, received]` inside that interval, B led at an instant when A also did: two leaders
 /// at the same time. Windows that merely overlap the edges prove nothing and are not flagged
 /// (a handover of a few ms legitimately has the old leader's last 200 and the new one's first
-/// within one poll of each other). The lease bound in the brief's wording — a 200 at `t1` and
-/// another node's at `t2 > t1 + L` is fine — is implied: such samples never sit inside one run.
+/// within one poll of each other). The looser lease bound — a 200 at `t1` and another node's
+/// at `t2 > t1 + L` is fine — is implied: such samples never sit inside one run.
 fn two_leaders_at_once(per_node: &[(String, Vec<Sample>)]) -> Option<String> {
     for (a, samples_a) in per_node {
         let mut i = 0;

@@ -1,7 +1,8 @@
 //! The simulator must be able to fail: protocols and runtimes known to break safety are run
 //! through the same harness and must be caught.
 //!
-//! - the bash workflow's naive bully (no quorum, no terms, silence is death);
+//! - a naive bully election, as the bash script this project replaced ran it (no quorum, no
+//!   terms, silence is death; docs/pilot.md);
 //! - the core with unsafe timings;
 //! - the old membership rule, "count any sender up to the configured size", with four nodes
 //!   that each believe the cluster has three;
@@ -20,8 +21,8 @@ use pilot_election::sim::world::{core_factory, Factory, NodeSpec, Protocol, Worl
 use pilot_election::sim::Family;
 use tokio::time::Instant;
 
-/// The bash workflow's bully: no quorum, no terms, silence is death, the highest priority
-/// heard recently declares itself leader.
+/// A naive bully election: no quorum, no terms, silence is death, the highest priority heard
+/// recently declares itself leader.
 struct NaiveBully {
     id: String,
     group: String,

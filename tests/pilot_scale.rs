@@ -21,8 +21,8 @@ use app::{get_json, metric, metrics_text, wait_up, Cluster, T};
 use devnet::Devnet;
 use pilot_cluster::pilot_cluster_of;
 
-/// The size the suite runs; `PILOT_SCALE_NODES=25` runs the size of issue 15 (see BENCHMARKS.md
-/// for why the suite stays smaller on a shared 2-core machine).
+/// The size the suite runs; `PILOT_SCALE_NODES=25` runs the size BENCHMARKS.md reports (it also
+/// says why the suite stays smaller on a shared 2-core machine).
 const DEFAULT_NODES: usize = 15;
 
 fn nodes() -> usize {

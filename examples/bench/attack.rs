@@ -1,5 +1,5 @@
 //! `bench attack`: `GET /leader` on the leader of a 3-node http cluster, quiet and then while
-//! each flood of issue 14 runs against that leader, with its RSS at the caps. The nodes run at
+//! each flood below runs against that leader, with its RSS at the caps. The nodes run at
 //! an open-file limit of 1024 (soft and hard) and default connection limits, with a cluster key.
 //!
 //! Floods (each for warm-up + `--secs`):

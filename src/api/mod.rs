@@ -1,4 +1,5 @@
-//! The HTTP API of DESIGN.md "HTTP API": one file per resource, all errors as [`ApiError`].
+//! The HTTP API (its contract: openapi/openapi.yaml; its place among the layers:
+//! docs/architecture.md): one file per resource, all errors as [`ApiError`].
 //!
 //! Handlers only read the latest [`Snapshot`] or send a [`Command`] to the election loop; none of
 //! them can block it. Leadership is judged against the current time, not the snapshot's, so a

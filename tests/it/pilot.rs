@@ -271,8 +271,9 @@ async fn forged_and_replayed_messages_on_the_topic_change_nothing() {
     );
 }
 
-/// The reference workflow's way of watching: `pilotctl subscribe | jq`, exactly as README.md
-/// shows it (plus `--unbuffered`, since jq's output here is a pipe, not a terminal).
+/// The shell observer, `pilotctl subscribe | jq`, exactly as README.md shows it (plus
+/// `--unbuffered`, since jq's output here is a pipe, not a terminal); docs/pilot.md says why its
+/// field names still work.
 fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
     let script = format!(
         "PILOT_SOCKET='{}' '{}' --json subscribe n4 election:it | jq --unbuffered -r \
