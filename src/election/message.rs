@@ -1,8 +1,8 @@
 //! Wire messages: what nodes publish on `election:<group>`.
 //!
 //! Every message is one JSON object with a common header (`v, type, group, from, term, seq, ts,
-//! members`) and the fields of its type (docs/protocol.md, "Messages"). `election`, `leader` and
-//! `heartbeat` keep the field names of the bash workflow this project replaces (`leader`, `term`,
+//! members`) and the fields of its type (docs/protocol.md, "The messages"). `election`, `leader` and
+//! `heartbeat` keep the field names of the bash script this project replaces (docs/pilot.md) (`leader`, `term`,
 //! `timestamp`), so a jq observer written for it still works. Unknown fields are ignored so that
 //! newer nodes can add fields without breaking older ones; a change of meaning bumps
 //! [`PROTOCOL_VERSION`].
@@ -52,7 +52,7 @@ pub enum Body {
     /// From the leader every heartbeat interval.
     Heartbeat {
         leader: String,
-        /// Wall-clock unix seconds, as the bash workflow sent it.
+        /// Wall-clock unix seconds, as the bash script sent it (docs/pilot.md).
         #[serde(default)]
         timestamp: u64,
         lease_ms: u64,

@@ -1,6 +1,6 @@
 //! Default priority: the first field of POSIX `cksum` for the node id.
 //!
-//! The reference workflow ranked nodes by `printf %s "$ID" | cksum`; keeping exactly that value
+//! The bash script this project replaces (docs/pilot.md) ranked nodes by `printf %s "$ID" | cksum`; keeping exactly that value
 //! means an operator can predict (and reproduce in a shell) who wins a fresh election.
 
 use crc::{Crc, CRC_32_CKSUM};
