@@ -890,6 +890,16 @@ mod tests {
                 .collect()
         }
 
+        /// Waits (up to 2 s) until the supervisor has counted `n` exits of `outcome`: the
+        /// child's last log line comes before the supervisor has reaped it.
+        async fn wait_exits(&self, outcome: &str, n: u64) -> u64 {
+            let deadline = clock::now() + Duration::from_secs(2);
+            while self.exits(outcome) < n && clock::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            self.exits(outcome)
+        }
+
         fn exits(&self, outcome: &str) -> u64 {
             let text = self.metrics.encode();
             let prefix = format!("pilot_election_exec_exits_total{{outcome=\"{outcome}\"}} ");
@@ -991,7 +1001,12 @@ mod tests {
             "stopped {late:?} after the lease"
         );
         f.wait_lines("term", 1, Duration::from_secs(2)).await;
-        assert_eq!(f.exits("stopped"), 1, "{}", f.metrics.encode());
+        assert_eq!(
+            f.wait_exits("stopped", 1).await,
+            1,
+            "{}",
+            f.metrics.encode()
+        );
     }
 
     #[tokio::test]
