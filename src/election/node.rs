@@ -170,6 +170,11 @@ pub struct Node {
     boot: Option<BootGuard>,
     /// After resigning, no campaign until then (rule 10).
     cooldown_until: Option<Instant>,
+    /// When this node last flapped as the others see it (rule 12): it came back from a restart
+    /// or resigned because it lost its quorum. Until a flap window has passed it ranks itself
+    /// below steady members too, so that it never vetoes a steady member that vetoes it.
+    flapped_at: Option<Instant>,
+    flap_window: Duration,
     shutting_down: bool,
     guard: Option<Guard>,
     resigned: Option<Resigned>,
@@ -229,6 +234,10 @@ impl Node {
                 term: persisted.term,
             }),
             cooldown_until: None,
+            // A node that took part before (a term on disk) is back from a restart: a flap in
+            // the eyes of every member that saw it eligible. A first start is not one.
+            flapped_at: (persisted.term > 0).then_some(now),
+            flap_window,
             shutting_down: false,
             guard: None,
             resigned: None,
@@ -560,10 +569,10 @@ impl Node {
             .is_some_and(|r| r.leader == id && r.term == self.term)
     }
 
-    fn me(&self) -> Standing<'_> {
-        // A node cannot see its own flaps; it ranks itself as steady.
+    /// This node's own standing, as the others see it as far as it can tell (rule 12).
+    fn me(&self, now: Instant) -> Standing<'_> {
         Standing {
-            steady: true,
+            steady: self.flapped_at.is_none_or(|f| now >= f + self.flap_window),
             rank: Rank::new(self.priority, &self.id),
         }
     }
@@ -610,7 +619,7 @@ impl Node {
             return Some(at.max(floor));
         }
         let base = self.timer.base + self.timer.wait + self.timer.jitter;
-        let me = self.me();
+        let me = self.me(self.last_input);
         let t = self.timings.election_timeout;
         let mut expiries: Vec<Instant> = self
             .peers
@@ -1102,7 +1111,7 @@ impl Node {
         };
         let t = self.timings.election_timeout;
         let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);
-        if self.can_campaign(now) && self.me().outranks(&them) && !spent(&self.id) {
+        if self.can_campaign(now) && self.me(now).outranks(&them) && !spent(&self.id) {
             return Some(self.id.clone());
         }
         self.peers
@@ -1297,6 +1306,10 @@ impl Node {
         });
         let t = self.timings.election_timeout;
         self.cooldown_until = Some(now + t);
+        if reason == Reason::LeaseExpired {
+            // The others count a resign for a lost quorum as a flap (rule 12).
+            self.flapped_at = Some(now);
+        }
         // The resign itself tells the others we cool down.
         self.advertised = Some(self.candidacy(now));
         self.favored = successor.clone().map(|s| Favored {
@@ -1469,7 +1482,7 @@ impl Node {
         if now < l.since + wait {
             return;
         }
-        let me = self.me();
+        let me = self.me(now);
         let best = self
             .peers
             .iter()

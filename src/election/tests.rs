@@ -562,3 +562,37 @@ fn a_lease_is_renewed_from_the_heartbeats_send_time_not_from_the_acks() {
     assert_eq!(a.handle(acked, ack), Ok(Outcome::Accepted));
     assert_eq!(a.view(acked).lease_until, Some(sent + lease));
 }
+
+/// Rule 12: the others rank a node back from a restart below the steady members for a flap
+/// window; it ranks itself the same way, so it does not veto a steady lower-ranked candidate
+/// that vetoes it (two nodes each vetoing the other would leave a 2-node cluster leaderless
+/// until the vetoes run out: simulator seeds 6933 and 7394).
+#[test]
+fn a_node_back_from_a_restart_does_not_veto_a_steady_lower_ranked_candidate() {
+    let mut b = Bench::new(&MEMBERS);
+    let now = b.at(T + H);
+    // A first start: steady, it outranks priority 0 and vetoes.
+    let mut fresh = node_at("a", true, Persistent::default(), b.t0);
+    let _ = fresh.handle(now, Input::Tick);
+    drain(&mut fresh);
+    let ask = pre_vote(&mut b, "b", fresh.term() + 1, 0);
+    let _ = fresh.handle(now, ask);
+    assert!(
+        !grants_pre_vote(&drain(&mut fresh), "b"),
+        "a steady node vetoes"
+    );
+    // Back from a restart (a term on disk): within the flap window it grants.
+    let back = Persistent {
+        term: 3,
+        voted_for: None,
+    };
+    let mut restarted = node_at("a", true, back, b.t0);
+    let _ = restarted.handle(now, Input::Tick);
+    drain(&mut restarted);
+    let ask = pre_vote(&mut b, "b", restarted.term() + 1, 0);
+    let _ = restarted.handle(now, ask);
+    assert!(
+        grants_pre_vote(&drain(&mut restarted), "b"),
+        "a flapped node defers"
+    );
+}
