@@ -26,4 +26,6 @@ mod peers;
 mod pilot;
 #[path = "../support/pilot_cluster.rs"]
 mod pilot_cluster;
+#[path = "../support/proxy.rs"]
+mod proxy;
 mod state;
