@@ -16,6 +16,7 @@ mod contract;
 mod devnet;
 mod errors;
 mod exec;
+mod faults;
 #[path = "../support/flood.rs"]
 mod flood;
 mod fuzz;
