@@ -327,8 +327,8 @@ impl Watch {
     }
 
     /// Stops sampling, prints the figures and checks them; `note` is added to the printout.
-    /// The caller heals the fault after this returns.
-    async fn check(self, c: &Cluster, note: &str) {
+    /// The caller heals the fault after this returns; the rounds are for its own checks.
+    async fn check(self, c: &Cluster, note: &str) -> Vec<Round> {
         let rounds = self.sampler.finish().await;
         let (ids, pair, name) = (&self.ids, self.pair, &self.name);
         let v = judge(&rounds, ids, pair, self.fault_at);
@@ -376,6 +376,7 @@ impl Watch {
             v.after.1 * 100.0,
             evidence()
         );
+        rounds
     }
 }
 
@@ -428,7 +429,26 @@ async fn a_connected_pair_keeps_a_leader(fault: Fault) {
     } else {
         String::new()
     };
-    watch.check(&lc.cluster, &note).await;
+    let (fault_at, leader) = (watch.fault_at, watch.before.0.clone());
+    let rounds = watch.check(&lc.cluster, &note).await;
+    if fault == Fault::DeafFollower {
+        // The fault took: the deaf follower lost the leader it no longer hears (a leader fault
+        // shows by the pair electing one of themselves, a crash loop by the restarts).
+        let lost = rounds
+            .iter()
+            .filter(|r| r.at >= fault_at && r.at <= fault_at + WINDOW)
+            .find(|r| r.nodes[target].names.as_ref().is_none_or(|n| n.0 != leader))
+            .map(|r| r.at - fault_at);
+        println!(
+            "{fault:?}: {} stopped naming {leader} {lost:?} after the fault",
+            ids[target]
+        );
+        assert!(
+            lost.is_some(),
+            "{} kept naming {leader}: the links to it were not cut",
+            ids[target]
+        );
+    }
     lc.links.heal();
     if lc.cluster.nodes[target].child.is_none() {
         lc.cluster.nodes[target].start();
