@@ -7,9 +7,12 @@
 //! the top-ranked node in a loop. A sampler asks every node `GET /leader` and
 //! `GET /role/leader` every [`SAMPLE_EVERY`], all at once in one round. The two connected nodes
 //! must agree on a leader within `2T` of the fault and for most of the window after it; no round
-//! may ever see two nodes answer 200 on `/role/leader`.
+//! may ever see two nodes answer 200 on `/role/leader`. The default timings are used on purpose:
+//! they are what ships, the stagger cannot be shortened from the command line, and the crash
+//! loop's 2.5 s up / 0.5 s down is stated against them.
 //!
-//! The last test builds the handover race in-process: the old leader's loop is held right after
+//! The deaf leader is shown over `--transport pilot` too, by stopping the leader's
+//! `pilotctl subscribe` processes. The last test builds the handover race in-process: the old leader's loop is held right after
 //! its `resign` left, and no poll round may see both it and its successor answer 200.
 
 use std::collections::BTreeSet;
