@@ -16,6 +16,7 @@ mod contract;
 mod devnet;
 mod errors;
 mod exec;
+mod faults;
 #[path = "../support/flood.rs"]
 mod flood;
 mod fuzz;
@@ -26,4 +27,6 @@ mod peers;
 mod pilot;
 #[path = "../support/pilot_cluster.rs"]
 mod pilot_cluster;
+#[path = "../support/proxy.rs"]
+mod proxy;
 mod state;
