@@ -76,8 +76,6 @@ pub enum Rejection {
     BadSignature,
     #[error("message from {from} with seq {seq} was already seen or is too old")]
     Replayed { from: String, seq: u64 },
-    #[error("message is from another group")]
-    OtherGroup,
 }
 
 impl Rejection {
@@ -89,7 +87,6 @@ impl Rejection {
             Rejection::UnknownKey(_) => "unknown_key",
             Rejection::BadSignature => "bad_signature",
             Rejection::Replayed { .. } => "replayed",
-            Rejection::OtherGroup => "other_group",
         }
     }
 }
