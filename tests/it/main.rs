@@ -20,10 +20,16 @@ mod exec;
 mod flood;
 mod fuzz;
 mod health;
+#[path = "../support/link.rs"]
+mod link;
+mod membership;
 mod memory;
 mod page;
 mod peers;
 mod pilot;
 #[path = "../support/pilot_cluster.rs"]
 mod pilot_cluster;
+mod rolling;
 mod state;
+#[path = "../support/watch.rs"]
+mod watch;
