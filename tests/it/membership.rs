@@ -11,7 +11,9 @@ use crate::app::{
     free_port, get_json, leader_of, node_args, post_json, serial, wait_for, wait_up, App, TempDir,
     T, TOKEN,
 };
+use crate::devnet::Devnet;
 use crate::link::Link;
+use crate::pilot_cluster::pilot_node_with;
 use crate::watch::{Report, Watcher};
 
 /// Start-up takes `T` plus staggers; generous for a loaded machine.
@@ -285,9 +287,9 @@ async fn member_sets_two_apart_never_show_two_leaders_across_a_split() {
     }
     let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());
     let old = [&nodes[0], &nodes[1], &nodes[2]];
-    let Some((leader, _)) = agreed(&old, FIRST_LEADER, |_, _| true).await else {
+    if agreed(&old, FIRST_LEADER, |_, _| true).await.is_none() {
         panic!("n1..n3 elected nobody\n{}", logs(&nodes));
-    };
+    }
 
     // Over http a node sends only to its own members, so n4 hears nobody: n2 and n3 get its
     // messages and drop them as a non-member's (and say so); n4 is not ready, since nobody with
@@ -330,55 +332,103 @@ async fn member_sets_two_apart_never_show_two_leaders_across_a_split() {
         "{s1}"
     );
 
-    // n3, on the side that cannot form the old quorum, leads before the split.
-    if leader != "n3" {
-        w.mark(format!("hand over {leader} -> n3"));
-        let li = ids.iter().position(|i| *i == leader).unwrap();
-        hand_over(&nodes[li], "n3", Some(TOKEN)).await;
-    }
-    let Some((_, term)) = agreed(&old, FAILOVER_BOUND, |l, _| l == "n3").await else {
-        panic!("n3 did not take over\n{}", logs(&nodes));
-    };
+    let split = Split::Links(&links);
+    split_story(&nodes, &w, &split, Some(TOKEN)).await;
+    let report = w.stop().await;
+    assert_split_report(&report, "sets two apart, split", &nodes);
+}
 
-    // The split: {n1, n2} | {n3, n4}.
-    w.mark("split {n1,n2} | {n3,n4}");
-    for ((from, to), link) in &links {
-        let side = |n: &str| n == "n1" || n == "n2";
-        if side(from) != side(to) {
-            link.cut();
+/// How a test splits {n1,n2} | {n3,n4}.
+enum Split<'a> {
+    /// http: every link between the two sides.
+    Links(&'a BTreeMap<(&'a str, &'a str), Link>),
+    /// pilot: the devnet's links between daemons n1, n2 and broker n6, and between n3, n4 and
+    /// broker n5, so that each side keeps one broker.
+    Brokers(&'a Devnet),
+}
+
+impl Split<'_> {
+    async fn cut(&self) {
+        match self {
+            Split::Links(links) => {
+                let side = |n: &str| n == "n1" || n == "n2";
+                for ((from, to), link) in links.iter() {
+                    if side(from) != side(to) {
+                        link.cut();
+                    }
+                }
+            }
+            Split::Brokers(net) => {
+                for (a, b) in [("n1", "n6"), ("n2", "n6"), ("n3", "n5"), ("n4", "n5")] {
+                    net.post("/cut", json!({"a": a, "b": b})).await;
+                }
+            }
         }
     }
-    let split = pilot_election::clock::now();
-    let n3 = nodes[2].url();
+
+    async fn heal(&self) {
+        match self {
+            Split::Links(links) => links.values().for_each(Link::heal),
+            Split::Brokers(net) => {
+                net.post("/heal", json!({})).await;
+            }
+        }
+    }
+}
+
+/// The split itself, on nodes n1..n4 (`nodes[0..4]`) whose first three agree on a leader:
+/// n3 is made leader, the split puts it with n4 (which shares no member set with anyone), so
+/// it must stop leading within its lease and n1, n2 elect; n3 and n4 stay followers while the
+/// split lasts; after healing n1..n3 agree again.
+async fn split_story(nodes: &[App], w: &Watcher, split: &Split<'_>, token: Option<&str>) {
+    let old = [&nodes[0], &nodes[1], &nodes[2]];
+    let (n1, n2, n3) = (&nodes[0].id, &nodes[1].id, &nodes[2].id);
+    let Some((leader, _)) = agreed(&old, FIRST_LEADER, |_, _| true).await else {
+        panic!("n1..n3 elected nobody\n{}", logs(nodes));
+    };
+    // n3, on the side that cannot form the old quorum, leads before the split.
+    if leader != *n3 {
+        w.mark(format!("hand over {leader} -> {n3}"));
+        let li = nodes.iter().position(|n| n.id == leader).unwrap();
+        hand_over(&nodes[li], n3, token).await;
+    }
+    let Some((_, term)) = agreed(&old, FAILOVER_BOUND, |l, _| l == n3).await else {
+        panic!("{n3} did not take over\n{}", logs(nodes));
+    };
+
+    w.mark("split {n1,n2} | {n3,n4}");
+    split.cut().await;
+    let cut = pilot_election::clock::now();
+    let n3_url = nodes[2].url();
     let stopped = wait_for(FAILOVER_BOUND, || {
-        let n3 = n3.clone();
-        async move { (role_leader(&n3).await == 503).then_some(()) }
+        let n3_url = n3_url.clone();
+        async move { (role_leader(&n3_url).await == 503).then_some(()) }
     })
     .await;
     assert!(
         stopped.is_some(),
-        "n3 kept leading without a quorum\n{}",
-        logs(&nodes)
+        "{n3} kept leading without a quorum\n{}",
+        logs(nodes)
     );
-    println!("n3 stopped leading {:?} after the split", split.elapsed());
+    println!("{n3} stopped leading {:?} after the split", cut.elapsed());
     let Some((new, new_term)) = agreed(&old[..2], FAILOVER_BOUND, |l, t| {
-        (l == "n1" || l == "n2") && t > term
+        (l == n1 || l == n2) && t > term
     })
     .await
     else {
         panic!(
             "n1, n2 did not elect within {FAILOVER_BOUND:?}\n{}",
-            logs(&nodes)
+            logs(nodes)
         );
     };
     println!(
         "{new} leads in term {new_term}, {:?} after the split",
-        split.elapsed()
+        cut.elapsed()
     );
     // The split holds for two more election timeouts: n3 and n4 stay followers.
     let until = pilot_election::clock::now() + T * 2;
     while pilot_election::clock::now() < until {
-        for n in &nodes[2..] {
+        for n in &nodes[2..4] {
             assert_eq!(
                 role_leader(&n.url()).await,
                 503,
@@ -390,27 +440,86 @@ async fn member_sets_two_apart_never_show_two_leaders_across_a_split() {
     }
 
     w.mark("heal");
-    for link in links.values() {
-        link.heal();
-    }
+    split.heal().await;
     let Some(_) = agreed(&old, FAILOVER_BOUND, |_, _| true).await else {
-        panic!("n1..n3 did not agree after healing\n{}", logs(&nodes));
+        panic!("n1..n3 did not agree after healing\n{}", logs(nodes));
     };
     // A while longer healed: still one leader.
     tokio::time::sleep(T).await;
-    let report = w.stop().await;
-    assert_single_leader(&report, "sets two apart, split", || logs(&nodes));
+}
+
+/// One leader at most, n4 never, and every gap within the failover bound.
+fn assert_split_report(report: &Report, label: &str, nodes: &[App]) {
+    assert_single_leader(report, label, || logs(nodes));
+    let n4 = &nodes[3].id;
     assert!(
-        report.leaders.iter().all(|(_, n, _)| n != "n4"),
-        "n4 led: {:?}",
+        report.leaders.iter().all(|(_, n, _)| n != n4),
+        "{label}: n4 led: {:?}",
         report.leaders
     );
     assert!(
         report.max_gap() <= FAILOVER_BOUND,
-        "a leaderless gap of {:?}\n{}",
+        "{label}: a leaderless gap of {:?}\n{}",
         report.max_gap(),
-        logs(&nodes)
+        logs(nodes)
     );
+}
+
+/// The same split over pilot: daemons n1..n4 run the nodes, n5 and n6 are brokers, and every
+/// node uses both. Pilot is a broadcast topic, so here n4 does hear n2 and n3 (members of its
+/// set, listing a set two ids away) and stops voting and campaigning (rule 1), and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_sets_two_apart_never_show_two_leaders_across_a_split_over_pilot() {
+    let _serial = serial().await;
+    let net = Devnet::start(6);
+    let old = ["n1", "n2", "n3"];
+    let mut nodes: Vec<App> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|d| pilot_node_with(&net, d, "n5,n6", &old, &[]))
+        .collect();
+    nodes.push(pilot_node_with(
+        &net,
+        "n4",
+        "n5,n6",
+        &["n2", "n3", "n4"],
+        &[],
+    ));
+    for n in &mut nodes {
+        n.start();
+    }
+    for n in &nodes {
+        wait_up(n).await;
+    }
+    let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());
+    let (id2, id3) = (nodes[1].id.clone(), nodes[2].id.clone());
+    let n4 = nodes[3].url();
+    let conflict = wait_for(T * 3, || {
+        let n4 = n4.clone();
+        let (id2, id3) = (json!(id2), json!(id3));
+        async move {
+            let (code, r) = get_json(&format!("{n4}/readyz")).await;
+            let mismatched = r["mismatched_members"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            (code == 503
+                && mismatched.contains(&id2)
+                && mismatched.contains(&id3)
+                && r["can_vote"] == json!(false))
+            .then_some(r)
+        }
+    })
+    .await;
+    let conflict =
+        conflict.unwrap_or_else(|| panic!("n4 did not report the conflict\n{}", logs(&nodes)));
+    println!("n4 /readyz: {conflict}");
+    let (_, s4) = get_json(&format!("{n4}/status")).await;
+    assert_eq!(s4["can_campaign"], json!(false), "{s4}");
+
+    let split = Split::Brokers(&net);
+    split_story(&nodes, &w, &split, None).await;
+    let report = w.stop().await;
+    assert_split_report(&report, "sets two apart, split, pilot", &nodes);
 }
 
 /// One step of a membership change.
@@ -622,8 +731,9 @@ async fn three_members_grow_to_five_and_shrink_back_one_at_a_time_with_one_leade
     );
     assert!(
         m.problems.is_empty(),
-        "the README's procedure could not be followed: {} restarted nodes never became ready:\n{}",
+        "the README's procedure could not be followed: {} restarted nodes never became ready:\n{}\n{}",
         m.problems.len(),
-        m.problems.join("\n")
+        m.problems.join("\n"),
+        m.logs()
     );
 }
