@@ -747,3 +747,28 @@ async fn three_members_grow_to_five_and_shrink_back_one_at_a_time_with_one_leade
         m.logs()
     );
 }
+
+/// The watcher itself: two single-node clusters each lead, and the watch says so (a watch that
+/// could not see two leaders would prove nothing above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watcher_reports_two_leaders_when_two_separate_clusters_each_lead() {
+    let _serial = serial().await;
+    let mut nodes: Vec<App> = ["a", "b"]
+        .iter()
+        .map(|id| crate::app::app(id, free_port(), &[], &[]))
+        .collect();
+    for n in &mut nodes {
+        n.start();
+    }
+    let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());
+    let both = wait_for(FIRST_LEADER, || {
+        let w = &w;
+        async move { (w.report().max_leaders == 2).then_some(()) }
+    })
+    .await;
+    let report = w.stop().await;
+    report.print("two separate clusters");
+    assert!(both.is_some(), "never saw both lead\n{}", logs(&nodes));
+    assert!(!report.single_leader());
+    assert!(!report.overlaps.is_empty());
+}
