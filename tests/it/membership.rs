@@ -687,6 +687,7 @@ async fn three_members_grow_to_five_and_shrink_back_one_at_a_time_with_one_leade
             .map(|id| (id.to_string(), m.nodes[*id].url()))
             .collect(),
     );
+    assert!(w.seen_leader(T).await, "the watch saw no leader");
 
     for change in [
         Change::Add("n4"),

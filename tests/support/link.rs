@@ -1,9 +1,15 @@
 //! A one-way network link for http clusters: a TCP relay on a free 127.0.0.1 port that forwards
 //! to one node. Give a node the relay's URL as another node's `--peer` and that node's messages
 //! to the other travel through it; [`Link::cut`] closes the connections across it and refuses
-//! new ones until [`Link::heal`], as a partition between the two would. Included with `#[path]`.
+//! new ones until [`Link::heal`], as a partition between the two would; [`Link::delay`] holds
+//! every chunk the sender writes back for a while, as a slow path would. Included with `#[path]`.
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -14,6 +20,8 @@ pub struct Link {
     /// The node behind the link.
     pub target: u16,
     cut: watch::Sender<bool>,
+    /// Microseconds each chunk towards the target is held back.
+    delay_us: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -34,6 +42,8 @@ impl Link {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a link");
         let port = listener.local_addr().expect("link address").port();
         let (cut, cut_rx) = watch::channel(false);
+        let delay_us = Arc::new(AtomicU64::new(0));
+        let delay = delay_us.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else {
@@ -47,15 +57,32 @@ impl Link {
                     continue;
                 }
                 let mut cut_rx = cut_rx.clone();
+                let delay = delay.clone();
                 tokio::spawn(async move {
-                    let mut inbound = inbound;
-                    let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+                    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
                     };
                     let _ = inbound.set_nodelay(true);
                     let _ = outbound.set_nodelay(true);
+                    let (mut from_sender, mut to_sender) = inbound.into_split();
+                    let (mut from_target, mut to_target) = outbound.into_split();
+                    let forward = async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = from_sender.read(&mut buf).await?;
+                            if n == 0 {
+                                return to_target.shutdown().await;
+                            }
+                            let d = delay.load(Ordering::Relaxed);
+                            if d > 0 {
+                                tokio::time::sleep(Duration::from_micros(d)).await;
+                            }
+                            to_target.write_all(&buf[..n]).await?;
+                        }
+                    };
+                    let back = tokio::io::copy(&mut from_target, &mut to_sender);
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = async { tokio::join!(forward, back) } => {}
                         _ = cut_rx.wait_for(|c| *c) => {}
                     }
                 });
@@ -65,6 +92,7 @@ impl Link {
             port,
             target,
             cut,
+            delay_us,
             accept,
         }
     }
@@ -72,6 +100,12 @@ impl Link {
     /// Closes every connection across the link and refuses new ones.
     pub fn cut(&self) {
         self.cut.send_replace(true);
+    }
+
+    /// Holds every chunk towards the target back by `by` from now on (zero: none).
+    pub fn delay(&self, by: Duration) {
+        self.delay_us
+            .store(by.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Lets connections through again.

@@ -115,6 +115,28 @@ impl Watcher {
         pilot_election::clock::now().saturating_duration_since(self.start)
     }
 
+    /// Waits until some round saw a leader (gaps count only after one was seen, so a test
+    /// that is about to disturb the leader calls this first); false if none within `within`.
+    pub async fn seen_leader(&self, within: Duration) -> bool {
+        let deadline = pilot_election::clock::now() + within;
+        loop {
+            if self
+                .shared
+                .lock()
+                .unwrap()
+                .rounds
+                .iter()
+                .any(|r| !r.leaders.is_empty())
+            {
+                return true;
+            }
+            if pilot_election::clock::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+
     /// Rounds recorded so far.
     pub fn rounds(&self) -> Vec<Round> {
         self.shared.lock().unwrap().rounds.clone()
