@@ -21,6 +21,9 @@ mod faults;
 mod flood;
 mod fuzz;
 mod health;
+#[path = "../support/link.rs"]
+mod link;
+mod membership;
 mod memory;
 mod page;
 mod peers;
@@ -29,4 +32,7 @@ mod pilot;
 mod pilot_cluster;
 #[path = "../support/proxy.rs"]
 mod proxy;
+mod rolling;
 mod state;
+#[path = "../support/watch.rs"]
+mod watch;

@@ -1,0 +1,191 @@
+//! Rolling restarts (README "Rolling restarts"): every node in turn gets SIGTERM (a leader hands
+//! over first), starts again with the same arguments and data dir, and the next goes only once
+//! the restarted node's `/readyz` answers 200. Watched every 20 ms: never two leaders, and every
+//! leaderless gap under a second.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::app::{free_port, serial, wait_up, App, Cluster, T};
+use crate::devnet::Devnet;
+use crate::link::Link;
+use crate::membership::{
+    agreed, assert_single_leader, logs, member_args, new_node, restart_with, wait_ready,
+    FAILOVER_BOUND,
+};
+use crate::pilot_cluster::pilot_cluster;
+use crate::watch::{Report, Watcher};
+
+/// Start-up takes `T` plus staggers; generous for a loaded machine.
+const FIRST_LEADER: Duration = Duration::from_secs(20);
+/// A restarted node is ready within its start-up guard `T` (sooner when it follows the
+/// leader), plus a heartbeat or two.
+const READY_WITHIN: Duration = Duration::from_secs(3 * 3);
+/// Every leaderless gap of a rolling restart stays under this (a handover, not a failover).
+const GAP_BOUND: Duration = Duration::from_secs(1);
+const PASSES: usize = 2;
+
+/// `PASSES` passes over `nodes` in order; the watch's report.
+async fn roll(nodes: &mut [App], label: &str) -> Report {
+    let started = pilot_election::clock::now();
+    {
+        let all: Vec<&App> = nodes.iter().collect();
+        if agreed(&all, FIRST_LEADER, |_, _| true).await.is_none() {
+            panic!("{label}: no first leader\n{}", logs(nodes.iter()));
+        }
+    }
+    let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());
+    assert!(w.seen_leader(T).await, "{label}: the watch saw no leader");
+    let mut ready_after = Vec::new();
+    for pass in 1..=PASSES {
+        for i in 0..nodes.len() {
+            let id = nodes[i].id.clone();
+            w.mark(format!("pass {pass}: restart {id}"));
+            let sent = pilot_election::clock::now();
+            let args = nodes[i].args.clone();
+            restart_with(&mut nodes[i], args).await;
+            if let Err(body) = wait_ready(&nodes[i].url(), READY_WITHIN).await {
+                panic!(
+                    "{label}: {id} not ready within {READY_WITHIN:?} of its restart: {body}\n{}",
+                    logs(nodes.iter())
+                );
+            }
+            ready_after.push(sent.elapsed());
+            println!(
+                "{label}: pass {pass}: {id} ready {:?} after its SIGTERM",
+                sent.elapsed()
+            );
+        }
+    }
+    {
+        let all: Vec<&App> = nodes.iter().collect();
+        if agreed(&all, T * 2, |_, _| true).await.is_none() {
+            panic!(
+                "{label}: no agreed leader at the end\n{}",
+                logs(nodes.iter())
+            );
+        }
+    }
+    let report = w.stop().await;
+    ready_after.sort();
+    println!(
+        "{label}: {} restarts in {:?}; ready after SIGTERM: min {:?}, median {:?}, max {:?}",
+        ready_after.len(),
+        started.elapsed(),
+        ready_after[0],
+        ready_after[ready_after.len() / 2],
+        ready_after[ready_after.len() - 1]
+    );
+    assert_single_leader(&report, label, || logs(nodes.iter()));
+    assert!(
+        report.gaps.iter().all(|g| g.len < GAP_BOUND),
+        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})\n{}",
+        report.max_gap(),
+        logs(nodes.iter())
+    );
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_rolling_restarts_of_three_nodes_never_show_two_leaders_or_a_gap_of_a_second() {
+    let _serial = serial().await;
+    let mut c = Cluster::start(3, &[]);
+    roll(&mut c.nodes, "rolling http, 3 nodes").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open (issue 13): 1 run in 22 had a 1.5 s gap, the handover race of the test below; enable with its fix"]
+async fn two_rolling_restarts_of_five_nodes_never_show_two_leaders_or_a_gap_of_a_second() {
+    let _serial = serial().await;
+    let mut c = Cluster::start(5, &[]);
+    roll(&mut c.nodes, "rolling http, 5 nodes").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_rolling_restarts_of_three_nodes_over_pilot_never_show_two_leaders_or_a_gap_of_a_second(
+) {
+    let _serial = serial().await;
+    let net = Devnet::start(4);
+    let mut c = pilot_cluster(&net, &[]);
+    for n in &c.nodes {
+        wait_up(n).await;
+    }
+    roll(&mut c.nodes, "rolling pilot, 3 nodes").await;
+}
+
+/// A handover in a rolling restart when the stopping leader's messages reach some followers
+/// later than its successor's do (a slower path, as between racks): n1 leads (highest
+/// priority), n2 is its successor (next highest), and every link from n1 to n3, n4, n5 holds
+/// messages back 50 ms. The successor's pre-vote requests can then reach n3..n5 before n1's
+/// resign does. Watched: one leader at most, and the handover's gap stays under a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open (issue 13): fails, 1.5 s gap: voters refuse the successor's pre-vote while they still hold the old leader's guard and do not reconsider it when the resign arrives"]
+async fn a_handover_whose_resign_reaches_the_voters_after_the_successor_stays_under_a_second() {
+    let _serial = serial().await;
+    let (_token, tf) = crate::membership::token_file();
+    let ids = ["n1", "n2", "n3", "n4", "n5"];
+    let ports: BTreeMap<&str, u16> = ids.iter().map(|id| (*id, free_port())).collect();
+    let taken: Vec<u16> = ports.values().copied().collect();
+    let mut links: BTreeMap<(&str, &str), Link> = BTreeMap::new();
+    for from in ids {
+        for to in ids.iter().filter(|m| **m != from) {
+            links.insert((from, *to), Link::to_avoiding(ports[to], &taken).await);
+        }
+    }
+    let mut nodes: Vec<App> = ids
+        .iter()
+        .zip([500, 400, 300, 200, 100])
+        .map(|(id, priority)| {
+            new_node(id, ports[id], |data| {
+                let mut a = member_args(id, ports[id], data, &ids, |m| links[&(*id, m)].port, &tf);
+                a.extend(["--priority".to_string(), priority.to_string()]);
+                a
+            })
+        })
+        .collect();
+    for n in &mut nodes {
+        n.start();
+    }
+    let all: Vec<&App> = nodes.iter().collect();
+    let Some((_, term)) = agreed(&all, FIRST_LEADER, |l, _| l == "n1").await else {
+        panic!("n1 did not lead\n{}", logs(nodes.iter()));
+    };
+    for to in ["n3", "n4", "n5"] {
+        links[&("n1", to)].delay(Duration::from_millis(50));
+    }
+    // Steady with the delay for a while: n1 keeps its lease, every node is ready.
+    tokio::time::sleep(T).await;
+    for n in &nodes {
+        if let Err(body) = wait_ready(&n.url(), T).await {
+            panic!("{} not ready: {body}\n{}", n.id, logs(nodes.iter()));
+        }
+    }
+    assert_eq!(
+        agreed(&all, T, |_, _| true).await,
+        Some(("n1".to_string(), term))
+    );
+
+    let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());
+    assert!(w.seen_leader(T).await, "the watch saw no leader");
+    w.mark("SIGTERM n1");
+    nodes[0].sigterm();
+    let status = nodes[0].wait_exit(Duration::from_secs(10)).await;
+    assert!(status.success(), "n1 exited with {status:?}");
+    let rest: Vec<&App> = nodes[1..].iter().collect();
+    let new = agreed(&rest, FAILOVER_BOUND, |l, t| l != "n1" && t > term).await;
+    // A little longer, so that the watch has rounds after the new leader.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = w.stop().await;
+    let label = "handover, resign slower than the successor";
+    assert_single_leader(&report, label, || logs(nodes.iter()));
+    let Some((new, new_term)) = new else {
+        panic!("nobody took over\n{}", logs(nodes.iter()));
+    };
+    println!("{label}: {new} leads in term {new_term}");
+    assert!(
+        report.gaps.iter().all(|g| g.len < GAP_BOUND),
+        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})\n{}",
+        report.max_gap(),
+        logs(nodes.iter())
+    );
+}
