@@ -1153,10 +1153,15 @@ impl Node {
         }
         // The silent leader still counts as live until the same moment its guard expires, so
         // judge the candidate as of then.
-        if let Some(until) = self.guard.as_ref().map(|g| g.until) {
+        // Kept while the guard's holder is the leader we follow, too: if its resign arrives
+        // after this request (a handover racing ahead of it), the answer goes out at once
+        // instead of costing the successor a whole round (rule 10). A heartbeat clears it.
+        if let Some((until, holder)) = self.guard.as_ref().map(|g| (g.until, g.holder.clone())) {
+            let soon = until <= now + self.timings.heartbeat;
+            let leader_holds = self.known_leader() == Some(holder.as_str());
             let defer = !matches!(self.state, State::Leader(_))
                 && self.boot.is_none_or(|b| until >= b.until)
-                && until <= now + self.timings.heartbeat
+                && (soon || leader_holds)
                 && self.veto(until, candidate, priority).is_none();
             if defer {
                 self.deferred = Some(DeferredPreVote {

@@ -596,3 +596,49 @@ fn a_node_back_from_a_restart_does_not_veto_a_steady_lower_ranked_candidate() {
         "a flapped node defers"
     );
 }
+
+/// Rule 10: a successor's pre-vote that arrives before the leader's resign is refused (the
+/// voter still guards the leader's lease) but kept, and granted the moment the resign lands,
+/// so a handover whose messages race costs milliseconds, not a round.
+#[test]
+fn a_pre_vote_refused_for_the_leaders_guard_is_granted_when_its_resign_arrives() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let hb = b.msg(
+        "b",
+        1,
+        Body::Heartbeat {
+            leader: "b".into(),
+            timestamp: 0,
+            lease_ms: 2000,
+            priority: 5,
+            candidacy: Candidacy::Eligible,
+            hears: vec!["a".into(), "c".into()],
+            member_ids: b.members_of_fingerprint(),
+        },
+    );
+    let _ = a.handle(now, hb);
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "c", 2, 9);
+    let _ = a.handle(now, ask);
+    assert!(
+        !grants_pre_vote(&drain(&mut a), "c"),
+        "the leader's lease is guarded"
+    );
+    let later = now + Duration::from_millis(5);
+    let resign = b.msg(
+        "b",
+        1,
+        Body::Resign {
+            leader: "b".into(),
+            successor: Some("c".into()),
+            lost_quorum: false,
+        },
+    );
+    let _ = a.handle(later, resign);
+    assert!(
+        grants_pre_vote(&drain(&mut a), "c"),
+        "answered as the resign lands"
+    );
+}
