@@ -89,6 +89,24 @@ impl Bench {
         )
     }
 
+    /// A heartbeat of leader `b` (priority 5, hearing a and c) in `term`.
+    fn heartbeat_from_b(&mut self, term: u64) -> Input {
+        let member_ids = self.members_of_fingerprint();
+        self.msg(
+            "b",
+            term,
+            Body::Heartbeat {
+                leader: "b".into(),
+                timestamp: 0,
+                lease_ms: 2000,
+                priority: 5,
+                candidacy: Candidacy::Eligible,
+                hears: vec!["a".into(), "c".into()],
+                member_ids,
+            },
+        )
+    }
+
     fn members_of_fingerprint(&self) -> Vec<String> {
         // Every test cluster here is a, b, c (and sometimes d).
         MEMBERS.iter().map(|s| s.to_string()).collect()
@@ -396,19 +414,7 @@ fn following_a_leader_ends_the_start_up_guard_with_a_guard_for_that_leader() {
     };
     let mut a = node_at("a", false, persisted, b.t0);
     let now = b.at(Duration::from_millis(100));
-    let hb = b.msg(
-        "b",
-        5,
-        Body::Heartbeat {
-            leader: "b".into(),
-            timestamp: 0,
-            lease_ms: 2000,
-            priority: 5,
-            candidacy: Candidacy::Eligible,
-            hears: vec!["a".into(), "c".into()],
-            member_ids: b.members_of_fingerprint(),
-        },
-    );
+    let hb = b.heartbeat_from_b(5);
     let _ = a.handle(now, hb);
     assert!(a.view(now).can_vote);
     // It still votes for nobody but the leader while the leader is heard.
@@ -605,19 +611,7 @@ fn a_pre_vote_refused_for_the_leaders_guard_is_granted_when_its_resign_arrives()
     let mut b = Bench::new(&MEMBERS);
     let mut a = voter(&mut b);
     let now = b.at(T + H + H);
-    let hb = b.msg(
-        "b",
-        1,
-        Body::Heartbeat {
-            leader: "b".into(),
-            timestamp: 0,
-            lease_ms: 2000,
-            priority: 5,
-            candidacy: Candidacy::Eligible,
-            hears: vec!["a".into(), "c".into()],
-            member_ids: b.members_of_fingerprint(),
-        },
-    );
+    let hb = b.heartbeat_from_b(1);
     let _ = a.handle(now, hb);
     drain(&mut a);
     let ask = pre_vote(&mut b, "c", 2, 9);
