@@ -152,13 +152,13 @@ enum Control {
 
 impl ExecHandle {
     async fn hold(&self, grace: Duration) {
+        self.until_gone(|done| Control::Hold { grace, done }).await;
+    }
+
+    /// Sends a stopping control and waits until the supervisor says no child runs.
+    async fn until_gone(&self, control: impl FnOnce(oneshot::Sender<()>) -> Control) {
         let (done, gone) = oneshot::channel();
-        if self
-            .control
-            .send(Control::Hold { grace, done })
-            .await
-            .is_ok()
-        {
+        if self.control.send(control(done)).await.is_ok() {
             let _ = gone.await;
         }
     }
@@ -171,16 +171,10 @@ impl ExecHandle {
         Arc::new(move |term| {
             let handle = handle.clone();
             Box::pin(async move {
-                let (done, gone) = oneshot::channel();
                 let grace = kill_delay(&timings);
-                if handle
-                    .control
-                    .send(Control::Stop { grace, done })
-                    .await
-                    .is_ok()
-                {
-                    let _ = gone.await;
-                }
+                handle
+                    .until_gone(|done| Control::Stop { grace, done })
+                    .await;
                 tracing::debug!(term, "exec child gone before the resign");
             })
         })
