@@ -157,6 +157,12 @@ MUTANTS = {
         "a member seen back from a restart is not demoted",
         [(PEERS, "        if silent || restarted {", "        if silent {", 1)],
     ),
+    "restart-seen-booting-not-a-flap": (
+        12,
+        "a member first seen booting after a restart ranks like a steady one",
+        [(PEERS, "        if restarted && !was_booting && p.eligible_since.is_none() && m.term > 0 {",
+          "        if false {", 1)],
+    ),
     "lost-quorum-not-a-flap": (
         12,
         "a leader that lost its quorum is not demoted",

@@ -46,10 +46,14 @@ impl Peer {
     /// Ends a stretch of eligibility, remembering it as a flap if it was one.
     fn lose_eligibility(&mut self, now: Instant, flap: bool) {
         if self.eligible_since.take().is_some() && flap {
-            self.flaps.push_back(now);
-            if self.flaps.len() > FLAPS_REMEMBERED {
-                self.flaps.pop_front();
-            }
+            self.record_flap(now);
+        }
+    }
+
+    fn record_flap(&mut self, now: Instant) {
+        self.flaps.push_back(now);
+        if self.flaps.len() > FLAPS_REMEMBERED {
+            self.flaps.pop_front();
         }
     }
 }
@@ -144,6 +148,7 @@ impl Peers {
         p.last_seen = Some(now);
         p.fingerprint = Some(m.members.clone());
         let newer = p.advert_seq.is_none_or(|s| m.seq > s);
+        let was_booting = p.candidacy == Some(Candidacy::Booting);
         if let (
             true,
             Some(Advert {
@@ -166,7 +171,13 @@ impl Peers {
         // Gone silent for T, or back from a restart: a flap. Cooling after a resign, a
         // withdrawn candidacy or a stop end eligibility without one.
         let restarted = p.candidacy == Some(Candidacy::Booting);
-        if silent || restarted {
+        if restarted && !was_booting && p.eligible_since.is_none() && m.term > 0 {
+            // Back from a restart after some term was won, and we never saw it eligible (we
+            // started while it was down, or at the same time): it ranks itself as flapped from
+            // its start (rule 12), so we must too, or each of two restarted nodes defers to the
+            // other and their campaigns collide round after round.
+            p.record_flap(now);
+        } else if silent || restarted {
             p.lose_eligibility(now, true);
         } else if !eligible {
             p.lose_eligibility(now, false);

@@ -603,6 +603,36 @@ fn a_node_back_from_a_restart_does_not_veto_a_steady_lower_ranked_candidate() {
     );
 }
 
+/// Rule 12: two nodes back from restarts at about the same time each rank themselves as
+/// flapped. Each must see the other as flapped too, or each defers to the other (waits a stagger
+/// for it) and their campaigns collide round after round (a 2-node cluster stayed leaderless).
+#[test]
+fn a_peer_first_seen_booting_after_a_restart_counts_as_flapped() {
+    let mut b = Bench::new(&MEMBERS);
+    let back = Persistent {
+        term: 3,
+        voted_for: None,
+    };
+    // c (priority 1) outranks a (priority 0); both come back from restarts with term 3 on disk.
+    let mut c = node_at("c", true, back, b.t0);
+    let early = b.at(Duration::from_millis(2800));
+    let booting = b.presence("a", 3, 0, Candidacy::Booting, &["a", "c"]);
+    let _ = c.handle(early, booting);
+    let later = b.at(Duration::from_millis(2900));
+    let eligible = b.presence("a", 3, 0, Candidacy::Eligible, &["a", "c"]);
+    let _ = c.handle(later, eligible);
+    drain(&mut c);
+    let stagger = Timings::default().stagger;
+    let _ = c.handle(b.at(T), Input::Tick);
+    drain(&mut c);
+    let _ = c.handle(b.at(T + stagger / 2), Input::Tick);
+    assert_eq!(
+        c.role(),
+        Role::PreCandidate,
+        "c, the better ranked, waits no stagger for a"
+    );
+}
+
 /// Rule 10: a successor's pre-vote that arrives before the leader's resign is refused (the
 /// voter still guards the leader's lease) but kept, and granted the moment the resign lands,
 /// so a handover whose messages race costs milliseconds, not a round.
