@@ -157,11 +157,10 @@ MUTANTS = {
         "a member seen back from a restart is not demoted",
         [(PEERS, "        if silent || restarted {", "        if silent {", 1)],
     ),
-    "restart-seen-booting-not-a-flap": (
+    "flap-word-ignored": (
         12,
-        "a member first seen booting after a restart ranks like a steady one",
-        [(PEERS, "        if restarted && !was_booting && p.eligible_since.is_none() && m.term > 0 {",
-          "        if false {", 1)],
+        "a member that says it flapped ranks like a steady one unless seen flapping",
+        [(PEERS, "        p.says_flapped || p.flaps.iter()", "        p.flaps.iter()", 1)],
     ),
     "lost-quorum-not-a-flap": (
         12,
@@ -172,6 +171,12 @@ MUTANTS = {
         11,
         "an advertisement overtaken by a newer one still overwrites it",
         [(PEERS, "        let newer = p.advert_seq.is_none_or(|s| m.seq > s);", "        let newer = true;", 1)],
+    ),
+    "foreign-successor-favored": (
+        10,
+        "a resign's successor is favored even when this node does not count it",
+        [(NODE, "        let successor = successor.filter(|s| {\n            s == &self.id\n",
+          "        let successor = successor.filter(|s| {\n            true || s == &self.id\n", 1)],
     ),
     "unbounded-veto": (
         11,

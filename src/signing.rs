@@ -372,6 +372,7 @@ mod tests {
                 candidacy: crate::election::Candidacy::Eligible,
                 hears: vec!["b".into()],
                 member_ids: vec!["a".into(), "b".into()],
+                flapped: false,
             },
             kid: None,
             sig: None,

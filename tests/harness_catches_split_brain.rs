@@ -115,6 +115,7 @@ impl Protocol for NaiveBully {
                     candidacy: Candidacy::Eligible,
                     hears: Vec::new(),
                     member_ids: Vec::new(),
+                    flapped: false,
                 }
             } else {
                 Body::Presence {
@@ -122,6 +123,7 @@ impl Protocol for NaiveBully {
                     candidacy: Candidacy::Eligible,
                     hears: Vec::new(),
                     member_ids: Vec::new(),
+                    flapped: false,
                 }
             };
             self.send(body);

@@ -76,10 +76,11 @@ fn body() -> impl Strategy<Value = Body> {
             any::<u32>(),
             candidacy(),
             ids(),
-            ids()
+            ids(),
+            any::<bool>()
         )
             .prop_map(
-                |(leader, timestamp, lease_ms, priority, candidacy, hears, member_ids)| {
+                |(leader, timestamp, lease_ms, priority, candidacy, hears, member_ids, flapped)| {
                     Body::Heartbeat {
                         leader,
                         timestamp,
@@ -88,25 +89,37 @@ fn body() -> impl Strategy<Value = Body> {
                         candidacy,
                         hears,
                         member_ids,
+                        flapped,
                     }
                 }
             ),
-        (id, any::<u64>(), any::<u32>(), candidacy(), ids(), ids()).prop_map(
-            |(leader, hb_seq, priority, candidacy, hears, member_ids)| Body::Ack {
-                leader,
-                hb_seq,
+        (
+            id,
+            any::<u64>(),
+            any::<u32>(),
+            candidacy(),
+            ids(),
+            ids(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(leader, hb_seq, priority, candidacy, hears, member_ids, flapped)| Body::Ack {
+                    leader,
+                    hb_seq,
+                    priority,
+                    candidacy,
+                    hears,
+                    member_ids,
+                    flapped,
+                }
+            ),
+        (any::<u32>(), candidacy(), ids(), ids(), any::<bool>()).prop_map(
+            |(priority, candidacy, hears, member_ids, flapped)| Body::Presence {
                 priority,
                 candidacy,
                 hears,
                 member_ids,
-            }
-        ),
-        (any::<u32>(), candidacy(), ids(), ids()).prop_map(
-            |(priority, candidacy, hears, member_ids)| Body::Presence {
-                priority,
-                candidacy,
-                hears,
-                member_ids,
+                flapped,
             }
         ),
         (id, any::<u32>(), any::<bool>()).prop_map(|(candidate, priority, pre_vote)| {
@@ -142,6 +155,7 @@ fn message(from: String, term: u64, seq: u64, body: Body) -> Message {
             candidacy,
             hears,
             member_ids,
+            flapped,
             ..
         } => Body::Heartbeat {
             leader: from.clone(),
@@ -151,6 +165,7 @@ fn message(from: String, term: u64, seq: u64, body: Body) -> Message {
             candidacy,
             hears,
             member_ids,
+            flapped,
         },
         Body::Election {
             priority, pre_vote, ..

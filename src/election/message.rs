@@ -60,6 +60,10 @@ pub enum Body {
         candidacy: Candidacy,
         hears: Vec<String>,
         member_ids: Vec<String>,
+        /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
+        /// lost quorum within its flap window. Absent means no.
+        #[serde(default, skip_serializing_if = "is_false")]
+        flapped: bool,
     },
     /// A follower's answer to one heartbeat; a quorum of them renews the lease.
     Ack {
@@ -69,6 +73,10 @@ pub enum Body {
         candidacy: Candidacy,
         hears: Vec<String>,
         member_ids: Vec<String>,
+        /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
+        /// lost quorum within its flap window. Absent means no.
+        #[serde(default, skip_serializing_if = "is_false")]
+        flapped: bool,
     },
     /// From a node that knows no leader, whose candidacy changed, or whose acks are late.
     Presence {
@@ -76,6 +84,10 @@ pub enum Body {
         candidacy: Candidacy,
         hears: Vec<String>,
         member_ids: Vec<String>,
+        /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
+        /// lost quorum within its flap window. Absent means no.
+        #[serde(default, skip_serializing_if = "is_false")]
+        flapped: bool,
     },
     /// A candidacy: a pre-vote round asks for `term` without anyone changing state.
     Election {
@@ -144,6 +156,7 @@ pub struct Advert<'a> {
     pub candidacy: Candidacy,
     pub hears: &'a [String],
     pub member_ids: &'a [String],
+    pub flapped: bool,
 }
 
 impl Body {
@@ -155,6 +168,7 @@ impl Body {
                 candidacy,
                 hears,
                 member_ids,
+                flapped,
                 ..
             }
             | Body::Ack {
@@ -162,6 +176,7 @@ impl Body {
                 candidacy,
                 hears,
                 member_ids,
+                flapped,
                 ..
             }
             | Body::Presence {
@@ -169,11 +184,13 @@ impl Body {
                 candidacy,
                 hears,
                 member_ids,
+                flapped,
             } => Some(Advert {
                 priority: *priority,
                 candidacy: *candidacy,
                 hears,
                 member_ids,
+                flapped: *flapped,
             }),
             _ => None,
         }
@@ -297,6 +314,11 @@ impl Message {
     }
 }
 
+/// For `skip_serializing_if`: a flag that is false is left out, as older nodes wrote it.
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +340,7 @@ mod tests {
                 candidacy: Candidacy::Eligible,
                 hears: vec!["b".into(), "c".into()],
                 member_ids: vec!["a".into(), "b".into(), "c".into()],
+                flapped: false,
             },
             kid: None,
             sig: None,
@@ -348,12 +371,14 @@ mod tests {
                 candidacy: Candidacy::Cooling,
                 hears: vec![],
                 member_ids: vec!["a".into()],
+                flapped: false,
             },
             Body::Presence {
                 priority: 2,
                 candidacy: Candidacy::Booting,
                 hears: vec!["a".into()],
                 member_ids: vec!["a".into(), "x".into()],
+                flapped: false,
             },
             Body::Election {
                 candidate: "a".into(),
@@ -402,6 +427,7 @@ mod tests {
                 candidacy: Candidacy::Eligible,
                 hears: vec!["y".into()],
                 member_ids: vec!["x".into(), "y".into()],
+                flapped: false,
             }
         );
     }

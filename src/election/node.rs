@@ -129,6 +129,7 @@ struct OwnAdvert {
     candidacy: Candidacy,
     hears: Vec<String>,
     member_ids: Vec<String>,
+    flapped: bool,
 }
 
 /// The resign an ex-leader repeats while nobody leads yet.
@@ -689,6 +690,7 @@ impl Node {
             candidacy,
             hears: self.peers.hearing(now),
             member_ids: self.members.ids().map(str::to_string).collect(),
+            flapped: !self.me(now).steady,
         }
     }
 
@@ -699,6 +701,7 @@ impl Node {
             candidacy: a.candidacy,
             hears: a.hears,
             member_ids: a.member_ids,
+            flapped: a.flapped,
         });
         self.publish(now, m);
     }
@@ -713,6 +716,7 @@ impl Node {
             candidacy: a.candidacy,
             hears: a.hears,
             member_ids: a.member_ids,
+            flapped: a.flapped,
         };
         let m = self.message(body);
         let quorum = self.members.quorum();
@@ -750,6 +754,7 @@ impl Node {
             candidacy: a.candidacy,
             hears: a.hears,
             member_ids: a.member_ids,
+            flapped: a.flapped,
         });
         self.publish(now, m);
     }
@@ -1270,6 +1275,17 @@ impl Node {
         // leadership does not go back to a node with a bad link again and again.
         self.peers.resigned(now, from, lost_quorum);
         let t = self.timings.election_timeout;
+        // Rule 10: a successor is favored only if it can win here: a member whose member set is
+        // ours. One named across a membership change (the ex-leader still lists it, we do not,
+        // or it lists other members) could not collect our quorum, and favoring it would only
+        // block every other candidate for T.
+        let successor = successor.filter(|s| {
+            s == &self.id
+                || self
+                    .peers
+                    .get(s)
+                    .is_some_and(|p| p.fingerprint.as_deref() == Some(self.members.fingerprint()))
+        });
         match successor {
             Some(s) if s == self.id => {
                 // Named by the leader (or its operator): campaign at once, cooldown or not.

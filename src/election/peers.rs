@@ -40,20 +40,18 @@ pub(crate) struct Peer {
     pub(crate) eligible_since: Option<Instant>,
     /// When it lost eligibility it had held, most recent last (rule 12).
     flaps: VecDeque<Instant>,
+    /// Its latest advertisement says it counts itself as flapped (rule 12).
+    says_flapped: bool,
 }
 
 impl Peer {
     /// Ends a stretch of eligibility, remembering it as a flap if it was one.
     fn lose_eligibility(&mut self, now: Instant, flap: bool) {
         if self.eligible_since.take().is_some() && flap {
-            self.record_flap(now);
-        }
-    }
-
-    fn record_flap(&mut self, now: Instant) {
-        self.flaps.push_back(now);
-        if self.flaps.len() > FLAPS_REMEMBERED {
-            self.flaps.pop_front();
+            self.flaps.push_back(now);
+            if self.flaps.len() > FLAPS_REMEMBERED {
+                self.flaps.pop_front();
+            }
         }
     }
 }
@@ -109,6 +107,7 @@ impl Peers {
                         advert_seq: None,
                         eligible_since: None,
                         flaps: VecDeque::new(),
+                        says_flapped: false,
                     },
                 )
             })
@@ -148,17 +147,18 @@ impl Peers {
         p.last_seen = Some(now);
         p.fingerprint = Some(m.members.clone());
         let newer = p.advert_seq.is_none_or(|s| m.seq > s);
-        let was_booting = p.candidacy == Some(Candidacy::Booting);
         if let (
             true,
             Some(Advert {
                 priority,
                 candidacy,
                 hears,
+                flapped,
                 ..
             }),
         ) = (newer, m.body.advert())
         {
+            p.says_flapped = flapped;
             p.advert_seq = Some(m.seq);
             p.priority = priority;
             p.candidacy = Some(candidacy);
@@ -171,13 +171,7 @@ impl Peers {
         // Gone silent for T, or back from a restart: a flap. Cooling after a resign, a
         // withdrawn candidacy or a stop end eligibility without one.
         let restarted = p.candidacy == Some(Candidacy::Booting);
-        if restarted && !was_booting && p.eligible_since.is_none() && m.term > 0 {
-            // Back from a restart after some term was won, and we never saw it eligible (we
-            // started while it was down, or at the same time): it ranks itself as flapped from
-            // its start (rule 12), so we must too, or each of two restarted nodes defers to the
-            // other and their campaigns collide round after round.
-            p.record_flap(now);
-        } else if silent || restarted {
+        if silent || restarted {
             p.lose_eligibility(now, true);
         } else if !eligible {
             p.lose_eligibility(now, false);
@@ -258,9 +252,10 @@ impl Peers {
             .collect()
     }
 
-    /// Whether `p` lost its eligibility within the flap window.
+    /// Whether `p` lost its eligibility within the flap window, as seen from here or as it
+    /// says itself (rule 12).
     pub(crate) fn flapped(&self, p: &Peer, now: Instant) -> bool {
-        p.flaps.iter().any(|f| now < *f + self.flap_window)
+        p.says_flapped || p.flaps.iter().any(|f| now < *f + self.flap_window)
     }
 
     pub(crate) fn rank<'a>(&self, p: &'a Peer) -> Rank<'a> {

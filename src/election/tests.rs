@@ -85,6 +85,7 @@ impl Bench {
                 candidacy: c,
                 hears: hears.iter().map(|s| s.to_string()).collect(),
                 member_ids: members,
+                flapped: false,
             },
         )
     }
@@ -103,6 +104,7 @@ impl Bench {
                 candidacy: Candidacy::Eligible,
                 hears: vec!["a".into(), "c".into()],
                 member_ids,
+                flapped: false,
             },
         )
     }
@@ -495,6 +497,7 @@ fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            flapped: false,
         },
     );
     let _ = a.handle(now, p);
@@ -514,6 +517,7 @@ fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
             candidacy: Candidacy::Eligible,
             hears: vec!["a".into()],
             member_ids: ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect(),
+            flapped: false,
         },
     );
     let _ = a.handle(now, p);
@@ -563,6 +567,7 @@ fn a_lease_is_renewed_from_the_heartbeats_send_time_not_from_the_acks() {
             candidacy: Candidacy::Eligible,
             hears: vec!["a".into(), "c".into()],
             member_ids: members,
+            flapped: false,
         },
     );
     assert_eq!(a.handle(acked, ack), Ok(Outcome::Accepted));
@@ -604,10 +609,11 @@ fn a_node_back_from_a_restart_does_not_veto_a_steady_lower_ranked_candidate() {
 }
 
 /// Rule 12: two nodes back from restarts at about the same time each rank themselves as
-/// flapped. Each must see the other as flapped too, or each defers to the other (waits a stagger
-/// for it) and their campaigns collide round after round (a 2-node cluster stayed leaderless).
+/// flapped and say so. Each must take the other's word, or each defers to the other (waits a
+/// stagger for it) and their campaigns collide round after round (a 2-node cluster stayed
+/// leaderless: simulator seed 6578).
 #[test]
-fn a_peer_first_seen_booting_after_a_restart_counts_as_flapped() {
+fn a_peer_that_says_it_flapped_ranks_as_flapped() {
     let mut b = Bench::new(&MEMBERS);
     let back = Persistent {
         term: 3,
@@ -615,16 +621,38 @@ fn a_peer_first_seen_booting_after_a_restart_counts_as_flapped() {
     };
     // c (priority 1) outranks a (priority 0); both come back from restarts with term 3 on disk.
     let mut c = node_at("c", true, back, b.t0);
-    let early = b.at(Duration::from_millis(2800));
-    let booting = b.presence("a", 3, 0, Candidacy::Booting, &["a", "c"]);
-    let _ = c.handle(early, booting);
-    let later = b.at(Duration::from_millis(2900));
-    let eligible = b.presence("a", 3, 0, Candidacy::Eligible, &["a", "c"]);
-    let _ = c.handle(later, eligible);
-    drain(&mut c);
+    let advert = |b: &mut Bench, c: Candidacy| {
+        let member_ids = b.members_of_fingerprint();
+        b.msg(
+            "a",
+            3,
+            Body::Presence {
+                priority: 0,
+                candidacy: c,
+                hears: vec!["a".into(), "c".into()],
+                member_ids,
+                flapped: true,
+            },
+        )
+    };
+    let booting = advert(&mut b, Candidacy::Booting);
+    let _ = c.handle(b.at(Duration::from_millis(2800)), booting);
+    let mut sent = drain(&mut c);
+    let eligible = advert(&mut b, Candidacy::Eligible);
+    let _ = c.handle(b.at(Duration::from_millis(2900)), eligible);
+    sent.extend(drain(&mut c));
     let stagger = Timings::default().stagger;
     let _ = c.handle(b.at(T), Input::Tick);
-    drain(&mut c);
+    sent.extend(drain(&mut c));
+    // c says it flapped, so that a mirrors it in turn.
+    let says: Vec<bool> = published(&sent)
+        .iter()
+        .filter_map(|body| body.advert().map(|a| a.flapped))
+        .collect();
+    assert!(
+        !says.is_empty() && says.iter().all(|f| *f),
+        "c's adverts say flapped: {says:?}"
+    );
     let _ = c.handle(b.at(T + stagger / 2), Input::Tick);
     assert_eq!(
         c.role(),
@@ -664,5 +692,36 @@ fn a_pre_vote_refused_for_the_leaders_guard_is_granted_when_its_resign_arrives()
     assert!(
         grants_pre_vote(&drain(&mut a), "c"),
         "answered as the resign lands"
+    );
+}
+
+/// Rule 10: a resign that names a successor outside this node's member set (the ex-leader still
+/// lists it during a membership change) does not make this node favor it: that successor could
+/// never win here, and favoring it would refuse every other candidate for `T`.
+#[test]
+fn a_successor_this_node_does_not_count_is_not_favored() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let hb = b.heartbeat_from_b(1);
+    let _ = a.handle(now, hb);
+    drain(&mut a);
+    let resign = b.msg(
+        "b",
+        1,
+        Body::Resign {
+            leader: "b".into(),
+            successor: Some("d".into()),
+            lost_quorum: false,
+        },
+    );
+    let later = now + Duration::from_millis(5);
+    let _ = a.handle(later, resign);
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "c", 2, 9);
+    let _ = a.handle(later + Duration::from_millis(5), ask);
+    assert!(
+        grants_pre_vote(&drain(&mut a), "c"),
+        "c, a member, gets the pre-vote although the resign named d"
     );
 }

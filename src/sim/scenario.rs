@@ -605,7 +605,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     w.run_until(heal_at);
     restore_candidacy(&mut w);
     w.heal();
-    w.net = NetConfig::default();
+    w.net = NetConfig::timely(w.timings());
     w.runtime.stall_chance = 0.0;
     w.bring_all_up();
     trace.log(&w, "healed");
@@ -1011,7 +1011,7 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
             }
         }
     }
-    w.net = NetConfig::default();
+    w.net = NetConfig::timely(w.timings());
     let budget = te * 3 + t.stagger * n as u32;
     report.leader_after_heal =
         run_until_cond(&mut w, budget, step, |w| w.agreed_leader().is_some());
@@ -1182,7 +1182,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
             noise(&mut w, &mut rng, &mut trace);
         }
         w.heal();
-        w.net = NetConfig::default();
+        w.net = NetConfig::timely(w.timings());
     } else {
         for pair in sets.windows(2) {
             let (old, new) = (&pair[0], &pair[1]);
@@ -1234,7 +1234,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
             w.run_until(w.now() + te.mul_f64(rng.unit() * 2.0));
         }
         w.heal();
-        w.net = NetConfig::default();
+        w.net = NetConfig::timely(w.timings());
     }
     // Liveness among the final members, all of them up.
     let last = sets.last().unwrap().clone();

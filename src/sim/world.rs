@@ -225,6 +225,21 @@ pub struct NetConfig {
     pub long_delay: Duration,
 }
 
+impl NetConfig {
+    /// The default network, its delays capped so that a vote round and an ack round fit in one
+    /// lease on the slowest allowed clock: the timeliness the protocol's liveness assumes
+    /// (docs/protocol.md, "What it promises"). Faults are drawn on top of it; healing and
+    /// persistent-fault runs return to it.
+    pub fn timely(t: &Timings) -> NetConfig {
+        let cap = t.lease.mul_f64((1.0 - t.max_drift) / 5.0);
+        let d = NetConfig::default();
+        NetConfig {
+            max_delay: d.max_delay.min(cap).max(d.min_delay * 2),
+            ..d
+        }
+    }
+}
+
 impl Default for NetConfig {
     fn default() -> Self {
         NetConfig {
@@ -323,7 +338,7 @@ impl World {
             slots,
             queue: BinaryHeap::new(),
             blocked: BTreeSet::new(),
-            net: NetConfig::default(),
+            net: NetConfig::timely(&config.timings),
             runtime: RuntimeModel::default(),
             checker: Checker::new(n, config.timings),
             stats: Stats::default(),
