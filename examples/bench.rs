@@ -9,6 +9,8 @@
 //! cargo run --release --example bench -- failover  --nodes 5 --transport pilot --runs 30
 //! cargo run --release --example bench -- step-down --runs 30
 //! cargo run --release --example bench -- sigterm   --runs 30
+//! cargo run --release --example bench -- rolling   --nodes 3 --transport http  --runs 30
+//! cargo run --release --example bench -- rolling   --nodes 5 --transport pilot --runs 30
 //! cargo run --release --example bench -- idle      --nodes 3 --transport http --secs 30
 //! cargo run --release --example bench -- idle      --nodes 3 --transport pilot --secs 30
 //! cargo run --release --example bench -- api       --secs 10 --rounds 2   # needs wrk
@@ -82,7 +84,7 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|idle|api|stability|attack [--nodes N] \
+        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack [--nodes N] \
          [--transport http|pilot] [--runs N] [--secs S] [--rounds R]"
     );
     std::process::exit(64)
@@ -222,10 +224,15 @@ impl Stats {
             println!("{}: no successful run ({} failed)", self.name, self.failed);
             return;
         }
-        let mean_terms = self.terms.iter().sum::<u64>() as f64 / self.terms.len() as f64;
+        let terms = match self.terms.iter().max() {
+            Some(max) => format!(
+                " term+/change mean={:.2} max={max}",
+                self.terms.iter().sum::<u64>() as f64 / self.terms.len() as f64
+            ),
+            None => String::new(),
+        };
         println!(
-            "{}: runs={} failed={} p50={:.0}ms p95={:.0}ms p99={:.0}ms min={:.0}ms max={:.0}ms \
-             term+/change mean={:.2} max={}",
+            "{}: runs={} failed={} p50={:.0}ms p95={:.0}ms p99={:.0}ms min={:.0}ms max={:.0}ms{terms}",
             self.name,
             self.times.len(),
             self.failed,
@@ -234,8 +241,6 @@ impl Stats {
             p(0.99),
             ms(&self.times[0]),
             ms(self.times.last().unwrap()),
-            mean_terms,
-            self.terms.iter().max().unwrap()
         );
     }
 }
@@ -290,6 +295,147 @@ async fn crash_loop(o: &Opts, sigterm: bool) {
         let (l, t) = current_leader(&client, c, &all).await;
         (leader, term) = (l, t);
     }
+    stats.print();
+}
+
+/// One poll of every node's `/role/leader`: when it was sent (from the start) and which nodes
+/// answered 200.
+struct Sample {
+    at: Duration,
+    leaders: Vec<usize>,
+}
+
+/// Polls `/role/leader` on every node every 5 ms until `stop` is set; the samples.
+fn poll_roles(
+    urls: Vec<String>,
+    start: Instant,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Vec<Sample>> {
+    tokio::spawn(async move {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_millis(200))
+            .build()
+            .expect("client");
+        let mut out = Vec::new();
+        while !*stop.borrow() {
+            let at = start.elapsed();
+            let codes = join_all(urls.iter().map(|u| {
+                let req = client.get(format!("{u}/role/leader")).send();
+                async move { req.await.map(|r| r.status().as_u16()).unwrap_or(0) }
+            }))
+            .await;
+            let leaders = codes
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| **c == 200)
+                .map(|(i, _)| i)
+                .collect();
+            out.push(Sample { at, leaders });
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        out
+    })
+}
+
+/// Waits for `/readyz` 200; false if it did not come within `within`.
+async fn wait_ready(client: &reqwest::Client, url: &str, within: Duration) -> bool {
+    let deadline = pilot_election::clock::now() + within;
+    while pilot_election::clock::now() < deadline {
+        if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
+            if r.status().as_u16() == 200 {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Rolling restarts as an orchestrator does them: every node in turn, highest index first (as a
+/// StatefulSet), SIGTERM, wait for its exit, start it again with the same data, and take the
+/// next only once its `/readyz` answers 200; passes until `runs` of the restarts hit the
+/// leader. Measured per restart of the leader: the leaderless time, from the first poll in
+/// which no node answered 200 on `/role/leader` to the next poll in which one did (0 when no
+/// poll caught a gap; polls every 5 ms, so that is the resolution).
+async fn rolling(o: &Opts) {
+    let mut bed = start(&o.transport, o.nodes).await;
+    let c = &mut bed.c;
+    let client = http();
+    let all: Vec<usize> = (0..o.nodes).collect();
+    current_leader(&client, c, &all).await;
+    settle(pilot_election::clock::now()).await;
+    let start_at = pilot_election::clock::now();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let poller = poll_roles(urls(c, &all), start_at, stop_rx);
+    // (index restarted, when its SIGTERM went out, whether it led then)
+    let mut restarts: Vec<(usize, Duration, bool)> = Vec::new();
+    let mut not_ready = 0;
+    'passes: loop {
+        for i in (0..o.nodes).rev() {
+            let led = leader_of(&client, &c.nodes[i].url())
+                .await
+                .is_some_and(|(l, _)| l == c.nodes[i].id);
+            let at = start_at.elapsed();
+            c.nodes[i].sigterm();
+            let status = c.nodes[i].wait_exit(Duration::from_secs(10)).await;
+            assert!(status.success(), "SIGTERM exit status {status:?}");
+            c.nodes[i].start();
+            wait_up(&c.nodes[i]).await;
+            if !wait_ready(&client, &c.nodes[i].url(), Duration::from_secs(20)).await {
+                not_ready += 1;
+                println!("{} not ready within 20 s of its restart", c.nodes[i].id);
+            }
+            restarts.push((i, at, led));
+            if restarts.iter().filter(|r| r.2).count() >= o.runs {
+                break 'passes;
+            }
+        }
+    }
+    // A last stretch, so that the final restart's gap is closed in the samples.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_tx.send(true).expect("poller alive");
+    let samples = poller.await.expect("poller");
+    let two = samples.iter().filter(|s| s.leaders.len() > 1).count();
+    let mut stats = Stats::new(format!("rolling {}-node {}", o.nodes, o.transport));
+    for (n, (i, at, led)) in restarts.iter().enumerate() {
+        if !led {
+            continue;
+        }
+        // The window of this restart: until the next restart's SIGTERM.
+        let end = restarts.get(n + 1).map_or(Duration::MAX, |r| r.1);
+        let window: Vec<&Sample> = samples
+            .iter()
+            .filter(|s| s.at >= *at && s.at < end)
+            .collect();
+        let gap_start = window.iter().position(|s| s.leaders.is_empty());
+        let gap = match gap_start {
+            None => Duration::ZERO,
+            Some(k) => match window[k..].iter().find(|s| !s.leaders.is_empty()) {
+                Some(back) => back.at - window[k].at,
+                None => {
+                    println!(
+                        "restart {n} ({}): no leader again before the next restart",
+                        c.nodes[*i].id
+                    );
+                    stats.failed += 1;
+                    continue;
+                }
+            },
+        };
+        println!(
+            "restart {n} of {} (the leader): leaderless {gap:?}",
+            c.nodes[*i].id
+        );
+        stats.times.push(gap);
+    }
+    println!(
+        "{} restarts, {} of the leader; {} polls, {} with two nodes answering as leader; {} not ready in time",
+        restarts.len(),
+        restarts.iter().filter(|r| r.2).count(),
+        samples.len(),
+        two,
+        not_ready
+    );
     stats.print();
 }
 
@@ -763,6 +909,7 @@ async fn main() {
         "failover" => crash_loop(&o, false).await,
         "sigterm" => crash_loop(&o, true).await,
         "step-down" => step_down_loop(&o).await,
+        "rolling" => rolling(&o).await,
         "idle" => idle(&o).await,
         "api" => api(&o).await,
         "stability" => stability(&o).await,

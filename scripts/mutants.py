@@ -178,6 +178,17 @@ MUTANTS = {
         [(NODE, "        let successor = successor.filter(|s| {\n            s == &self.id\n",
           "        let successor = successor.filter(|s| {\n            true || s == &self.id\n", 1)],
     ),
+    "deferred-dropped-by-heartbeat": (
+        10,
+        "a heartbeat discards a pre-vote deferred for the leader's guard",
+        [(NODE, "        self.favored = None;\n        self.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);",
+          "        self.deferred = None;\n        self.favored = None;\n        self.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);", 1)],
+    ),
+    "deferred-never-lapses": (
+        10,
+        "a deferred pre-vote is answered however old it is",
+        [(NODE, "            if now < d.until\n", "            if true\n", 1)],
+    ),
     "unbounded-veto": (
         11,
         "a rival that cannot win vetoes lower-ranked candidates forever",

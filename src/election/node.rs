@@ -121,6 +121,8 @@ struct DeferredPreVote {
     candidate: String,
     priority: u32,
     term: u64,
+    /// Dropped unanswered after `T`: the candidate's round is over by then.
+    until: Instant,
 }
 
 /// What this node tells the others about itself.
@@ -1025,7 +1027,9 @@ impl Node {
                 return Outcome::Ignored;
             }
         }
-        self.deferred = None;
+        // A deferred pre-vote stays: this heartbeat may have been sent just before the leader's
+        // resign, which the candidate's request overtook (rule 10). It is answered only once
+        // no guard stands, so a leader that goes on leading never lets it through.
         self.favored = None;
         self.vetoes.clear();
         self.set_leader(now, Some(from.to_string()), Reason::Elected);
@@ -1160,7 +1164,8 @@ impl Node {
         // judge the candidate as of then.
         // Kept while the guard's holder is the leader we follow, too: if its resign arrives
         // after this request (a handover racing ahead of it), the answer goes out at once
-        // instead of costing the successor a whole round (rule 10). A heartbeat clears it.
+        // instead of costing the successor a whole round (rule 10), even when a heartbeat the
+        // leader sent just before its resign lands in between. It lapses after T.
         if let Some((until, holder)) = self.guard.as_ref().map(|g| (g.until, g.holder.clone())) {
             let soon = until <= now + self.timings.heartbeat;
             let leader_holds = self.known_leader() == Some(holder.as_str());
@@ -1173,6 +1178,7 @@ impl Node {
                     candidate: candidate.to_string(),
                     priority,
                     term,
+                    until: now + self.timings.election_timeout,
                 });
             }
         }
@@ -1194,7 +1200,8 @@ impl Node {
             return;
         }
         if let Some(d) = self.deferred.take() {
-            if d.term > self.term
+            if now < d.until
+                && d.term > self.term
                 && self.may_vote(now, &d.candidate)
                 && !self.cast_veto(now, &d.candidate, d.priority)
             {

@@ -725,3 +725,74 @@ fn a_successor_this_node_does_not_count_is_not_favored() {
         "c, a member, gets the pre-vote although the resign named d"
     );
 }
+
+/// Rule 10: the leader's last heartbeat, sent just before its resign on the same slow path, may
+/// land between the successor's pre-vote request and the resign. The deferred request must
+/// survive it, or the successor waits a whole round (a 1.5 s gap in a rolling restart).
+#[test]
+fn a_deferred_pre_vote_survives_a_heartbeat_sent_before_the_resign() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let hb = b.heartbeat_from_b(1);
+    let _ = a.handle(now, hb);
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "c", 2, 9);
+    let _ = a.handle(now + Duration::from_millis(1), ask);
+    assert!(!grants_pre_vote(&drain(&mut a), "c"), "guarded");
+    let hb = b.heartbeat_from_b(1);
+    let _ = a.handle(now + Duration::from_millis(20), hb);
+    drain(&mut a);
+    let resign = b.msg(
+        "b",
+        1,
+        Body::Resign {
+            leader: "b".into(),
+            successor: Some("c".into()),
+            lost_quorum: false,
+        },
+    );
+    let _ = a.handle(now + Duration::from_millis(25), resign);
+    assert!(
+        grants_pre_vote(&drain(&mut a), "c"),
+        "answered as the resign lands"
+    );
+}
+
+/// Rule 10: a deferred pre-vote of a leader that goes on leading is never granted, and it
+/// lapses after `T`.
+#[test]
+fn a_deferred_pre_vote_lapses_while_the_leader_goes_on() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let mut now = b.at(T + H + H);
+    let hb = b.heartbeat_from_b(1);
+    let _ = a.handle(now, hb);
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "c", 2, 9);
+    let _ = a.handle(now, ask);
+    let mut sent = drain(&mut a);
+    // The leader goes on for 2 T; then it resigns.
+    let end = now + T * 2;
+    while now < end {
+        now += H;
+        let hb = b.heartbeat_from_b(1);
+        let _ = a.handle(now, hb);
+        sent.extend(drain(&mut a));
+    }
+    let resign = b.msg(
+        "b",
+        1,
+        Body::Resign {
+            leader: "b".into(),
+            successor: Some("c".into()),
+            lost_quorum: false,
+        },
+    );
+    let _ = a.handle(now + Duration::from_millis(5), resign);
+    sent.extend(drain(&mut a));
+    assert!(
+        !grants_pre_vote(&sent, "c"),
+        "a request older than T is not answered"
+    );
+}
