@@ -796,3 +796,30 @@ fn a_deferred_pre_vote_lapses_while_the_leader_goes_on() {
         "a request older than T is not answered"
     );
 }
+
+/// Rule 8: a restarted node's start-up guard stands in for acks it may have sent before the
+/// crash; a heartbeat of an older term than the one on disk (a deposed leader, a message held
+/// up on the way) proves nothing about them and must not end it.
+#[test]
+fn a_stale_heartbeat_does_not_end_the_start_up_guard() {
+    let mut b = Bench::new(&MEMBERS);
+    let back = Persistent {
+        term: 5,
+        voted_for: None,
+    };
+    let mut a = node_at("a", false, back, b.t0);
+    let now = b.at(Duration::from_secs(1));
+    let stale = b.heartbeat_from_b(3);
+    let _ = a.handle(now, stale);
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "c", 6, 9);
+    let _ = a.handle(now + Duration::from_millis(5), ask);
+    assert!(
+        !grants_pre_vote(&drain(&mut a), "c"),
+        "still inside its start-up guard"
+    );
+    // The guard does end at T: then the same request is granted.
+    let ask = pre_vote(&mut b, "c", 6, 9);
+    let _ = a.handle(b.at(T + H), ask);
+    assert!(grants_pre_vote(&drain(&mut a), "c"), "after the guard");
+}
