@@ -640,6 +640,202 @@ fn docker_restart_keeps_the_term_and_vote_from_the_volume() {
     );
 }
 
+/// One answer of a node's `GET /leader` that said it leads: who, in which term, and the window
+/// in which it was true (from the request's send to the answer).
+#[derive(Debug, Clone)]
+struct Claim {
+    node: usize,
+    term: u64,
+    sent: Duration,
+    answered: Duration,
+}
+
+/// What a [`RoleWatch`] saw: every leader claim, and per round whether anyone claimed.
+type Watched = (Vec<Claim>, Vec<(Duration, bool)>);
+
+/// Every node's `GET /leader`, one after the other, every 20 ms, from its own thread, until told
+/// to stop; addresses are re-read each round (a restarted container may get another, and one
+/// that is down has none).
+struct RoleWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    addrs: std::sync::Arc<Mutex<Vec<Option<SocketAddr>>>>,
+    thread: Option<thread::JoinHandle<Watched>>,
+}
+
+impl RoleWatch {
+    fn start(addrs: Vec<Option<SocketAddr>>) -> RoleWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let addrs = std::sync::Arc::new(Mutex::new(addrs));
+        let (s, a) = (stop.clone(), addrs.clone());
+        let thread = thread::spawn(move || {
+            let start = pilot_election::clock::now();
+            let mut claims = Vec::new();
+            let mut rounds = Vec::new();
+            while !s.load(Ordering::SeqCst) {
+                let now: Vec<Option<SocketAddr>> = a.lock().unwrap().clone();
+                let round_at = start.elapsed();
+                let mut any = false;
+                for (i, addr) in now.iter().enumerate() {
+                    let Some(addr) = addr else { continue };
+                    let sent = start.elapsed();
+                    if let Some(v) = view_at(*addr) {
+                        if v.is_self {
+                            any = true;
+                            claims.push(Claim {
+                                node: i,
+                                term: v.term,
+                                sent,
+                                answered: start.elapsed(),
+                            });
+                        }
+                    }
+                }
+                rounds.push((round_at, any));
+                thread::sleep(Duration::from_millis(20));
+            }
+            (claims, rounds)
+        });
+        RoleWatch {
+            stop,
+            addrs,
+            thread: Some(thread),
+        }
+    }
+
+    fn set(&self, i: usize, addr: Option<SocketAddr>) {
+        self.addrs.lock().unwrap()[i] = addr;
+    }
+
+    fn finish(mut self) -> Watched {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().expect("watch thread")
+    }
+}
+
+/// Pairs of claims that prove two leaders at once: two nodes in one term, or a claim of an older
+/// term whose request left after a newer term's leader had answered (terms only grow, and the
+/// older leader's lease must have ended before the newer one was elected).
+fn overlapping(claims: &[Claim]) -> Vec<(Claim, Claim)> {
+    let mut bad = Vec::new();
+    for a in claims {
+        for b in claims {
+            let same_term = a.term == b.term && a.node != b.node && a.node < b.node;
+            let stale = a.term < b.term && a.sent > b.answered;
+            if same_term || stale {
+                bad.push((a.clone(), b.clone()));
+            }
+        }
+    }
+    bad
+}
+
+/// Leaderless stretches: from the first round in which nobody claimed to lead to the next round
+/// in which someone did.
+fn leaderless(rounds: &[(Duration, bool)]) -> Vec<Duration> {
+    let mut gaps = Vec::new();
+    let mut from = None;
+    for (at, any) in rounds {
+        match (any, from) {
+            (false, None) => from = Some(*at),
+            (true, Some(f)) => {
+                gaps.push(*at - f);
+                from = None;
+            }
+            _ => {}
+        }
+    }
+    if let (Some(f), Some((last, _))) = (from, rounds.last()) {
+        gaps.push(*last - f);
+    }
+    gaps
+}
+
+/// A rolling restart as Compose or an orchestrator does one: each container in turn, the
+/// highest id first, `docker stop` (SIGTERM: a leader hands over), `docker start`, and the next
+/// only when the restarted node's `/readyz` answers 200; two passes. Watched every 20 ms: never
+/// two leaders, and every leaderless stretch under a second (a handover, not a failover).
+#[test]
+fn a_rolling_restart_of_the_containers_never_shows_two_leaders_or_a_gap_of_a_second() {
+    let _serial = serial();
+    let (mut cluster, leader, term) = Cluster::with_leader();
+    eprintln!("containers: rolling restart from {leader} in term {term}");
+    let watch = RoleWatch::start(NODES.iter().map(|id| Some(cluster.api(id))).collect());
+    let mut log = Vec::new();
+    for pass in 1..=2 {
+        for (i, id) in NODES.iter().enumerate().rev() {
+            watch.set(i, None);
+            docker(&["stop", cluster.container(id)]);
+            docker(&["start", cluster.container(id)]);
+            cluster.refresh_api(id);
+            let addr = cluster.api(id);
+            watch.set(i, Some(addr));
+            let (_, took) = wait_for(
+                SETUP_DEADLINE,
+                &format!("{id} ready again"),
+                || match get_json(addr, "/readyz") {
+                    Some((200, _)) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                },
+            );
+            log.push(format!("pass {pass}: {id} ready {took:?} after its start"));
+        }
+    }
+    let (last, last_term, _) = cluster.agreed_leader(&NODES, term, SETUP_DEADLINE);
+    let (claims, rounds) = watch.finish();
+    for line in &log {
+        eprintln!("containers: {line}");
+    }
+    let gaps = leaderless(&rounds);
+    eprintln!(
+        "containers: {} rounds, {} leader claims, {last} leads term {last_term} at the end; leaderless stretches: {gaps:?}",
+        rounds.len(),
+        claims.len()
+    );
+    let bad = overlapping(&claims);
+    assert!(
+        bad.is_empty(),
+        "two leaders at once: {:?}",
+        &bad[..bad.len().min(5)]
+    );
+    assert!(
+        gaps.iter().all(|g| *g < Duration::from_secs(1)),
+        "a leaderless stretch of a second or more: {gaps:?}"
+    );
+    assert!(
+        last_term > term,
+        "the leader's restarts must have moved leadership on"
+    );
+}
+
+#[test]
+fn the_overlap_and_gap_rules_catch_what_they_must() {
+    let c = |node, term, sent: u64, answered: u64| Claim {
+        node,
+        term,
+        sent: Duration::from_millis(sent),
+        answered: Duration::from_millis(answered),
+    };
+    // A clean handover: 0 leads term 1, then 1 leads term 2.
+    assert!(overlapping(&[c(0, 1, 0, 2), c(1, 2, 30, 32)]).is_empty());
+    // Sequential polls in one round may see the old leader just before it stepped down.
+    assert!(overlapping(&[c(1, 2, 30, 32), c(0, 1, 29, 31)]).is_empty());
+    // The old leader still claims after the new one answered: two leaders.
+    assert_eq!(overlapping(&[c(1, 2, 30, 32), c(0, 1, 40, 41)]).len(), 1);
+    // Two nodes in one term.
+    assert_eq!(overlapping(&[c(0, 3, 0, 1), c(1, 3, 50, 51)]).len(), 1);
+    let r = |ms: u64, any| (Duration::from_millis(ms), any);
+    assert_eq!(
+        leaderless(&[
+            r(0, true),
+            r(20, false),
+            r(40, false),
+            r(60, true),
+            r(80, false)
+        ]),
+        vec![Duration::from_millis(40), Duration::ZERO]
+    );
+}
+
 /// `compose.yaml` itself, brought up under a project name of its own with the test image, free
 /// loopback ports and a throw-away admin token; taken down by container id, then by project.
 struct Compose {
