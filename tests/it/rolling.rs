@@ -112,6 +112,18 @@ async fn two_rolling_restarts_of_three_nodes_over_pilot_never_show_two_leaders_o
     roll(&mut c.nodes, "rolling pilot, 3 nodes").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_rolling_restarts_of_five_nodes_over_pilot_never_show_two_leaders_or_a_gap_of_a_second()
+{
+    let _serial = serial().await;
+    let net = Devnet::start(6);
+    let mut c = crate::pilot_cluster::pilot_cluster_of(&net, 5, &[]);
+    for n in &c.nodes {
+        wait_up(n).await;
+    }
+    roll(&mut c.nodes, "rolling pilot, 5 nodes").await;
+}
+
 /// A handover in a rolling restart when the stopping leader's messages reach some followers
 /// later than its successor's do (a slower path, as between racks): n1 leads (highest
 /// priority), n2 is its successor (next highest), and every link from n1 to n3, n4, n5 holds
