@@ -31,6 +31,7 @@ pub mod api;
 pub mod builder;
 pub mod cli;
 pub mod clock;
+#[deny(missing_docs, unreachable_pub)]
 pub mod election;
 pub mod exec;
 pub mod metrics;

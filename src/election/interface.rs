@@ -21,20 +21,27 @@ use super::timings::Timings;
 /// Static configuration of one node.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// This node's name in `from`, votes and `hears`, and the tie-break of its rank (rule 11).
     pub node_id: String,
+    /// The election group; messages of any other group are dropped before anything is read.
     pub group: String,
     /// Who votes, this node included; the quorum follows from it (rule 1).
     pub members: MemberSet,
+    /// The first part of the rank `(priority, id)` (rule 11): higher leads first.
     pub priority: u32,
     /// Whether this node is a candidate at start (`--no-candidate` clears it).
     pub eligible: bool,
+    /// `h`, `L`, `T`, `P`, `r`: the shell checks them with [`Timings::validate`] (rule 7); the
+    /// core trusts them.
     pub timings: Timings,
 }
 
 /// What must survive a restart: without it a node could vote twice in one term (rule 3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Persistent {
+    /// The highest term seen; durable before anything that depends on it leaves (rule 2).
     pub term: u64,
+    /// Whom this node voted for in `term`, if anyone; durable before the `vote` leaves (rule 3).
     pub voted_for: Option<String>,
 }
 
@@ -42,11 +49,13 @@ pub struct Persistent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// Follows the known leader, or waits out `T` (plus stagger and jitter) when none is known.
     Follower,
     /// Asking for pre-votes: nothing has changed yet (rule 4).
     PreCandidate,
     /// Has raised the term, voted for itself, and asks for real votes.
     Candidate,
+    /// Won a quorum of votes in its term; answers as leader only while its lease lasts (rule 6).
     Leader,
 }
 
@@ -54,17 +63,26 @@ pub enum Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
+    /// A node won the term, or this node began following it on its heartbeat or victory.
     Elected,
+    /// The leader resigned without naming a successor: an operator or a withdrawal (rule 10).
     StepDown,
+    /// The leader resigned naming a successor, who campaigns at once (rule 10).
     Transfer,
+    /// The leader handed over to a better-ranked member viable for `max(P, T)` (rule 12).
     Preempted,
+    /// No quorum renewed the lease in time: CheckQuorum made the leader resign (rule 6).
     LeaseExpired,
+    /// A follower heard nothing of its leader for `T` and forgot it.
     LeaderTimeout,
+    /// A higher term was seen, so the old term's leader no longer counts (rule 2).
     HigherTerm,
+    /// The leader is stopping and handed over (rule 13).
     Shutdown,
 }
 
 impl Reason {
+    /// Every reason, in declaration order, so a consumer can list all labels up front.
     pub const ALL: [Reason; 8] = [
         Reason::Elected,
         Reason::StepDown,
@@ -76,6 +94,7 @@ impl Reason {
         Reason::Shutdown,
     ];
 
+    /// The snake_case name, as serialized and as the transition metric labels it.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Elected => "elected",
@@ -93,19 +112,28 @@ impl Reason {
 /// A change of the leader this node knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition {
+    /// The term this node is in after the change.
     pub term: u64,
+    /// The leader now known; `None` starts a leaderless stretch.
     pub leader: Option<String>,
+    /// The leader known before; `None` ends a leaderless stretch.
     pub previous: Option<String>,
+    /// Why, for logs, events and the transition metric.
     pub reason: Reason,
 }
 
 /// What this node currently believes; the shell publishes it before executing a step's actions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct View {
+    /// Whose view this is, so a published snapshot names its node.
     pub node_id: String,
+    /// The role now; `Leader` is trustworthy only with an unexpired lease ([`View::is_leader_at`]).
     pub role: Role,
+    /// The current term; a leader's is on disk before it leads, so it can fence writes.
     pub term: u64,
+    /// The leader this node knows in `term` (itself when leading); `None` while leaderless.
     pub leader: Option<String>,
+    /// Its vote in `term` (rule 3), shown for diagnosis.
     pub voted_for: Option<String>,
     /// For a leader: the end of its lease. It is leader only before this instant.
     pub lease_until: Option<Instant>,
@@ -114,6 +142,7 @@ pub struct View {
     pub leader_heard_at: Option<Instant>,
     /// When this node learned of the current leader.
     pub leader_since: Option<Instant>,
+    /// The priority now (a command may have changed it): the first part of the rank (rule 11).
     pub priority: u32,
     /// Configured candidacy.
     pub eligible: bool,
@@ -127,6 +156,7 @@ pub struct View {
     pub can_vote: bool,
     /// Live members whose member set differs from ours by more than one id (rule 1).
     pub config_conflicts: Vec<String>,
+    /// Shutdown has begun: it advertises `stopping` and never campaigns again (rule 13).
     pub shutting_down: bool,
 }
 
@@ -140,7 +170,9 @@ impl View {
 /// Another member, as this node last heard it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
+    /// Its id in our member set: the tie-break of its rank (rule 11).
     pub id: String,
+    /// Its priority from its latest advert or election request (0 until heard): its rank.
     pub priority: u32,
     /// Its latest advertised candidacy; `None` before it advertised anything.
     pub candidacy: Option<Candidacy>,
@@ -177,12 +209,16 @@ pub enum Input {
     Message(Message),
     /// Operator asks the leader to step down, optionally naming who should lead next.
     StepDown {
+        /// Who should lead next; refused unless it could win now (rule 10).
         successor: Option<String>,
+        /// Act only if this is still the term, so a stale request cannot depose a new leader.
         expected_term: Option<u64>,
     },
     /// Announce or withdraw candidacy, optionally with a new priority.
     SetCandidacy {
+        /// False withdraws: a leader resigns to its best successor, a round is abandoned.
         eligible: bool,
+        /// A new priority; a presence tells the others at once so their ranking follows.
         priority: Option<u32>,
     },
     /// The process is stopping: hand over if leading, never campaign again.
@@ -216,7 +252,9 @@ pub enum Outcome {
     OtherMembers,
     /// The step-down command was carried out.
     SteppedDown {
+        /// The term it led and resigned in.
         term: u64,
+        /// The successor its resign named, if any.
         successor: Option<String>,
     },
 }
@@ -237,10 +275,28 @@ impl Outcome {
 /// Why a command was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
+    /// Only a leader with an unexpired lease can step down.
     #[error("this node is not the leader (term {term}, leader {leader:?})")]
-    NotLeader { term: u64, leader: Option<String> },
+    NotLeader {
+        /// This node's current term.
+        term: u64,
+        /// The leader it knows, so the client can retry there.
+        leader: Option<String>,
+    },
+    /// The request's `expected_term` is no longer current: leadership changed since.
     #[error("expected term {expected} but the current term is {current}")]
-    TermMismatch { expected: u64, current: u64 },
+    TermMismatch {
+        /// The term the client saw.
+        expected: u64,
+        /// The term now.
+        current: u64,
+    },
+    /// The named successor could not win an election now (rule 10).
     #[error("successor {successor:?} cannot lead: {reason}")]
-    SuccessorIneligible { successor: String, reason: String },
+    SuccessorIneligible {
+        /// The id the operator named.
+        successor: String,
+        /// Which check it failed (not a member, not heard, one-way, withdrawn, ...).
+        reason: String,
+    },
 }

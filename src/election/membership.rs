@@ -24,12 +24,16 @@ pub const MAX_MEMBER_ID_BYTES_TOTAL: usize = 4 * 1024;
 /// Why a member set was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MembershipError {
+    /// No ids at all: no quorum could exist.
     #[error("the member set is empty")]
     Empty,
+    /// This id is empty or longer than [`super::MAX_ID_BYTES`]: it could not travel on the wire.
     #[error("member id {0:?} is empty or longer than 256 bytes")]
     BadId(String),
+    /// This id is listed twice, most likely a configuration mistake.
     #[error("member {0:?} is listed twice")]
     Duplicate(String),
+    /// Over [`MAX_MEMBER_ID_BYTES_TOTAL`]: an advert listing the members might not fit a message.
     #[error("the member ids together are longer than {MAX_MEMBER_ID_BYTES_TOTAL} bytes")]
     TooLarge,
 }
@@ -82,10 +86,12 @@ impl MemberSet {
         quorum_of(self.ids.len())
     }
 
+    /// Whether `id` votes here; a non-member's messages change nothing, not even the term (rule 1).
     pub fn contains(&self, id: &str) -> bool {
         self.ids.contains(id)
     }
 
+    /// Sorted, as adverts list them in `member_ids` and as the fingerprint hashes them.
     pub fn ids(&self) -> impl Iterator<Item = &str> {
         self.ids.iter().map(String::as_str)
     }

@@ -22,9 +22,13 @@ pub const MAX_ID_BYTES: usize = 256;
 /// One wire message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
+    /// [`PROTOCOL_VERSION`] of the sender; a message of another version is dropped unread.
     pub v: u32,
+    /// The election group; a message of another group is dropped before anything else is read.
     pub group: String,
+    /// The sender; if it is not a member the message changes nothing, not even the term (rule 1).
     pub from: String,
+    /// The sender's term: a higher one is adopted, a lower one makes the message stale (rule 2).
     pub term: u64,
     /// Per-sender sequence number; strictly increasing for a sender, across restarts.
     pub seq: u64,
@@ -35,6 +39,7 @@ pub struct Message {
     /// defaulted only so that a message of another version is refused for its version.
     #[serde(default)]
     pub members: String,
+    /// The type-specific fields, flattened into the same JSON object and named by `type`.
     #[serde(flatten)]
     pub body: Body,
     /// Id of the cluster key that signed this message.
@@ -51,14 +56,20 @@ pub struct Message {
 pub enum Body {
     /// From the leader every heartbeat interval.
     Heartbeat {
+        /// The sending leader (it must be `from`), under the bash script's field name.
         leader: String,
         /// Wall-clock unix seconds, as the bash script sent it (docs/pilot.md).
         #[serde(default)]
         timestamp: u64,
+        /// The leader's `L` in milliseconds, for observers; followers guard for their own `T`.
         lease_ms: u64,
+        /// The leader's priority, so the others rank it against better members (rule 11).
         priority: u32,
+        /// Whether the leader would still lead by choice (rule 11).
         candidacy: Candidacy,
+        /// Members the leader heard within `T`: its two-way evidence (rule 11).
         hears: Vec<String>,
+        /// The leader's whole member set, so a change of two ids at once is seen (rule 1).
         member_ids: Vec<String>,
         /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
         /// lost quorum within its flap window. Absent means no.
@@ -67,11 +78,17 @@ pub enum Body {
     },
     /// A follower's answer to one heartbeat; a quorum of them renews the lease.
     Ack {
+        /// The leader whose heartbeat this answers; every other node ignores the ack.
         leader: String,
+        /// `seq` of that heartbeat: a quorum renews the lease from its send time (rule 6).
         hb_seq: u64,
+        /// The follower's priority, for the leader's preemption check (rule 12).
         priority: u32,
+        /// Whether the follower would campaign and lead now (rule 11).
         candidacy: Candidacy,
+        /// Members the follower heard within `T`: its two-way evidence (rule 11).
         hears: Vec<String>,
+        /// The follower's whole member set, so a change of two ids at once is seen (rule 1).
         member_ids: Vec<String>,
         /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
         /// lost quorum within its flap window. Absent means no.
@@ -80,9 +97,13 @@ pub enum Body {
     },
     /// From a node that knows no leader, whose candidacy changed, or whose acks are late.
     Presence {
+        /// The sender's priority, so the others rank it (rule 11).
         priority: u32,
+        /// Whether the sender would campaign and lead now (rule 11).
         candidacy: Candidacy,
+        /// Members the sender heard within `T`: its two-way evidence (rule 11).
         hears: Vec<String>,
+        /// The sender's whole member set, so a change of two ids at once is seen (rule 1).
         member_ids: Vec<String>,
         /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
         /// lost quorum within its flap window. Absent means no.
@@ -91,18 +112,25 @@ pub enum Body {
     },
     /// A candidacy: a pre-vote round asks for `term` without anyone changing state.
     Election {
+        /// The node asking (it must be `from`); votes name it back.
         candidate: String,
+        /// The candidate's priority, which voters rank against better members (rule 11).
         priority: u32,
+        /// A pre-vote for `term` that changes nothing anywhere (rule 4); false asks for real votes.
         pre_vote: bool,
     },
     /// An answer to an election.
     Vote {
+        /// The candidate this answers; only it counts the vote.
         candidate: String,
+        /// A real grant is on disk before it leaves (rule 3) and starts the voter's guard (rule 5).
         granted: bool,
+        /// Answers a pre-vote: it only lets the candidate raise its term (rule 4).
         pre_vote: bool,
     },
     /// A victory declaration.
     Leader {
+        /// The winner of `term` (it must be `from`); receivers follow it (rule 8).
         leader: String,
         /// Wall-clock unix milliseconds of the win; informational.
         #[serde(default)]
@@ -110,7 +138,9 @@ pub enum Body {
     },
     /// The leader has stopped leading; `successor` (if any) should campaign at once.
     Resign {
+        /// The ex-leader (it must be `from`); followers drop their guard for it (rule 10).
         leader: String,
+        /// Who should lead next: it campaigns at once and gets the only votes for `T` (rule 10).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         successor: Option<String>,
         /// It stopped because its lease ran out (no quorum acknowledged it), not by choice.
@@ -136,6 +166,7 @@ pub enum Candidacy {
 }
 
 impl Candidacy {
+    /// The snake_case wire name, also shown by the API.
     pub fn as_str(self) -> &'static str {
         match self {
             Candidacy::Eligible => "eligible",
@@ -152,10 +183,15 @@ impl Candidacy {
 /// that a change of more than one member at a time is seen, rule 1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Advert<'a> {
+    /// The first part of the sender's rank (rule 11).
     pub priority: u32,
+    /// Whether the sender would campaign and lead now; only `Eligible` can veto (rule 11).
     pub candidacy: Candidacy,
+    /// Members the sender heard within `T`: makes it two-way and viable or not (rule 11).
     pub hears: &'a [String],
+    /// The sender's member set, compared with ours for the one-id-at-a-time rule (rule 1).
     pub member_ids: &'a [String],
+    /// The sender ranks itself as flapped, below every steady member (rule 12).
     pub flapped: bool,
 }
 
@@ -213,12 +249,16 @@ impl Body {
 /// Why bytes from the wire are not a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// Longer than [`MAX_MESSAGE_BYTES`] (its length in bytes): dropped before parsing.
     #[error("message of {0} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")]
     TooLarge(usize),
+    /// Not JSON of a known message type (the parser's explanation).
     #[error("malformed message: {0}")]
     Malformed(String),
+    /// Another protocol version (the one it speaks): nodes of different versions ignore each other.
     #[error("unsupported protocol version {0} (this node speaks {PROTOCOL_VERSION})")]
     Version(u32),
+    /// Well-formed but breaks a bound or names someone other than its sender (which check).
     #[error("invalid message: {0}")]
     Invalid(&'static str),
 }

@@ -265,14 +265,18 @@ impl Node {
         node
     }
 
+    /// Its name in `from`, in votes and in the member set.
     pub fn id(&self) -> &str {
         &self.id
     }
 
+    /// The current term; durable once the step's `Persist` has run (rule 2).
     pub fn term(&self) -> u64 {
         self.term
     }
 
+    /// The role now; a leader may answer as one only while its lease lasts
+    /// ([`View::is_leader_at`]).
     pub fn role(&self) -> Role {
         match self.state {
             State::Follower { .. } => Role::Follower,
@@ -282,10 +286,12 @@ impl Node {
         }
     }
 
+    /// The member set its quorums are counted over (rule 1).
     pub fn members(&self) -> &MemberSet {
         &self.members
     }
 
+    /// `h`, `L`, `T`, `P` and `r` as configured; every timer of the core derives from them.
     pub fn timings(&self) -> &Timings {
         &self.timings
     }
@@ -303,6 +309,7 @@ impl Node {
             .collect()
     }
 
+    /// What a restart must find on disk (rule 3): the state of the latest `Persist` action.
     pub fn persistent(&self) -> Persistent {
         Persistent {
             term: self.term,
@@ -315,6 +322,8 @@ impl Node {
         self.best_successor(now).is_some()
     }
 
+    /// What the shell publishes before it executes the step's actions (rule 9); `now` evaluates
+    /// the lease, the guards and which members are live.
     pub fn view(&self, now: Instant) -> View {
         let (leader, heard, since, lease) = match &self.state {
             State::Follower { leader: Some(l) } => {

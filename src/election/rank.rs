@@ -8,11 +8,14 @@ use std::cmp::Ordering;
 /// compare through this type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rank<'a> {
+    /// Compared first; by default the `cksum` of the id, so the winner is predictable.
     pub priority: u32,
+    /// The tie-break; ids are unique in a member set, so the order is total.
     pub id: &'a str,
 }
 
 impl<'a> Rank<'a> {
+    /// Borrows the id, so ranking a whole member set allocates nothing.
     pub fn new(priority: u32, id: &'a str) -> Rank<'a> {
         Rank { priority, id }
     }

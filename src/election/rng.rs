@@ -7,10 +7,12 @@
 pub struct Rng(u64);
 
 impl Rng {
+    /// The whole stream follows from `seed`, so a simulated run replays exactly.
     pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
+    /// 64 uniform bits; every other draw is derived from it.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

@@ -38,13 +38,21 @@ impl Default for Timings {
 /// Why a set of timings was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TimingsError {
+    /// A duration that every timer needs is zero: nothing could be renewed or timed out.
     #[error("{name} must be greater than zero")]
-    Zero { name: &'static str },
+    Zero {
+        /// Which one, as the operator's option calls it.
+        name: &'static str,
+    },
+    /// `r` (the value given) outside `[0, 0.5)`: rule 7 divides by `1 - r`.
     #[error("max clock drift must be in [0, 0.5), got {0}")]
     Drift(f64),
     #[error("heartbeat interval ({heartbeat:?}) must be shorter than the lease ({lease:?})")]
+    /// `h >= L`: a lease would run out before the next heartbeat could renew it (rule 6).
     HeartbeatNotBelowLease {
+        /// The configured `h`.
         heartbeat: Duration,
+        /// The configured `L`, which `h` must be below.
         lease: Duration,
     },
     #[error(
@@ -52,11 +60,18 @@ pub enum TimingsError {
          L*(1+r)/(1-r) + h = {required:?} (lease L={lease:?}, heartbeat h={heartbeat:?}, max clock drift r={drift}); \
          raise --election-timeout or lower --lease"
     )]
+    /// `T < L(1+r)/(1-r) + h`: an old lease could outlive the guard that keeps a new leader
+    /// out, so two nodes could lead at once (rule 7).
     Unsafe {
+        /// The configured `T`, below `required`.
         election_timeout: Duration,
+        /// The configured `L`.
         lease: Duration,
+        /// The configured `h`.
         heartbeat: Duration,
+        /// The configured `r`, as a fraction (0.05 = 5 %).
         drift: f64,
+        /// The smallest safe `T` for these `L`, `h` and `r`.
         required: Duration,
     },
 }
