@@ -13,7 +13,7 @@ use crate::app::{
 };
 use crate::devnet::Devnet;
 use crate::link::Link;
-use crate::pilot_cluster::pilot_node_with;
+use crate::pilot_cluster::{node_id, pilot_args, pilot_node_with};
 use crate::watch::{Report, Watcher};
 
 /// Start-up takes `T` plus staggers; generous for a loaded machine.
@@ -529,32 +529,41 @@ enum Change {
     Remove(&'static str),
 }
 
-/// The http nodes of one cluster whose member lists change, all on direct ports.
-struct Members {
+/// The nodes of one cluster whose member lists change: over http on direct ports, or over
+/// pilot (then `id`s name devnet daemons, the broker is daemon n6, and the nodes' own ids are
+/// the daemons' node ids).
+struct Members<'a> {
     nodes: BTreeMap<String, App>,
     ports: BTreeMap<String, u16>,
     token_file: String,
+    pilot: Option<&'a Devnet>,
 }
 
-impl Members {
+impl Members<'_> {
     fn args(&self, id: &str, members: &[&str]) -> Vec<String> {
         let data = self.nodes[id].data_dir();
-        member_args(
-            id,
-            self.ports[id],
-            &data,
-            members,
-            |m| self.ports[m],
-            &self.token_file,
-        )
+        match self.pilot {
+            Some(net) => pilot_args(net, id, "n6", members, self.ports[id], &data, &[]),
+            None => member_args(
+                id,
+                self.ports[id],
+                &data,
+                members,
+                |m| self.ports[m],
+                &self.token_file,
+            ),
+        }
     }
 
     /// A new node `id` on a free port, not started and without arguments yet.
     fn add_node(&mut self, id: &str) {
         let port = free_port();
         self.ports.insert(id.to_string(), port);
-        self.nodes
-            .insert(id.to_string(), new_node(id, port, |_| Vec::new()));
+        let mut node = new_node(id, port, |_| Vec::new());
+        if let Some(net) = self.pilot {
+            node.id = node_id(net, id);
+        }
+        self.nodes.insert(id.to_string(), node);
     }
 
     fn live(&self) -> Vec<&App> {
@@ -614,6 +623,13 @@ impl Members {
             if leader.is_none() {
                 println!("nobody led for {FAILOVER_BOUND:?} before the next restart");
             }
+            // `leading` names the node's own id; the list names keys (they differ over pilot).
+            let leader = leader.and_then(|l| {
+                self.nodes
+                    .iter()
+                    .find(|(_, n)| n.id == l)
+                    .map(|(k, _)| k.clone())
+            });
             let pick = todo
                 .iter()
                 .position(|id| Some(id.to_string()) != leader)
@@ -653,6 +669,18 @@ impl Members {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_grow_to_five_and_shrink_back_one_at_a_time_with_one_leader_at_most() {
     let _serial = serial().await;
+    grow_and_shrink(None).await;
+}
+
+/// The same over pilot: daemons n1..n5 run the nodes, n6 is the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_grow_to_five_and_shrink_back_over_pilot_with_one_leader_at_most() {
+    let _serial = serial().await;
+    let net = Devnet::start(6);
+    grow_and_shrink(Some(&net)).await;
+}
+
+async fn grow_and_shrink(pilot: Option<&Devnet>) {
     let started = pilot_election::clock::now();
     let (_token, tf) = token_file();
     let mut m = Members {
@@ -660,6 +688,7 @@ async fn three_members_grow_to_five_and_shrink_back_one_at_a_time_with_one_leade
         // Ports are picked when a node first starts: one picked long before could be taken.
         ports: BTreeMap::new(),
         token_file: tf,
+        pilot,
     };
     let mut members: Vec<&str> = vec!["n1", "n2", "n3"];
     for id in members.clone() {

@@ -29,6 +29,38 @@ pub fn pilot_node_with(
 ) -> App {
     let dir = TempDir::new(daemon);
     let port = free_port();
+    let args = pilot_args(
+        net,
+        daemon,
+        broker,
+        members,
+        port,
+        &dir.0.join("data"),
+        extra,
+    );
+    App {
+        // No --node-id: the node learns it from `pilotctl info` (`.data.node_id`, a number).
+        id: node_id(net, daemon),
+        port,
+        dir,
+        args,
+        env: Vec::new(),
+        child: None,
+        open_files: None,
+    }
+}
+
+/// `run` arguments of the node on daemon `daemon`: members the nodes on the daemons `members`,
+/// API on `port`, state in `data`.
+pub fn pilot_args(
+    net: &Devnet,
+    daemon: &str,
+    broker: &str,
+    members: &[&str],
+    port: u16,
+    data: &std::path::Path,
+    extra: &[&str],
+) -> Vec<String> {
     let mut args: Vec<String> = [
         "run",
         "--group",
@@ -48,23 +80,14 @@ pub fn pilot_node_with(
         "--listen".into(),
         format!("127.0.0.1:{port}"),
         "--data-dir".into(),
-        dir.0.join("data").display().to_string(),
+        data.display().to_string(),
         "--pilotctl".into(),
         pilotctl_path().display().to_string(),
         "--pilot-socket".into(),
         net.socket(daemon).display().to_string(),
     ]);
     args.extend(extra.iter().map(|s| s.to_string()));
-    App {
-        // No --node-id: the node learns it from `pilotctl info` (`.data.node_id`, a number).
-        id: node_id(net, daemon),
-        port,
-        dir,
-        args,
-        env: Vec::new(),
-        child: None,
-        open_files: None,
-    }
+    args
 }
 
 /// Three started nodes on daemons n1..n3 (`extra` appended to each), broker n4.
