@@ -729,6 +729,17 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
                 node.start();
                 wait_up(node).await;
                 w.add(x, &node.url());
+                // README step 1: the new node can vote before the first restart.
+                let url = format!("{}/status", node.url());
+                let votes = wait_for(READY_WITHIN, || {
+                    let url = url.clone();
+                    async move {
+                        let (_, s) = get_json(&url).await;
+                        (s["can_vote"] == json!(true)).then_some(())
+                    }
+                })
+                .await;
+                assert!(votes.is_some(), "{x} never could vote\n{}", m.logs());
                 m.restart_all(&old, &members, &w).await;
             }
             Change::Remove(x) => {
