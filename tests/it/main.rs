@@ -21,8 +21,6 @@ mod faults;
 mod flood;
 mod fuzz;
 mod health;
-#[path = "../support/link.rs"]
-mod link;
 mod membership;
 mod memory;
 mod page;

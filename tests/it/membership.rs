@@ -12,8 +12,8 @@ use crate::app::{
     T, TOKEN,
 };
 use crate::devnet::Devnet;
-use crate::link::Link;
 use crate::pilot_cluster::{node_id, pilot_args, pilot_node_with};
+use crate::proxy::Proxy;
 use crate::watch::{Report, Watcher};
 
 /// Start-up takes `T` plus staggers; generous for a loaded machine.
@@ -238,7 +238,7 @@ pub(crate) fn assert_single_leader(report: &Report, label: &str, logs: impl Fn()
 }
 
 /// n1..n3 list {n1,n2,n3}; n4, a replacement started before the node it replaces left, lists
-/// {n2,n3,n4}: two ids away from the others. Every peer URL goes through a [`Link`], so a split
+/// {n2,n3,n4}: two ids away from the others. Every peer URL goes through a [`Proxy`], so a split
 /// {n1,n2} | {n3,n4} can be made while n3 leads. The old quorum on n1,n2 elects; n3, n4 never
 /// lead during the split, and no round of the watch sees two leaders. (n4 never leads at all:
 /// nobody shares its member set.)
@@ -258,10 +258,10 @@ async fn member_sets_two_apart_never_show_two_leaders_across_a_split() {
     let ports: BTreeMap<&str, u16> = ids.iter().map(|id| (*id, free_port())).collect();
     // One link per sender and receiver: (from, to).
     let taken: Vec<u16> = ports.values().copied().collect();
-    let mut links: BTreeMap<(&str, &str), Link> = BTreeMap::new();
+    let mut links: BTreeMap<(&str, &str), Proxy> = BTreeMap::new();
     for (from, set) in &sets {
         for to in set.iter().filter(|m| *m != from) {
-            links.insert((*from, *to), Link::to_avoiding(ports[to], &taken).await);
+            links.insert((*from, *to), Proxy::start_avoiding(ports[to], &taken).await);
         }
     }
     let mut nodes: Vec<App> = ids
@@ -341,7 +341,7 @@ async fn member_sets_two_apart_never_show_two_leaders_across_a_split() {
 /// How a test splits {n1,n2} | {n3,n4}.
 enum Split<'a> {
     /// http: every link between the two sides.
-    Links(&'a BTreeMap<(&'a str, &'a str), Link>),
+    Links(&'a BTreeMap<(&'a str, &'a str), Proxy>),
     /// pilot: the devnet's links between daemons n1, n2 and broker n6, and between n3, n4 and
     /// broker n5, so that each side keeps one broker.
     Brokers(&'a Devnet),
@@ -368,7 +368,7 @@ impl Split<'_> {
 
     async fn heal(&self) {
         match self {
-            Split::Links(links) => links.values().for_each(Link::heal),
+            Split::Links(links) => links.values().for_each(Proxy::heal),
             Split::Brokers(net) => {
                 net.post("/heal", json!({})).await;
             }

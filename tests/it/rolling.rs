@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use crate::app::{free_port, serial, wait_up, App, Cluster, T};
 use crate::devnet::Devnet;
-use crate::link::Link;
 use crate::membership::{
     agreed, assert_single_leader, logs, member_args, new_node, restart_with, wait_ready,
     FAILOVER_BOUND,
 };
 use crate::pilot_cluster::pilot_cluster;
+use crate::proxy::Proxy;
 use crate::watch::{Report, Watcher};
 
 /// Start-up takes `T` plus staggers; generous for a loaded machine.
@@ -136,10 +136,10 @@ async fn a_handover_whose_resign_reaches_the_voters_after_the_successor_stays_un
     let ids = ["n1", "n2", "n3", "n4", "n5"];
     let ports: BTreeMap<&str, u16> = ids.iter().map(|id| (*id, free_port())).collect();
     let taken: Vec<u16> = ports.values().copied().collect();
-    let mut links: BTreeMap<(&str, &str), Link> = BTreeMap::new();
+    let mut links: BTreeMap<(&str, &str), Proxy> = BTreeMap::new();
     for from in ids {
         for to in ids.iter().filter(|m| **m != from) {
-            links.insert((from, *to), Link::to_avoiding(ports[to], &taken).await);
+            links.insert((from, *to), Proxy::start_avoiding(ports[to], &taken).await);
         }
     }
     let mut nodes: Vec<App> = ids

@@ -1,12 +1,18 @@
-//! Per-link fault injection for real processes: a TCP proxy inside the test process, one per
-//! directed link between two nodes, whose traffic is switched at runtime between passing,
-//! refusing (accept, then close at once) and holding (accept, then never answer, as a dead
-//! network does). A node's peer ingress (`--peer-listen`) is reachable by the others only
-//! through the proxies of the links to it, so cutting every link to a node makes it deaf (it
-//! still sends, it hears nobody) and cutting every link from it makes it mute.
+//! Per-link fault injection for real processes, the one relay every test uses: a TCP proxy
+//! inside the test process, one per directed link between two nodes, whose traffic is switched
+//! at runtime between passing (optionally holding every chunk back for a while, as a slow path
+//! does), refusing (accept, then close at once: a partition) and holding (accept, then never
+//! answer, as a dead network does). Give a node the proxy's port as another node's peer address
+//! and its messages to that node travel through it. Cutting every link to a node makes it deaf
+//! (it still sends, it hears nobody); cutting every link from it makes it mute.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -29,8 +35,13 @@ pub enum Mode {
 
 /// One listening proxy to `127.0.0.1:<target>`; stops (and closes every connection) on drop.
 pub struct Proxy {
+    /// Where senders connect.
     pub port: u16,
+    /// The node behind the link.
+    pub target: u16,
     mode: watch::Sender<Mode>,
+    /// Microseconds each chunk towards the target is held back while passing.
+    delay_us: Arc<AtomicU64>,
     stop: CancellationToken,
 }
 
@@ -41,8 +52,32 @@ impl Proxy {
         let port = listener.local_addr().expect("proxy addr").port();
         let (mode, watching) = watch::channel(Mode::Pass);
         let stop = CancellationToken::new();
-        tokio::spawn(accept_loop(listener, target, watching, stop.clone()));
-        Proxy { port, mode, stop }
+        let delay_us = Arc::new(AtomicU64::new(0));
+        tokio::spawn(accept_loop(
+            listener,
+            target,
+            watching,
+            delay_us.clone(),
+            stop.clone(),
+        ));
+        Proxy {
+            port,
+            target,
+            mode,
+            delay_us,
+            stop,
+        }
+    }
+
+    /// A proxy on a port none of `taken` (ports picked with `free_port` for nodes not started
+    /// yet, which the system could hand out again).
+    pub async fn start_avoiding(target: u16, taken: &[u16]) -> Proxy {
+        loop {
+            let p = Proxy::start(target).await;
+            if !taken.contains(&p.port) {
+                return p;
+            }
+        }
     }
 
     pub fn set(&self, mode: Mode) {
@@ -51,6 +86,26 @@ impl Proxy {
 
     pub fn mode(&self) -> Mode {
         *self.mode.borrow()
+    }
+
+    /// A partition of this link: open connections close, new ones are refused.
+    pub fn cut(&self) {
+        self.set(Mode::Refuse);
+    }
+
+    /// Passing again.
+    pub fn heal(&self) {
+        self.set(Mode::Pass);
+    }
+
+    pub fn is_cut(&self) -> bool {
+        self.mode() != Mode::Pass
+    }
+
+    /// Holds every chunk towards the target back by `by` from now on (zero: none).
+    pub fn delay(&self, by: Duration) {
+        self.delay_us
+            .store(by.as_micros() as u64, Ordering::Relaxed);
     }
 }
 
@@ -64,6 +119,7 @@ async fn accept_loop(
     listener: TcpListener,
     target: u16,
     mode: watch::Receiver<Mode>,
+    delay_us: Arc<AtomicU64>,
     stop: CancellationToken,
 ) {
     loop {
@@ -71,17 +127,52 @@ async fn accept_loop(
             _ = stop.cancelled() => return,
             a = listener.accept() => a,
         };
-        let Ok((conn, _)) = accepted else { continue };
-        tokio::spawn(connection(conn, target, mode.clone(), stop.clone()));
+        let Ok((conn, _)) = accepted else {
+            // Out of descriptors, say: try again shortly rather than spin.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        tokio::spawn(connection(
+            conn,
+            target,
+            mode.clone(),
+            delay_us.clone(),
+            stop.clone(),
+        ));
     }
+}
+
+/// Both directions of one connection; the sender's chunks are held back by the current delay.
+async fn forward(inbound: TcpStream, outbound: TcpStream, delay_us: Arc<AtomicU64>) {
+    let _ = inbound.set_nodelay(true);
+    let _ = outbound.set_nodelay(true);
+    let (mut from_sender, mut to_sender) = inbound.into_split();
+    let (mut from_target, mut to_target) = outbound.into_split();
+    let ahead = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = from_sender.read(&mut buf).await?;
+            if n == 0 {
+                return to_target.shutdown().await;
+            }
+            let d = delay_us.load(Ordering::Relaxed);
+            if d > 0 {
+                tokio::time::sleep(Duration::from_micros(d)).await;
+            }
+            to_target.write_all(&buf[..n]).await?;
+        }
+    };
+    let back = tokio::io::copy(&mut from_target, &mut to_sender);
+    let _ = tokio::join!(ahead, back);
 }
 
 /// Carries one accepted connection while the mode lets it; a change of mode ends it (a held
 /// connection is kept open, silent, until the mode changes again or the proxy stops).
 async fn connection(
-    mut inbound: TcpStream,
+    inbound: TcpStream,
     target: u16,
     mut mode: watch::Receiver<Mode>,
+    delay_us: Arc<AtomicU64>,
     stop: CancellationToken,
 ) {
     let at_accept = *mode.borrow_and_update();
@@ -96,12 +187,12 @@ async fn connection(
         }
         Mode::Pass => {}
     }
-    let Ok(mut outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
+    let Ok(outbound) = TcpStream::connect(("127.0.0.1", target)).await else {
         return;
     };
     let cut = tokio::select! {
         _ = stop.cancelled() => return,
-        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
+        _ = forward(inbound, outbound, delay_us) => return,
         m = until_not_passing(&mut mode) => m,
     };
     if cut == Mode::Hold {
