@@ -41,7 +41,7 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use app::{free_port, wait_up, Cluster, BIN, T, TOKEN};
+use app::{free_port, wait_ready, wait_up, Cluster, BIN, T, TOKEN};
 use devnet::Devnet;
 
 /// Generous bound on one failover: far above the goal, so that a slow run is measured rather
@@ -337,20 +337,6 @@ fn poll_roles(
     })
 }
 
-/// Waits for `/readyz` 200; false if it did not come within `within`.
-async fn wait_ready(client: &reqwest::Client, url: &str, within: Duration) -> bool {
-    let deadline = pilot_election::clock::now() + within;
-    while pilot_election::clock::now() < deadline {
-        if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
-            if r.status().as_u16() == 200 {
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
 /// Rolling restarts as an orchestrator does them: every node in turn, highest index first (as a
 /// StatefulSet), SIGTERM, wait for its exit, start it again with the same data, and take the
 /// next only once its `/readyz` answers 200; passes until `runs` of the restarts hit the
@@ -381,7 +367,10 @@ async fn rolling(o: &Opts) {
             assert!(status.success(), "SIGTERM exit status {status:?}");
             c.nodes[i].start();
             wait_up(&c.nodes[i]).await;
-            if !wait_ready(&client, &c.nodes[i].url(), Duration::from_secs(20)).await {
+            if wait_ready(&c.nodes[i].url(), Duration::from_secs(20))
+                .await
+                .is_err()
+            {
                 not_ready += 1;
                 println!("{} not ready within 20 s of its restart", c.nodes[i].id);
             }

@@ -109,6 +109,19 @@ impl Bench {
         )
     }
 
+    /// Leader `b`'s resign in `term`, naming `successor` if any.
+    fn resign_from_b(&mut self, term: u64, successor: Option<&str>) -> Input {
+        self.msg(
+            "b",
+            term,
+            Body::Resign {
+                leader: "b".into(),
+                successor: successor.map(str::to_string),
+                lost_quorum: false,
+            },
+        )
+    }
+
     fn members_of_fingerprint(&self) -> Vec<String> {
         // Every test cluster here is a, b, c (and sometimes d).
         MEMBERS.iter().map(|s| s.to_string()).collect()
@@ -156,6 +169,16 @@ fn voter(b: &mut Bench) -> Node {
     let _ = a.handle(b.at(T + H), Input::Tick);
     drain(&mut a);
     a
+}
+
+/// Node `a`, a voter that follows leader `b` of term 1 (so it guards b's lease); and when.
+fn following_b(b: &mut Bench) -> (Node, Instant) {
+    let mut a = voter(b);
+    let now = b.at(T + H + H);
+    let hb = b.heartbeat_from_b(1);
+    let _ = a.handle(now, hb);
+    drain(&mut a);
+    (a, now)
 }
 
 /// Node `a`, a candidate: past its start-up guard, its election timer ran out, it asks for
@@ -387,23 +410,12 @@ fn the_start_up_guard_ends_on_a_resign_of_its_term_not_an_older_one() {
     };
     let mut a = node_at("a", false, persisted, b.t0);
     let now = b.at(Duration::from_millis(100));
-    let resign = |b: &mut Bench, term| {
-        b.msg(
-            "b",
-            term,
-            Body::Resign {
-                leader: "b".into(),
-                successor: None,
-                lost_quorum: false,
-            },
-        )
-    };
-    let _ = a.handle(now, resign(&mut b, 4));
+    let _ = a.handle(now, b.resign_from_b(4, None));
     assert!(
         !a.view(now).can_vote,
         "a resign of term 4 proves nothing about term 5"
     );
-    let _ = a.handle(now, resign(&mut b, 5));
+    let _ = a.handle(now, b.resign_from_b(5, None));
     assert!(a.view(now).can_vote);
 }
 
@@ -667,11 +679,7 @@ fn a_peer_that_says_it_flapped_ranks_as_flapped() {
 #[test]
 fn a_pre_vote_refused_for_the_leaders_guard_is_granted_when_its_resign_arrives() {
     let mut b = Bench::new(&MEMBERS);
-    let mut a = voter(&mut b);
-    let now = b.at(T + H + H);
-    let hb = b.heartbeat_from_b(1);
-    let _ = a.handle(now, hb);
-    drain(&mut a);
+    let (mut a, now) = following_b(&mut b);
     let ask = pre_vote(&mut b, "c", 2, 9);
     let _ = a.handle(now, ask);
     assert!(
@@ -679,15 +687,7 @@ fn a_pre_vote_refused_for_the_leaders_guard_is_granted_when_its_resign_arrives()
         "the leader's lease is guarded"
     );
     let later = now + Duration::from_millis(5);
-    let resign = b.msg(
-        "b",
-        1,
-        Body::Resign {
-            leader: "b".into(),
-            successor: Some("c".into()),
-            lost_quorum: false,
-        },
-    );
+    let resign = b.resign_from_b(1, Some("c"));
     let _ = a.handle(later, resign);
     assert!(
         grants_pre_vote(&drain(&mut a), "c"),
@@ -701,20 +701,8 @@ fn a_pre_vote_refused_for_the_leaders_guard_is_granted_when_its_resign_arrives()
 #[test]
 fn a_successor_this_node_does_not_count_is_not_favored() {
     let mut b = Bench::new(&MEMBERS);
-    let mut a = voter(&mut b);
-    let now = b.at(T + H + H);
-    let hb = b.heartbeat_from_b(1);
-    let _ = a.handle(now, hb);
-    drain(&mut a);
-    let resign = b.msg(
-        "b",
-        1,
-        Body::Resign {
-            leader: "b".into(),
-            successor: Some("d".into()),
-            lost_quorum: false,
-        },
-    );
+    let (mut a, now) = following_b(&mut b);
+    let resign = b.resign_from_b(1, Some("d"));
     let later = now + Duration::from_millis(5);
     let _ = a.handle(later, resign);
     drain(&mut a);
@@ -732,26 +720,14 @@ fn a_successor_this_node_does_not_count_is_not_favored() {
 #[test]
 fn a_deferred_pre_vote_survives_a_heartbeat_sent_before_the_resign() {
     let mut b = Bench::new(&MEMBERS);
-    let mut a = voter(&mut b);
-    let now = b.at(T + H + H);
-    let hb = b.heartbeat_from_b(1);
-    let _ = a.handle(now, hb);
-    drain(&mut a);
+    let (mut a, now) = following_b(&mut b);
     let ask = pre_vote(&mut b, "c", 2, 9);
     let _ = a.handle(now + Duration::from_millis(1), ask);
     assert!(!grants_pre_vote(&drain(&mut a), "c"), "guarded");
     let hb = b.heartbeat_from_b(1);
     let _ = a.handle(now + Duration::from_millis(20), hb);
     drain(&mut a);
-    let resign = b.msg(
-        "b",
-        1,
-        Body::Resign {
-            leader: "b".into(),
-            successor: Some("c".into()),
-            lost_quorum: false,
-        },
-    );
+    let resign = b.resign_from_b(1, Some("c"));
     let _ = a.handle(now + Duration::from_millis(25), resign);
     assert!(
         grants_pre_vote(&drain(&mut a), "c"),
@@ -764,11 +740,7 @@ fn a_deferred_pre_vote_survives_a_heartbeat_sent_before_the_resign() {
 #[test]
 fn a_deferred_pre_vote_lapses_while_the_leader_goes_on() {
     let mut b = Bench::new(&MEMBERS);
-    let mut a = voter(&mut b);
-    let mut now = b.at(T + H + H);
-    let hb = b.heartbeat_from_b(1);
-    let _ = a.handle(now, hb);
-    drain(&mut a);
+    let (mut a, mut now) = following_b(&mut b);
     let ask = pre_vote(&mut b, "c", 2, 9);
     let _ = a.handle(now, ask);
     let mut sent = drain(&mut a);
@@ -780,15 +752,7 @@ fn a_deferred_pre_vote_lapses_while_the_leader_goes_on() {
         let _ = a.handle(now, hb);
         sent.extend(drain(&mut a));
     }
-    let resign = b.msg(
-        "b",
-        1,
-        Body::Resign {
-            leader: "b".into(),
-            successor: Some("c".into()),
-            lost_quorum: false,
-        },
-    );
+    let resign = b.resign_from_b(1, Some("c"));
     let _ = a.handle(now + Duration::from_millis(5), resign);
     sent.extend(drain(&mut a));
     assert!(

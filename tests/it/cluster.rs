@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::app::{get_json, metrics_text, post_json, serial, wait_for, Cluster, T, TOKEN};
+use crate::app::{get_json, metrics_text, post_json, serial, wait_for, App, Cluster, T, TOKEN};
 
 /// Start-up takes `T` (no node campaigns during its first `T`) plus staggers; generous for a
 /// loaded machine.
@@ -13,17 +13,18 @@ const FIRST_LEADER: Duration = Duration::from_secs(20);
 /// Asks the leader to hand over to `successor`, retrying while the successor is not yet known
 /// to be eligible (it may have just started).
 pub(crate) async fn hand_over(c: &Cluster, leader: &str, successor: &str) {
-    let url = c.nodes[c.index(leader)].url();
+    hand_over_at(&c.nodes[c.index(leader)], successor, Some(TOKEN)).await;
+}
+
+/// Asks `leader` to hand over to `successor` with `token`, retrying while the successor is not
+/// yet known to be eligible; the accepted answer must match the contract.
+pub(crate) async fn hand_over_at(leader: &App, successor: &str, token: Option<&str>) {
+    let url = leader.url();
     let done = wait_for(Duration::from_secs(10), || {
         let url = url.clone();
         async move {
-            let (status, body) = post_json(
-                &url,
-                "/step-down",
-                Some(TOKEN),
-                &json!({"successor": successor}),
-            )
-            .await;
+            let (status, body) =
+                post_json(&url, "/step-down", token, &json!({"successor": successor})).await;
             match status {
                 202 => {
                     crate::contract::Spec::load().check("post", "/step-down", 202, &body);

@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::app::{
-    free_port, get_json, leader_of, node_args, post_json, serial, wait_for, wait_up, App, TempDir,
-    T, TOKEN,
+    agreed, free_port, get_json, node_args, serial, wait_for, wait_up, App, TempDir, T, TOKEN,
 };
 use crate::devnet::Devnet;
 use crate::pilot_cluster::{node_id, pilot_args, pilot_node_with};
@@ -68,15 +67,7 @@ pub(crate) fn new_node(
 ) -> App {
     let dir = TempDir::new(id);
     let args = args(&dir.0.join("data"));
-    App {
-        id: id.into(),
-        port,
-        dir,
-        args,
-        env: Vec::new(),
-        child: None,
-        open_files: None,
-    }
+    App::new(id, port, dir, args)
 }
 
 pub(crate) async fn role_leader(url: &str) -> u16 {
@@ -93,27 +84,18 @@ pub(crate) async fn leading<'a>(nodes: impl IntoIterator<Item = &'a App>) -> Opt
     None
 }
 
-/// Waits until every node in `which` names the same leader, accepted by `accept`.
-pub(crate) async fn agreed(
-    which: &[&App],
-    within: Duration,
-    accept: impl Fn(&str, u64) -> bool,
-) -> Option<(String, u64)> {
-    let urls: Vec<String> = which.iter().map(|n| n.url()).collect();
+/// Whether `node`'s `/status` shows `can_vote` within `within` (README, "Changing the members").
+async fn can_vote_within(node: &App, within: Duration) -> bool {
+    let url = format!("{}/status", node.url());
     wait_for(within, || {
-        let urls = urls.clone();
-        let accept = &accept;
+        let url = url.clone();
         async move {
-            let mut seen = Vec::new();
-            for u in &urls {
-                seen.push(leader_of(u).await);
-            }
-            let first = seen.first()?.clone()?;
-            (seen.iter().all(|s| s.as_ref() == Some(&first)) && accept(&first.0, first.1))
-                .then_some(first)
+            let (_, s) = get_json(&url).await;
+            (s["can_vote"] == json!(true)).then_some(())
         }
     })
     .await
+    .is_some()
 }
 
 pub(crate) fn logs<'a>(nodes: impl IntoIterator<Item = &'a App>) -> String {
@@ -121,26 +103,6 @@ pub(crate) fn logs<'a>(nodes: impl IntoIterator<Item = &'a App>) -> String {
         .into_iter()
         .map(|n| format!("==== {}\n{}", n.id, n.log()))
         .collect()
-}
-
-/// Waits for `url`'s `/readyz` to answer 200; the last answer when it did not in time.
-pub(crate) async fn wait_ready(url: &str, within: Duration) -> Result<(), Value> {
-    let readyz = format!("{url}/readyz");
-    let last = std::sync::Mutex::new(Value::Null);
-    let ok = wait_for(within, || {
-        let readyz = readyz.clone();
-        let last = &last;
-        async move {
-            let (code, body) = get_json(&readyz).await;
-            *last.lock().unwrap() = body;
-            (code == 200).then_some(())
-        }
-    })
-    .await;
-    match ok {
-        Some(()) => Ok(()),
-        None => Err(last.into_inner().unwrap()),
-    }
 }
 
 /// SIGTERM (a leader hands over first), wait for a clean exit, start again with `args` and the
@@ -156,29 +118,6 @@ pub(crate) async fn restart_with(node: &mut App, args: Vec<String>) {
     );
     node.args = args;
     node.start();
-}
-
-/// Asks `leader` to hand over to `successor`, retrying while the successor is not yet known to
-/// be eligible.
-pub(crate) async fn hand_over(leader: &App, successor: &str, token: Option<&str>) {
-    let url = leader.url();
-    let done = wait_for(Duration::from_secs(10), || {
-        let url = url.clone();
-        async move {
-            let (status, body) =
-                post_json(&url, "/step-down", token, &json!({"successor": successor})).await;
-            match status {
-                202 => Some(()),
-                422 => None,
-                other => panic!("step-down answered {other}: {body}"),
-            }
-        }
-    })
-    .await;
-    assert!(
-        done.is_some(),
-        "step-down to {successor} kept being refused"
-    );
 }
 
 /// Waits until every node in `nodes` shows the same `/status` fingerprint, lists every other
@@ -390,7 +329,7 @@ async fn split_story(nodes: &[App], w: &Watcher, split: &Split<'_>, token: Optio
     if leader != *n3 {
         w.mark(format!("hand over {leader} -> {n3}"));
         let li = nodes.iter().position(|n| n.id == leader).unwrap();
-        hand_over(&nodes[li], n3, token).await;
+        crate::cluster::hand_over_at(&nodes[li], n3, token).await;
     }
     let Some((_, term)) = agreed(&old, FAILOVER_BOUND, |l, _| l == n3).await else {
         panic!("{n3} did not take over\n{}", logs(nodes));
@@ -582,17 +521,8 @@ impl Members<'_> {
         let node = self.nodes.get_mut(id).unwrap();
         let stopped = pilot_election::clock::now();
         restart_with(node, args).await;
-        let url = format!("{}/status", node.url());
-        let votes = wait_for(READY_WITHIN, || {
-            let url = url.clone();
-            async move {
-                let (_, s) = get_json(&url).await;
-                (s["can_vote"] == json!(true)).then_some(())
-            }
-        })
-        .await;
         assert!(
-            votes.is_some(),
+            can_vote_within(node, READY_WITHIN).await,
             "{id} restarted with {{{}}}: /status never showed can_vote within {READY_WITHIN:?}\n{}",
             members.join(","),
             self.logs()
@@ -730,16 +660,11 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
                 wait_up(node).await;
                 w.add(x, &node.url());
                 // README step 1: the new node can vote before the first restart.
-                let url = format!("{}/status", node.url());
-                let votes = wait_for(READY_WITHIN, || {
-                    let url = url.clone();
-                    async move {
-                        let (_, s) = get_json(&url).await;
-                        (s["can_vote"] == json!(true)).then_some(())
-                    }
-                })
-                .await;
-                assert!(votes.is_some(), "{x} never could vote\n{}", m.logs());
+                assert!(
+                    can_vote_within(node, READY_WITHIN).await,
+                    "{x} never could vote\n{}",
+                    m.logs()
+                );
                 m.restart_all(&old, &members, &w).await;
             }
             Change::Remove(x) => {

@@ -6,11 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::app::{free_port, serial, wait_up, App, Cluster, T};
+use crate::app::{agreed, free_port, serial, wait_ready, wait_up, App, Cluster, T};
 use crate::devnet::Devnet;
 use crate::membership::{
-    agreed, assert_single_leader, logs, member_args, new_node, restart_with, wait_ready,
-    FAILOVER_BOUND,
+    assert_single_leader, logs, member_args, new_node, restart_with, FAILOVER_BOUND,
 };
 use crate::pilot_cluster::pilot_cluster;
 use crate::proxy::Proxy;

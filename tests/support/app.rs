@@ -78,6 +78,19 @@ impl App {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// A node not started yet, with its own directory (data and log) and arguments.
+    pub fn new(id: &str, port: u16, dir: TempDir, args: Vec<String>) -> App {
+        App {
+            id: id.into(),
+            port,
+            dir,
+            args,
+            env: Vec::new(),
+            child: None,
+            open_files: None,
+        }
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.0.join("data")
     }
@@ -188,15 +201,7 @@ pub fn node_args(
 pub fn app(id: &str, port: u16, peers: &[(String, u16)], extra: &[&str]) -> App {
     let dir = TempDir::new(id);
     let args = node_args(id, port, &dir.0.join("data"), peers, extra);
-    App {
-        id: id.into(),
-        port,
-        dir,
-        args,
-        env: Vec::new(),
-        child: None,
-        open_files: None,
-    }
+    App::new(id, port, dir, args)
 }
 
 /// `n` started nodes `n1..nN` that know each other, with an admin token.
@@ -274,22 +279,8 @@ impl Cluster {
         within: Duration,
         accept: impl Fn(&str, u64) -> bool,
     ) -> (String, u64) {
-        let urls: Vec<String> = which.iter().map(|i| self.nodes[*i].url()).collect();
-        let res = wait_for(within, || {
-            let urls = urls.clone();
-            let accept = &accept;
-            async move {
-                let mut seen = Vec::new();
-                for u in &urls {
-                    seen.push(leader_of(u).await);
-                }
-                let first = seen.first()?.clone()?;
-                (seen.iter().all(|s| s.as_ref() == Some(&first)) && accept(&first.0, first.1))
-                    .then_some(first)
-            }
-        })
-        .await;
-        match res {
+        let nodes: Vec<&App> = which.iter().map(|i| &self.nodes[*i]).collect();
+        match agreed(&nodes, within, accept).await {
             Some(r) => r,
             None => panic!(
                 "nodes {which:?} did not agree on an acceptable leader within {within:?}\n{}",
@@ -482,5 +473,49 @@ where
             return None;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Waits until every node of `which` names the same leader, accepted by `accept`; `None` when
+/// they did not within `within`.
+pub async fn agreed(
+    which: &[&App],
+    within: Duration,
+    accept: impl Fn(&str, u64) -> bool,
+) -> Option<(String, u64)> {
+    let urls: Vec<String> = which.iter().map(|n| n.url()).collect();
+    wait_for(within, || {
+        let urls = urls.clone();
+        let accept = &accept;
+        async move {
+            let mut seen = Vec::new();
+            for u in &urls {
+                seen.push(leader_of(u).await);
+            }
+            let first = seen.first()?.clone()?;
+            (seen.iter().all(|s| s.as_ref() == Some(&first)) && accept(&first.0, first.1))
+                .then_some(first)
+        }
+    })
+    .await
+}
+
+/// Waits for `url`'s `/readyz` to answer 200; the last answer when it did not in time.
+pub async fn wait_ready(url: &str, within: Duration) -> Result<(), Value> {
+    let readyz = format!("{url}/readyz");
+    let last = std::sync::Mutex::new(Value::Null);
+    let ok = wait_for(within, || {
+        let readyz = readyz.clone();
+        let last = &last;
+        async move {
+            let (code, body) = get_json(&readyz).await;
+            *last.lock().unwrap() = body;
+            (code == 200).then_some(())
+        }
+    })
+    .await;
+    match ok {
+        Some(()) => Ok(()),
+        None => Err(last.into_inner().unwrap()),
     }
 }

@@ -38,16 +38,8 @@ pub fn pilot_node_with(
         &dir.0.join("data"),
         extra,
     );
-    App {
-        // No --node-id: the node learns it from `pilotctl info` (`.data.node_id`, a number).
-        id: node_id(net, daemon),
-        port,
-        dir,
-        args,
-        env: Vec::new(),
-        child: None,
-        open_files: None,
-    }
+    // No --node-id: the node learns it from `pilotctl info` (`.data.node_id`, a number).
+    App::new(&node_id(net, daemon), port, dir, args)
 }
 
 /// `run` arguments of the node on daemon `daemon`: members the nodes on the daemons `members`,
