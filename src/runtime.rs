@@ -40,12 +40,9 @@ pub mod exit_budget {
     /// How long a stopping leader waits for its successor before it leaves anyway (a handover
     /// takes milliseconds; this covers a successor that has to retry once).
     pub const HANDOVER: Duration = Duration::from_secs(4);
-    /// How long a stopping leader that has nobody to hand over to stays up so that its resign
-    /// leaves (a pilot publish is a child process that takes tens of milliseconds; exiting at
-    /// once killed it, and the followers waited out `T`). Part of [`HANDOVER`]: the two never
-    /// add up.
-    pub const RESIGN_LINGER: Duration = Duration::from_millis(1000);
-    /// How long the exit waits for the last history and replay marks to reach the disk.
+    /// How long the exit waits for the last history and replay marks to reach the disk and the
+    /// last messages to leave (a pilot publish is a child process: exiting at once killed a
+    /// stopping leader's resign, and the followers waited out `T`).
     pub const FLUSH: Duration = Duration::from_secs(1);
     /// How long open requests (event streams end with the loop) get to finish.
     pub const SERVER_CLOSE: Duration = Duration::from_secs(2);
@@ -76,7 +73,6 @@ pub mod exit_budget {
                 "{:?}",
                 total()
             );
-            assert!(RESIGN_LINGER <= HANDOVER);
         }
     }
 }
@@ -249,21 +245,26 @@ impl Runtime {
         ));
         flush_now.cancel();
         let all = futures_util::future::join_all(writers);
-        if tokio::time::timeout(FLUSH_GRACE, all).await.is_err() {
-            tracing::warn!("history or replay marks not saved within the grace period");
+        let sent = self.transport.flushed();
+        if tokio::time::timeout(FLUSH_GRACE, futures_util::future::join(all, sent))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "history, replay marks or the last messages not done within the grace period"
+            );
         }
         result
     }
 
     async fn drive(&mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
         let h = self.node.timings().heartbeat;
-        // (since, a leader waiting for its successor, stay up at least until)
-        let mut stopping: Option<(Instant, bool, Instant)> = None;
+        let mut stopping: Option<(Instant, bool)> = None;
         self.publish_snapshot(clock::now());
         loop {
             let now = clock::now();
             *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
-            if let Some((since, was_leader, linger)) = stopping {
+            if let Some((since, was_leader)) = stopping {
                 let view = self.node.view(now);
                 let successor = view.leader.filter(|l| *l != view.node_id);
                 if let (true, Some(s)) = (was_leader, &successor) {
@@ -275,7 +276,7 @@ impl Runtime {
                     );
                     return Ok(());
                 }
-                if !was_leader && now >= linger {
+                if !was_leader {
                     return Ok(());
                 }
                 if now >= since + SHUTDOWN_GRACE {
@@ -287,11 +288,8 @@ impl Runtime {
                 }
             }
             let mut deadline = self.node.poll_timeout().unwrap_or(now + h);
-            if let Some((since, _, linger)) = stopping {
+            if let Some((since, _)) = stopping {
                 deadline = deadline.min(since + SHUTDOWN_GRACE);
-                if linger > now {
-                    deadline = deadline.min(linger);
-                }
             }
             tokio::select! {
                 _ = clock::sleep_until(deadline) => {
@@ -310,14 +308,7 @@ impl Runtime {
                     let can_hand_over = self.node.has_successor(now);
                     tracing::info!(was_leader, can_hand_over, "shutting down");
                     let _ = self.step(Input::Shutdown).await?;
-                    // A leader with nobody to hand over to still resigned: its resign must
-                    // leave before the process does, or the followers wait out T.
-                    let linger = if was_leader && !can_hand_over {
-                        now + exit_budget::RESIGN_LINGER.min(h * 2)
-                    } else {
-                        now
-                    };
-                    stopping = Some((now, was_leader && can_hand_over, linger));
+                    stopping = Some((now, was_leader && can_hand_over));
                 }
             }
         }

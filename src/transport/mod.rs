@@ -41,6 +41,13 @@ pub trait Transport: Send + Sync + 'static {
     /// Fire and forget: must return without waiting on the network or a child process.
     fn publish(&self, bytes: Arc<[u8]>);
     fn health(&self) -> Health;
+    /// Resolves once every message handed to `publish` so far has left or failed. The exit
+    /// waits for it (bounded), so that a stopping node's last message, typically its resign,
+    /// is not killed with the process. Transports that send before `publish` returns, or whose
+    /// sends need no process of their own, need not override it.
+    fn flushed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// Health shared between a transport's background tasks and its `health()`.

@@ -271,6 +271,14 @@ impl Transport for PilotTransport {
         }
     }
 
+    /// Every publish holds a permit of `in_flight` until its `pilotctl publish` is done.
+    fn flushed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let in_flight = self.in_flight.clone();
+        Box::pin(async move {
+            let _ = in_flight.acquire_many_owned(MAX_IN_FLIGHT as u32).await;
+        })
+    }
+
     fn health(&self) -> Health {
         self.links.health()
     }
