@@ -29,12 +29,57 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     LOCK.lock().await
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, never handed out before by this process, and below the
+/// kernel's ephemeral range where it can be.
+///
+/// Why not simply `bind(0)`: the port is free only until the node that gets it binds it, and
+/// `bind(0)` may hand the same port to the next caller in the meantime (two nodes of one cluster
+/// were given one port in CI), or the kernel may give it to an outgoing connection before a
+/// killed node is restarted on it. Ports below the ephemeral range are never chosen by the kernel
+/// on its own; the set keeps this process from choosing one twice.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<(u16, HashSet<u16>)>> = Mutex::new(None);
+    let low = ephemeral_low();
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let (next, set) = given.get_or_insert_with(|| {
+        // Start where another test process (the bench beside a test run) is unlikely to.
+        let span = u32::from(low.saturating_sub(PRIVATE_FROM).max(1));
+        let start = PRIVATE_FROM + (std::process::id().wrapping_mul(7919) % span) as u16;
+        (start, HashSet::new())
+    });
+    if low > PRIVATE_FROM + 1000 {
+        for _ in PRIVATE_FROM..low {
+            let p = *next;
+            *next = if p + 1 >= low { PRIVATE_FROM } else { p + 1 };
+            if !set.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok() {
+                set.insert(p);
+                return p;
+            }
+        }
+    }
+    // No room below the ephemeral range: take the kernel's choice, still never twice.
+    loop {
+        let p = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if set.insert(p) {
+            return p;
+        }
+    }
+}
+
+/// Where `free_port` starts looking: above the ports services usually take.
+const PRIVATE_FROM: u16 = 10_000;
+
+/// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// A fresh directory under the system temp dir, removed on drop.

@@ -69,17 +69,6 @@ impl Proxy {
         }
     }
 
-    /// A proxy on a port none of `taken` (ports picked with `free_port` for nodes not started
-    /// yet, which the system could hand out again).
-    pub async fn start_avoiding(target: u16, taken: &[u16]) -> Proxy {
-        loop {
-            let p = Proxy::start(target).await;
-            if !taken.contains(&p.port) {
-                return p;
-            }
-        }
-    }
-
     pub fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
     }
