@@ -40,6 +40,9 @@ ARG PREBUILT=
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# The workspace's other members: the core is compiled into the binary; cargo reads the others'
+# manifests to resolve the workspace.
+COPY crates ./crates
 COPY openapi ./openapi
 RUN set -eu; mkdir -p /out; \
     if [ -n "$PREBUILT" ]; then exit 0; fi; \

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 RUNS="${1:-30}"
 OUT="${2:-bench-out}"
 mkdir -p "$OUT"
-cargo build --release --bins --examples
+cargo build --release --workspace --examples
 B=target/release/examples/bench
 {
     echo "date: $(date -u +%FT%TZ)"

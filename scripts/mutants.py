@@ -23,8 +23,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NODE = "src/election/node.rs"
-PEERS = "src/election/peers.rs"
+NODE = "crates/core/src/node.rs"
+PEERS = "crates/core/src/peers.rs"
 
 # name -> (rule, what it breaks, [(file, old, new, count)])
 MUTANTS = {
@@ -198,10 +198,10 @@ MUTANTS = {
 }
 
 TESTS = [
-    ["--lib", "election::"],
-    ["--test", "election_cases"],
-    ["--test", "harness_catches_split_brain"],
-    ["--test", "simulation"],
+    ["-p", "pilot-election-core", "--lib"],
+    ["-p", "pilot-election-sim", "--test", "election_cases"],
+    ["-p", "pilot-election-sim", "--test", "harness_catches_split_brain"],
+    ["-p", "pilot-election-sim", "--test", "simulation"],
 ]
 
 
@@ -222,20 +222,20 @@ def run(name, target):
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
     try:
-        for entry in ["Cargo.toml", "Cargo.lock", "src", "tests", "examples", "openapi", "clippy.toml"]:
+        for entry in ["Cargo.toml", "Cargo.lock", "src", "crates", "tests", "examples", "openapi", "clippy.toml"]:
             src = os.path.join(ROOT, entry)
             dst = os.path.join(tree, entry)
             (shutil.copytree if os.path.isdir(src) else shutil.copy)(src, dst)
         apply(tree, edits)
         env = dict(os.environ, CARGO_TARGET_DIR=target, SIM_FAIL_FAST="1", RUSTFLAGS=os.environ.get("RUSTFLAGS", ""))
-        build = subprocess.run(["cargo", "test", "--profile", "mutants", "--no-run", "--lib",
-                                "--test", "election_cases", "--test", "harness_catches_split_brain",
-                                "--test", "simulation", "-q"], cwd=tree, env=env,
+        build = subprocess.run(["cargo", "test", "--profile", "mutants", "--no-run", "-q",
+                                "-p", "pilot-election-core", "--lib",
+                                "-p", "pilot-election-sim", "--tests"], cwd=tree, env=env,
                                capture_output=True, text=True)
         if build.returncode != 0:
             return "does not compile", build.stderr[-2000:]
         for args in TESTS:
-            t = subprocess.run(["cargo", "test", "--profile", "mutants", "-q", *args[:2], "--", *args[2:]],
+            t = subprocess.run(["cargo", "test", "--profile", "mutants", "-q", *args],
                                cwd=tree, env=env, capture_output=True, text=True)
             if t.returncode != 0:
                 out = t.stdout + t.stderr

@@ -5,9 +5,7 @@
 //!
 //! Layout:
 //! - [`election`]: the deterministic sans-IO core (state machine, membership, rank, wire
-//!   messages, timings).
-//! - [`sim`]: a seeded discrete-event simulator that runs whole clusters of cores through faults
-//!   and checks the safety invariants after every event.
+//!   messages, timings), its own crate `pilot-election-core` (`crates/core`), re-exported here.
 //! - [`clock`]: the suspend-aware monotonic clock every protocol timer is measured on.
 //! - [`runtime`]: the tokio task that drives the core: timers, messages, commands, durable state.
 //! - [`builder`]: assembles a node (store, core, transport, runtime, API state); used by the
@@ -31,8 +29,7 @@ pub mod api;
 pub mod builder;
 pub mod cli;
 pub mod clock;
-#[deny(missing_docs, unreachable_pub)]
-pub mod election;
+pub use pilot_election_core as election;
 pub mod exec;
 pub mod metrics;
 pub mod open_files;
@@ -40,7 +37,6 @@ pub mod pilotctl;
 pub mod runtime;
 pub mod server;
 pub mod signing;
-pub mod sim;
 pub mod store;
 pub mod transport;
 

@@ -7,12 +7,9 @@
 //! `CHAOS_RUNS` (default 2) sets how many cycles of each fault run; CI keeps the default (well
 //! under a minute), a soak sets it higher.
 
-#[path = "support/app.rs"]
-mod app;
-#[path = "support/devnet.rs"]
-mod devnet;
-#[path = "support/pilot_cluster.rs"]
-mod pilot_cluster;
+use support::app;
+use support::devnet;
+use support::pilot_cluster;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -8,12 +8,9 @@
 //! election however large the cluster: the test checks that nothing was rate-limited while
 //! about two events per node per second went through one broker.
 
-#[path = "support/app.rs"]
-mod app;
-#[path = "support/devnet.rs"]
-mod devnet;
-#[path = "support/pilot_cluster.rs"]
-mod pilot_cluster;
+use support::app;
+use support::devnet;
+use support::pilot_cluster;
 
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! The pilotctl wrapper against the REAL pilotctl 1.18.0 talking to pilot-devnet's emulated
 //! daemons. Nothing here is mocked except where a test needs a misbehaving binary on purpose.
 
-#[path = "support/devnet.rs"]
-mod devnet;
+use support::devnet;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -516,35 +515,4 @@ async fn publish_latency_through_pilotctl() {
         percentile(&delivered, 0.5),
         percentile(&delivered, 0.99),
     );
-}
-
-impl Devnet {
-    /// Waits for the emulator to exit on its own, returning its exit status.
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let start = pilot_election::clock::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(start.elapsed() < DEADLINE, "pilot-devnet did not stop");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-#[test]
-fn the_devnet_stops_cleanly_on_sigterm_and_on_stdin_eof() {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-
-    let mut net = Devnet::start(2);
-    let socket = net.socket("n1");
-    assert!(socket.exists());
-    kill(Pid::from_raw(net.child.id() as i32), Signal::SIGTERM).unwrap();
-    assert!(net.wait_exit().success());
-    assert!(!socket.exists(), "sockets are removed on a clean stop");
-
-    let mut net = Devnet::start(1);
-    drop(net.child.stdin.take());
-    assert!(net.wait_exit().success());
 }

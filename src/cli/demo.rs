@@ -39,7 +39,7 @@ impl PilotNet {
         let devnet = exe.with_file_name("pilot-devnet");
         if !devnet.is_file() {
             return Err(format!(
-                "{} is missing: build it with `cargo build --release --bins`",
+                "{} is missing: build it with `cargo build --release --workspace` (it is the pilot-devnet package)",
                 devnet.display()
             ));
         }

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::app::{app, free_port, serial, wait_for, TempDir, BIN, TOKEN};
+use crate::app::{app, bin, free_port, serial, wait_for, TempDir, TOKEN};
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
+    Command::new(bin())
         .args(args)
         .env_remove("PILOT_ELECTION_ADMIN_TOKEN")
         .output()

@@ -4,21 +4,17 @@
 //! Clusters run one test at a time (see [`app::serial`]): on a loaded 2-core machine, several
 //! clusters at once would test the scheduler rather than the failover times.
 
-#[path = "../support/app.rs"]
-mod app;
-#[path = "../support/browser.rs"]
-mod browser;
+use support::app;
+use support::browser;
 mod cli;
 mod cluster;
 mod connections;
 mod contract;
-#[path = "../support/devnet.rs"]
-mod devnet;
+use support::devnet;
 mod errors;
 mod exec;
 mod faults;
-#[path = "../support/flood.rs"]
-mod flood;
+use support::flood;
 mod fuzz;
 mod health;
 mod membership;
@@ -26,11 +22,8 @@ mod memory;
 mod page;
 mod peers;
 mod pilot;
-#[path = "../support/pilot_cluster.rs"]
-mod pilot_cluster;
-#[path = "../support/proxy.rs"]
-mod proxy;
+use support::pilot_cluster;
+use support::proxy;
 mod rolling;
 mod state;
-#[path = "../support/watch.rs"]
-mod watch;
+use support::watch;

@@ -11,7 +11,7 @@ use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 use crate::app::{
-    get_json, leader_of, metric, metrics_text, wait_for, wait_up, App, Cluster, TempDir, BIN, T,
+    bin, get_json, leader_of, metric, metrics_text, wait_for, wait_up, App, Cluster, TempDir, T,
 };
 use crate::contract::Spec;
 use crate::devnet::{pilotctl_path, write_script, Devnet};
@@ -132,7 +132,7 @@ async fn pilot_configuration_errors_exit_with_clear_codes() {
         ];
         args.extend_from_slice(extra);
         let data = dir.0.join("data").display().to_string();
-        let out = Command::new(BIN)
+        let out = Command::new(bin())
             .args(&args)
             .args(["--data-dir", &data])
             .output()
@@ -434,7 +434,7 @@ async fn a_node_the_broker_does_not_trust_never_leads_says_why_and_joins_once_tr
         0.0
     );
     // `pilot-election status`, the README's check, says the same.
-    let out = Command::new(BIN)
+    let out = Command::new(bin())
         .args(["status", "--url", &n3])
         .output()
         .expect("pilot-election status");
@@ -600,7 +600,7 @@ async fn pilotctl_versions_outside_the_tested_range_are_refused_or_warned() {
     let dir = TempDir::new("pilot-version");
     let data = dir.0.join("data").display().to_string();
     let refused = |pilotctl: &str| {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(bin())
             .args(["run", "--transport", "pilot", "--listen", "127.0.0.1:0"])
             .args(["--member", "a,b,c", "--broker", "hub", "--node-id", "a"])
             .args(["--pilotctl", pilotctl, "--data-dir", &data])

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::election::{Body, Config, Message, Persistent, Role, Timings, View};
+use pilot_election_core::{Body, Config, Message, Persistent, Role, Timings, View};
 
 /// One broken invariant, with the true time it was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]

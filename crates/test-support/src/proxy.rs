@@ -5,7 +5,6 @@
 //! answer, as a dead network does). Give a node the proxy's port as another node's peer address
 //! and its messages to that node travel through it. Cutting every link to a node makes it deaf
 //! (it still sends, it hears nobody); cutting every link from it makes it mute.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

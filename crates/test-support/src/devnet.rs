@@ -1,6 +1,4 @@
-//! A running pilot-devnet (emulated Pilot daemons) and the real pilotctl, shared by the test
-//! binaries that need them. Included with `#[path]`; not every binary uses every item.
-#![allow(dead_code)]
+//! A running pilot-devnet (emulated Pilot daemons) and the real pilotctl.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -12,11 +10,11 @@ use std::time::Duration;
 use pilot_election::pilotctl::Pilotctl;
 use serde_json::Value;
 
-/// Cargo names the binary only to integration tests; the bench example finds the release build.
-pub const DEVNET_BIN: &str = match option_env!("CARGO_BIN_EXE_pilot-devnet") {
-    Some(p) => p,
-    None => concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/pilot-devnet"),
-};
+/// The emulator binary (the `pilot-devnet` package).
+pub fn devnet_bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| crate::app::built("pilot-devnet"))
+}
 
 /// Generous: two other engineers compile on the same two cores.
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -24,7 +22,7 @@ pub const DEADLINE: Duration = Duration::from_secs(20);
 pub fn pilotctl_path() -> PathBuf {
     let path = match std::env::var_os("PILOTCTL") {
         Some(p) => PathBuf::from(p),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/pilot/pilotctl"),
+        None => Path::new(crate::app::WORKSPACE).join(".tools/pilot/pilotctl"),
     };
     assert!(
         path.is_file(),
@@ -58,7 +56,7 @@ pub struct Devnet {
 impl Devnet {
     pub fn start(nodes: u32) -> Devnet {
         let dir = temp_dir("net");
-        let mut child = Command::new(DEVNET_BIN)
+        let mut child = Command::new(devnet_bin())
             .arg("--dir")
             .arg(&dir)
             .arg("--nodes")

@@ -4,8 +4,8 @@
 //! this process plays several daemons at once: one unix socket per node, speaking the daemon's
 //! local IPC well enough that the real `pilotctl` 1.18.0 runs `info`, `publish`, `subscribe` and
 //! the trust commands against it. Faults and trust are changed through a small HTTP/JSON API on
-//! 127.0.0.1 so tests can cut links or revoke trust while the real CLI is running. It lives outside the service library on purpose: nothing
-//! in production depends on it.
+//! 127.0.0.1 so tests can cut links or revoke trust while the real CLI is running. It is its own
+//! package so that nothing in the service can depend on it.
 #![forbid(unsafe_code)]
 
 mod control;

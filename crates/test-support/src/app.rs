@@ -1,8 +1,5 @@
 //! `spawn_app`-style helpers: free ports, temporary data dirs, processes killed on drop, and
-//! waiting on conditions with deadlines instead of fixed sleeps. Shared by the integration
-//! tests, the chaos test and the bench example (included with `#[path]`; not every user needs
-//! every item).
-#![allow(dead_code)]
+//! waiting on conditions with deadlines instead of fixed sleeps.
 
 use std::future::Future;
 use std::net::TcpListener;
@@ -13,12 +10,35 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// Cargo names the binary only to integration tests; the bench example runs after
-/// `cargo build --release` and finds it in the release target directory.
-pub const BIN: &str = match option_env!("CARGO_BIN_EXE_pilot-election") {
-    Some(p) => p,
-    None => concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/pilot-election"),
-};
+/// The workspace root: where `.tools/` (the pinned pilotctl) and `target/` are.
+pub const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// The service binary the tests run.
+pub fn bin() -> &'static Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| built("pilot-election"))
+}
+
+/// A binary of this workspace, from the build the running test or example belongs to.
+///
+/// Cargo tells a package's own integration tests where its binaries are, but not a library like
+/// this one, and not the other packages' tests: so look beside the running executable (a test
+/// runs from `target/<profile>/deps/`, an example from `target/<profile>/examples/`, the binaries
+/// sit in `target/<profile>/`). `cargo test --workspace` builds them all before any test runs.
+pub fn built(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the running executable");
+    exe.ancestors()
+        .skip(1)
+        .take(3)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{name} is not built beside {}: run `cargo build --release --workspace`",
+                exe.display()
+            )
+        })
+}
 pub const TOKEN: &str = "s3cret-admin-token";
 /// Default election timeout `T` of the binary.
 pub const T: Duration = Duration::from_secs(3);
@@ -157,10 +177,10 @@ impl App {
                 let mut c = Command::new("sh");
                 c.arg("-c")
                     .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(BIN);
+                    .arg(bin());
                 c
             }
-            None => Command::new(BIN),
+            None => Command::new(bin()),
         };
         let child = cmd
             .args(&self.args)

@@ -2,8 +2,7 @@
 //! background task and records, per poll round, which nodes answered 200 and with which term
 //! (the body of `/role/leader` carries it). At the end it reports the most nodes that claimed
 //! leadership in one round (safety: at most one), two nodes ever claiming the same term, every
-//! leaderless gap and the total leaderless time. Included with `#[path]` next to `app.rs`.
-#![allow(dead_code)]
+//! leaderless gap and the total leaderless time.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,6 @@
 //! Hostile clients, shared by the connection tests (`tests/it/connections.rs`) and the bench's
 //! `attack` scenario: half-open connections, `/events` subscribers by the thousand, and POST
-//! floods. Included with `#[path]`; not every user needs every item.
-#![allow(dead_code)]
+//! floods.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

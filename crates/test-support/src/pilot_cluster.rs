@@ -1,7 +1,6 @@
 //! Nodes that elect over `--transport pilot`: the real pilotctl against pilot-devnet's emulated
 //! daemons, with one more daemon (`n4` for three nodes) as the event-stream broker. Shared by the integration tests and
 //! the bench example, next to `app.rs` and `devnet.rs`.
-#![allow(dead_code)]
 
 use crate::app::{free_port, App, Cluster, TempDir};
 use crate::devnet::{pilotctl_path, Devnet};

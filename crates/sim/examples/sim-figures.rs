@@ -3,12 +3,12 @@
 //! connected quorum while one node has a persistent fault, and the leaderless gaps of rolling
 //! restarts.
 //!
-//! `cargo run --release --example sim-figures [runs]`
+//! `cargo run --release -p pilot-election-sim --example sim-figures [runs]`
 
 use std::time::Duration;
 
-use pilot_election::election::Timings;
-use pilot_election::sim::scenario::{
+use pilot_election_core::Timings;
+use pilot_election_sim::scenario::{
     failover_time, persistent_figure, rolling_figure, traffic_per_interval, Fault, RollingPlan,
     Target,
 };

@@ -1,8 +1,7 @@
 //! Headless Chromium (Debian's `chromium`) driven over the DevTools protocol through
 //! `--remote-debugging-pipe`: JSON messages separated by NUL bytes on the browser's fds 3 (in)
 //! and 4 (out). A pipe needs no port, no websocket client and no driver binary; `sh` maps the
-//! fds (`3<&0 4>&1`) so that no unsafe `pre_exec` is needed either. Included with `#[path]`.
-#![allow(dead_code)]
+//! fds (`3<&0 4>&1`) so that no unsafe `pre_exec` is needed either.
 
 use std::path::Path;
 use std::process::Stdio;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::checker::Violation;
 use super::world::{core_factory, Factory, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig};
-use crate::election::{default_priority, quorum_of, Input, Rng, Timings};
+use pilot_election_core::{default_priority, quorum_of, Input, Rng, Timings};
 
 /// What one seed runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,7 +200,7 @@ impl Scenario {
     /// The command that replays this seed alone.
     pub fn replay_command(&self) -> String {
         format!(
-            "SIM_SEED={} cargo test --release --test simulation -- --nocapture replay",
+            "SIM_SEED={} cargo test --release -p pilot-election-sim --test simulation -- --nocapture replay",
             self.seed
         )
     }

@@ -2,7 +2,7 @@
 //! for minutes and only prints what it saw (long benchmarks must stay out of `cargo test`).
 //!
 //! ```sh
-//! cargo build --release --bins --examples        # the nodes, pilot-devnet and bare-axum
+//! cargo build --release --workspace --examples   # the nodes, pilot-devnet and bare-axum
 //! cargo run --release --example bench -- failover  --nodes 3 --transport http  --runs 30
 //! cargo run --release --example bench -- failover  --nodes 5 --transport http  --runs 30
 //! cargo run --release --example bench -- failover  --nodes 3 --transport pilot --runs 30
@@ -22,16 +22,11 @@
 //! restarted higher-ranked node does not take leadership back in the middle of the next run; the
 //! pilot transport needs the real pilotctl (`scripts/fetch-pilotctl.sh`).
 
-#[path = "../tests/support/app.rs"]
-mod app;
-#[path = "bench/attack.rs"]
+use support::app;
 mod attack;
-#[path = "../tests/support/devnet.rs"]
-mod devnet;
-#[path = "../tests/support/flood.rs"]
-mod flood;
-#[path = "../tests/support/pilot_cluster.rs"]
-mod pilot_cluster;
+use support::devnet;
+use support::flood;
+use support::pilot_cluster;
 
 use std::collections::HashMap;
 use std::process::{Command, Stdio};
@@ -41,7 +36,7 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use app::{free_port, wait_ready, wait_up, Cluster, BIN, T, TOKEN};
+use app::{bin, free_port, wait_ready, wait_up, Cluster, T, TOKEN};
 use devnet::Devnet;
 
 /// Generous bound on one failover: far above the goal, so that a slow run is measured rather
@@ -98,12 +93,8 @@ struct Bed {
 }
 
 async fn start(transport: &str, n: usize) -> Bed {
-    for (bin, build) in [(BIN, "--bins"), (devnet::DEVNET_BIN, "--bins")] {
-        assert!(
-            std::path::Path::new(bin).is_file(),
-            "{bin} is missing: run cargo build --release {build} --examples first"
-        );
-    }
+    // Each says how to build it if it is missing.
+    let _ = (bin(), devnet::devnet_bin());
     let extra = ["--preempt-after", "0s"];
     let bed = match transport {
         "http" => Bed {
@@ -835,21 +826,14 @@ fn wrk(url: &str, secs: u64) -> Wrk {
 /// `GET /leader` on the leader of a 3-node cluster against the bare axum baseline, alternated
 /// so that both see the same background load.
 async fn api(o: &Opts) {
-    let bare_bin = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/target/release/examples/bare-axum"
-    );
-    assert!(
-        std::path::Path::new(bare_bin).is_file(),
-        "{bare_bin} is missing: run cargo build --release --examples first"
-    );
+    let bare_bin = app::built("examples/bare-axum");
     let bed = start("http", 3).await;
     let c = &bed.c;
     let client = http();
     let (leader, _) = current_leader(&client, c, &[0, 1, 2]).await;
     let node_url = format!("{}/leader", c.nodes[c.index(&leader)].url());
     let port = free_port();
-    let mut bare = Command::new(bare_bin)
+    let mut bare = Command::new(&bare_bin)
         .arg(format!("127.0.0.1:{port}"))
         .spawn()
         .expect("bare-axum");

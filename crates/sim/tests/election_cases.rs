@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use pilot_election::election::{CommandError, Input, Outcome, Role, Timings};
-use pilot_election::sim::world::{core_factory, NodeSpec, World, WorldConfig};
+use pilot_election_core::{CommandError, Input, Outcome, Role, Timings};
+use pilot_election_sim::world::{core_factory, NodeSpec, World, WorldConfig};
 
 const SEEDS: u64 = 12;
 

@@ -2,7 +2,7 @@
 //! per-link faults, drifting clocks whose rates change, crashes between single actions, pauses
 //! and stalls, graceful stops and membership changes.
 //!
-//! The runtime model follows `crate::runtime` step by step: one input at a time; after the
+//! The runtime model follows `pilot_election::runtime` step by step: one input at a time; after the
 //! core's `handle`, the view everything answering for the node reads (the API snapshot) is
 //! updated, then the step's actions run one after the other, each taking some time (a `Persist`
 //! is an fsync); inputs that arrive meanwhile wait. A crash can therefore fall between any two
@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::checker::Checker;
-use crate::election::{
+use pilot_election_core::{
     Action, CommandError, Config, Input, Member, MemberSet, Message, Node, Outcome, Persistent,
     Rng, Role, Timings, Transition, View,
 };
@@ -138,7 +138,7 @@ impl Default for RuntimeModel {
             stall_chance: 0.0,
             stall_max: Duration::ZERO,
             snapshot_after_actions: false,
-            handover_grace: crate::runtime::exit_budget::HANDOVER,
+            handover_grace: pilot_election::runtime::exit_budget::HANDOVER,
         }
     }
 }
@@ -291,7 +291,7 @@ fn member_set(id: &str, members: &[String]) -> MemberSet {
 
 impl World {
     pub fn new(config: WorldConfig, factory: Factory) -> World {
-        let base = crate::clock::now();
+        let base = pilot_election::clock::now();
         let n = config.nodes.len();
         let everyone: Vec<String> = config.nodes.iter().map(|s| s.id.clone()).collect();
         let slots = config
@@ -1063,7 +1063,10 @@ impl World {
     /// True when node `i` is the top-ranked eligible node that is up, among `group`.
     pub fn is_top_ranked_among(&self, i: usize, group: &[usize]) -> bool {
         let rank = |j: usize| {
-            crate::election::Rank::new(self.slots[j].config.priority, &self.slots[j].config.node_id)
+            pilot_election_core::Rank::new(
+                self.slots[j].config.priority,
+                &self.slots[j].config.node_id,
+            )
         };
         group
             .iter()

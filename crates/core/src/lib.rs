@@ -3,7 +3,7 @@
 //! It owns no clock, socket, process or entropy. The shell feeds it [`Input`]s with the current
 //! time, then drains [`Action`]s with [`Node::poll_action`] and sleeps until
 //! [`Node::poll_timeout`]. Because time and randomness are arguments, a whole cluster of cores
-//! can be run deterministically by the simulator in [`crate::sim`].
+//! can be run deterministically by the simulator (the `pilot-election-sim` crate).
 //!
 //! The protocol is specified in docs/protocol.md (numbered rules, the safety argument and the
 //! invariants the simulator checks): a prioritized quorum election among an explicit member set,
@@ -14,6 +14,8 @@
 //! Layout: [`interface`] (the types that cross the boundary), [`membership`] (who votes),
 //! [`rank`] (who leads first), `peers` (what this node knows of the others), `node` (the state
 //! machine), [`message`] (the wire), `timings` (durations and the safety inequality).
+#![forbid(unsafe_code)]
+#![deny(missing_docs, unreachable_pub)]
 
 pub mod interface;
 pub mod membership;

@@ -3,7 +3,7 @@
 //!
 //! `SIM_SEEDS=N` runs N seeds (default 500); `SIM_SEED=S` replays one seed with its trace.
 
-use pilot_election::sim::{run_seed, Scenario};
+use pilot_election_sim::{run_seed, Scenario};
 
 fn seeds() -> u64 {
     std::env::var("SIM_SEEDS")

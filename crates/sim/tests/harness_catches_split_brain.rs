@@ -12,13 +12,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use pilot_election::election::{
+use pilot_election_core::{
     Action, Body, Candidacy, CommandError, Config, Input, MemberSet, Message, Node, Outcome,
     Persistent, Role, Timings, View, PROTOCOL_VERSION,
 };
-use pilot_election::sim::scenario::{run_chaos, Scenario};
-use pilot_election::sim::world::{core_factory, Factory, NodeSpec, Protocol, World, WorldConfig};
-use pilot_election::sim::Family;
+use pilot_election_sim::scenario::{run_chaos, Scenario};
+use pilot_election_sim::world::{core_factory, Factory, NodeSpec, Protocol, World, WorldConfig};
+use pilot_election_sim::Family;
 use tokio::time::Instant;
 
 /// A naive bully election: no quorum, no terms, silence is death, the highest priority heard
@@ -418,7 +418,7 @@ fn four_nodes_split(seed: u64, factory: Factory, members: Option<[Vec<String>; 4
         },
         factory,
     );
-    let mut rng = pilot_election::election::Rng::new(seed);
+    let mut rng = pilot_election_core::Rng::new(seed);
     let mut at = Duration::from_secs(10);
     for _ in 0..12 {
         let side: Vec<usize> = match rng.below(3) {

@@ -1,0 +1,24 @@
+//! Shared by every test binary of the service and by the benchmarks (`examples/bench/`): one
+//! copy of how a node is started, watched, faulted and stopped. Processes it starts listen on
+//! 127.0.0.1, on ports [`app::free_port`] picks, and are killed by PID when dropped; every wait
+//! has a deadline.
+//!
+//! - [`app`]: one node as a child process, a cluster of them, free ports, temp dirs, HTTP
+//!   helpers and waits with deadlines.
+//! - [`proxy`]: a relay per directed link, to cut, hold or slow it (deaf, mute, partitioned
+//!   nodes).
+//! - [`watch`]: polls `/role/leader` on every node and reports two leaders and leaderless gaps.
+//! - [`devnet`]: a running pilot-devnet and the real pilotctl; [`pilot_cluster`]: nodes on it.
+//! - [`flood`]: hostile clients (half-open connections, event-stream and POST floods).
+//! - [`browser`]: headless Chromium over the DevTools pipe, for the status page.
+#![forbid(unsafe_code)]
+// Test deadlines are measured on tokio's clock; the protocol's clock rules are the service's.
+#![allow(clippy::disallowed_methods)]
+
+pub mod app;
+pub mod browser;
+pub mod devnet;
+pub mod flood;
+pub mod pilot_cluster;
+pub mod proxy;
+pub mod watch;
