@@ -9,7 +9,7 @@ use support::browser;
 mod cli;
 mod cluster;
 mod connections;
-mod contract;
+use support::contract;
 use support::devnet;
 mod errors;
 mod exec;

@@ -11,12 +11,14 @@
 //! - [`devnet`]: a running pilot-devnet and the real pilotctl; [`pilot_cluster`]: nodes on it.
 //! - [`flood`]: hostile clients (half-open connections, event-stream and POST floods).
 //! - [`browser`]: headless Chromium over the DevTools pipe, for the status page.
+//! - [`contract`]: `openapi.yaml` as a checker of answers.
 #![forbid(unsafe_code)]
 // Test deadlines are measured on tokio's clock; the protocol's clock rules are the service's.
 #![allow(clippy::disallowed_methods)]
 
 pub mod app;
 pub mod browser;
+pub mod contract;
 pub mod devnet;
 pub mod flood;
 pub mod pilot_cluster;

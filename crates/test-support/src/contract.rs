@@ -1,5 +1,5 @@
-//! The OpenAPI document is the contract: every route of the router is in it, and the JSON the
-//! service answers validates against its schemas.
+//! The OpenAPI document is the contract: the JSON the service answers must validate against its
+//! schemas.
 //!
 //! The checker below covers the JSON Schema keywords the document uses (`$ref`, `type` with
 //! type lists, `properties`, `required`, `additionalProperties: false`, `items`, `enum`,
@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use pilot_election::api::{OPENAPI_YAML, ROUTES};
+use pilot_election::api::OPENAPI_YAML;
 
 const KNOWN: &[&str] = &[
     "$ref",
@@ -34,6 +34,11 @@ impl Spec {
     pub fn load() -> Spec {
         let doc: Value = serde_yaml::from_str(OPENAPI_YAML).expect("openapi.yaml parses");
         Spec { doc }
+    }
+
+    /// The whole document.
+    pub fn doc(&self) -> &Value {
+        &self.doc
     }
 
     pub fn has(&self, method: &str, path: &str) -> bool {
@@ -176,36 +181,4 @@ impl Spec {
             }
         }
     }
-}
-
-#[test]
-fn every_route_is_in_the_spec_and_every_spec_path_is_routed() {
-    let spec = Spec::load();
-    assert_eq!(spec.doc["openapi"], "3.1.0");
-    for (method, path) in ROUTES {
-        assert!(
-            spec.doc["paths"][path][method].is_object(),
-            "{method} {path} is routed but not in openapi.yaml"
-        );
-    }
-    let paths = spec.doc["paths"].as_object().expect("paths");
-    for (path, ops) in paths {
-        for method in ops.as_object().expect("operations").keys() {
-            assert!(
-                ROUTES.contains(&(method.as_str(), path.as_str())),
-                "{method} {path} is in openapi.yaml but not routed"
-            );
-        }
-    }
-}
-
-#[test]
-fn the_checker_rejects_what_breaks_a_schema() {
-    let spec = Spec::load();
-    let bad = serde_json::json!({"error": "no_leader"});
-    let r = std::panic::catch_unwind(|| spec.check("get", "/leader", 503, &bad));
-    assert!(r.is_err(), "a missing `message` must fail");
-    let extra = serde_json::json!({"term": 1, "leader": null, "voted_for": null, "x": 1});
-    let r = std::panic::catch_unwind(|| spec.check("get", "/term", 200, &extra));
-    assert!(r.is_err(), "an unknown field must fail");
 }

@@ -1,0 +1,389 @@
+//! The HTTP API in-process: requests go straight into `router(state)` with tower's `oneshot`,
+//! against nodes the binary's own `NodeBuilder` builds on an in-process memory bus. No process,
+//! no socket, no server: the contract and every error answer of the router, in about a second.
+//! What needs the real server (connection caps, timeouts, logs of a real process) is in
+//! `tests/it/`.
+#![allow(clippy::disallowed_methods)] // test deadlines on tokio's clock
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request};
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+
+use pilot_election::api::{Auth, ROUTES};
+use pilot_election::runtime::Snapshot;
+use pilot_election::transport::memory::Bus;
+use pilot_election::NodeBuilder;
+use support::app::{node_config, wait_for, TempDir, TOKEN};
+use support::contract::Spec;
+
+/// One in-process node: its router and what its loop publishes.
+struct Node {
+    router: Router,
+    snapshot: watch::Receiver<Snapshot>,
+    _dir: TempDir,
+}
+
+/// A cluster of `ids` on one memory bus, its loops stopped when `stop` is cancelled.
+struct Cluster {
+    nodes: Vec<Node>,
+    stop: CancellationToken,
+}
+
+impl Cluster {
+    fn start(ids: &[&str], auth: Auth) -> Cluster {
+        let bus = Bus::new();
+        let stop = CancellationToken::new();
+        let nodes = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let dir = TempDir::new(id);
+                let mut config = node_config(id, ids, &dir.0, &auth);
+                config.priority = 10 + i as u32;
+                let bus = bus.clone();
+                let built = NodeBuilder::new(config)
+                    .seed(i as u64)
+                    .transport(move |inbound, _, _| Arc::new(bus.attach(inbound)))
+                    .build()
+                    .expect("node");
+                let node = Node {
+                    router: built.router(),
+                    snapshot: built.state.snapshot.clone(),
+                    _dir: dir,
+                };
+                tokio::spawn(built.runtime.run(stop.clone()));
+                node
+            })
+            .collect();
+        Cluster { nodes, stop }
+    }
+
+    /// `(leader index, term)` once every node names the same leader and it holds its lease.
+    async fn agreed(&self) -> (usize, u64) {
+        wait_for(Duration::from_secs(20), || async {
+            let now = pilot_election::clock::now();
+            let views: Vec<_> = self
+                .nodes
+                .iter()
+                .map(|n| n.snapshot.borrow().view.clone())
+                .collect();
+            let leader = views.iter().position(|v| v.is_leader_at(now))?;
+            let (name, term) = (&views[leader].node_id, views[leader].term);
+            views
+                .iter()
+                .all(|v| v.leader.as_ref() == Some(name) && v.term == term)
+                .then_some((leader, term))
+        })
+        .await
+        .expect("the cluster agreed on a leader")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// One request into a router; the status and the JSON body (`Null` when it is not JSON).
+async fn call(
+    router: &Router,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    let method = Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
+    let mut req = Request::builder().method(method.clone()).uri(path);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let resp = router
+        .clone()
+        .oneshot(req.body(Body::from(body)).expect("request"))
+        .await
+        .expect("infallible");
+    let status = resp.status().as_u16();
+    // An event stream never ends: its status is all this test reads of it.
+    if path == "/events" || method == Method::HEAD {
+        return (status, Value::Null);
+    }
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn get(router: &Router, path: &str) -> (u16, Value) {
+    call(router, "get", path, None, None, Vec::new()).await
+}
+
+async fn text(router: &Router, path: &str) -> String {
+    let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+    let resp = router.clone().oneshot(req).await.expect("infallible");
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("body");
+    String::from_utf8(bytes.to_vec()).expect("UTF-8")
+}
+
+struct Case {
+    method: &'static str,
+    path: &'static str,
+    token: Option<&'static str>,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+    status: u16,
+    code: &'static str,
+}
+
+fn case(
+    method: &'static str,
+    path: &'static str,
+    token: Option<&'static str>,
+    content_type: Option<&'static str>,
+    body: impl Into<Vec<u8>>,
+    status: u16,
+    code: &'static str,
+) -> Case {
+    Case {
+        method,
+        path,
+        token,
+        content_type,
+        body: body.into(),
+        status,
+        code,
+    }
+}
+
+/// One table, so every endpoint gets every kind of bad input.
+#[rustfmt::skip]
+fn error_cases() -> Vec<Case> {
+    const J: Option<&str> = Some("application/json");
+    const OK: Option<&str> = Some(TOKEN);
+    let big = vec![b' '; 70 * 1024];
+    let mut cases = Vec::new();
+    for path in ["/step-down", "/candidacy"] {
+        cases.extend([
+            case("post", path, None, J, "{}", 401, "unauthorized"),
+            case("post", path, Some("wrong"), J, "{}", 403, "forbidden"),
+            case("post", path, OK, None, "{}", 415, "unsupported_media_type"),
+            case("post", path, OK, Some("text/plain"), "{}", 415, "unsupported_media_type"),
+            case("post", path, OK, J, "{", 400, "invalid_json"),
+            case("post", path, OK, J, "{} trailing", 400, "invalid_json"),
+            case("post", path, OK, J, "[1, 2]", 422, "invalid_body"),
+            case("post", path, OK, J, r#"{"unknown": 1}"#, 422, "invalid_body"),
+            case("post", path, OK, J, big.clone(), 413, "payload_too_large"),
+        ]);
+    }
+    cases.extend([
+        case("post", "/step-down", OK, J, r#"{"expected_term": "seven"}"#, 422, "invalid_body"),
+        case("post", "/step-down", OK, J, r#"{"successor": 5}"#, 422, "invalid_body"),
+        case("post", "/candidacy", OK, J, r#"{"eligible": "yes"}"#, 422, "invalid_body"),
+        case("post", "/candidacy", OK, J, r#"{"priority": 5}"#, 422, "invalid_body"),
+        case("post", "/candidacy", OK, J, r#"{"eligible": true, "priority": -1}"#, 422, "invalid_body"),
+        case("post", "/peer/messages", None, J, "not json", 400, "malformed_message"),
+        case("post", "/peer/messages", None, J, r#"{"v": 1}"#, 400, "malformed_message"),
+        case("post", "/peer/messages", None, J, vec![b' '; 17 * 1024], 413, "payload_too_large"),
+        case("get", "/no-such-route", None, None, "", 404, "not_found"),
+        case("delete", "/leader", None, None, "", 405, "method_not_allowed"),
+        case("post", "/status", None, J, "{}", 405, "method_not_allowed"),
+        case("get", "/step-down", None, None, "", 405, "method_not_allowed"),
+        case("put", "/peer/messages", None, None, "", 405, "method_not_allowed"),
+    ]);
+    cases
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_follows_the_spec_bad_requests_get_json_errors_and_leadership_stays() {
+    let spec = Spec::load();
+    let auth = Auth {
+        token: Some(TOKEN.into()),
+        allow_unauthenticated: false,
+    };
+    let c = Cluster::start(&["a1", "a2", "a3"], auth);
+    let (li, term) = c.agreed().await;
+    let fi = (li + 1) % 3;
+    let (leader, follower) = (&c.nodes[li].router, &c.nodes[fi].router);
+
+    // Every routed method answers something other than 404/405.
+    for (method, path) in ROUTES {
+        let (status, _) = call(follower, method, path, None, None, Vec::new()).await;
+        assert!(
+            status != 404 && status != 405,
+            "{method} {path} answered {status}"
+        );
+    }
+
+    // Good answers from a leader and a follower follow the spec.
+    for router in [leader, follower] {
+        for path in [
+            "/leader",
+            "/term",
+            "/status",
+            "/history",
+            "/role/leader",
+            "/role/follower",
+            "/healthz",
+            "/readyz",
+        ] {
+            let (status, body) = get(router, path).await;
+            spec.check("get", path, status, &body);
+        }
+    }
+    let (s, b) = get(leader, "/role/leader").await;
+    assert_eq!((s, &b["role"]), (200, &json!("leader")));
+    assert_eq!(get(follower, "/role/leader").await.0, 503);
+    let (s, _) = call(leader, "head", "/role/leader", None, None, Vec::new()).await;
+    assert_eq!(s, 200);
+    let metrics = text(leader, "/metrics").await;
+    assert!(metrics.contains("pilot_election_is_leader 1"), "{metrics}");
+    assert!(
+        metrics.contains(&format!("pilot_election_term {term}")),
+        "{metrics}"
+    );
+
+    // Malformed requests, on the leader and on a follower.
+    for router in [leader, follower] {
+        for case in error_cases() {
+            let (status, body) = call(
+                router,
+                case.method,
+                case.path,
+                case.token,
+                case.content_type,
+                case.body.clone(),
+            )
+            .await;
+            assert_eq!(
+                (status, body["error"].as_str()),
+                (case.status, Some(case.code)),
+                "{} {} {:?}: {body}",
+                case.method,
+                case.path,
+                String::from_utf8_lossy(&case.body[..case.body.len().min(60)])
+            );
+            assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()));
+            if ROUTES.contains(&(case.method, case.path)) && spec.has(case.method, case.path) {
+                spec.check(case.method, case.path, status, &body);
+            }
+        }
+    }
+
+    // Refusals by the protocol.
+    let refusals = [
+        (follower, json!({}), 409, "not_leader"),
+        (
+            leader,
+            json!({"expected_term": term + 5}),
+            409,
+            "term_mismatch",
+        ),
+        (
+            leader,
+            json!({"successor": "nobody"}),
+            422,
+            "successor_ineligible",
+        ),
+    ];
+    for (router, body, status, code) in refusals {
+        let (got, answer) = call(
+            router,
+            "post",
+            "/step-down",
+            Some(TOKEN),
+            Some("application/json"),
+            body.to_string().into_bytes(),
+        )
+        .await;
+        assert_eq!(
+            (got, answer["error"].as_str()),
+            (status, Some(code)),
+            "{answer}"
+        );
+        spec.check("post", "/step-down", got, &answer);
+    }
+
+    // Nothing of the above moved leadership.
+    assert_eq!(c.agreed().await, (li, term));
+}
+
+#[tokio::test]
+async fn without_a_token_mutations_are_refused_unless_explicitly_allowed() {
+    let refused = Cluster::start(&["lonely"], Auth::default());
+    let allowed = Cluster::start(
+        &["open"],
+        Auth {
+            token: None,
+            allow_unauthenticated: true,
+        },
+    );
+    allowed.agreed().await;
+    let (router, open) = (&refused.nodes[0].router, &allowed.nodes[0].router);
+    for (path, body) in [
+        ("/step-down", json!({})),
+        ("/candidacy", json!({"eligible": true})),
+    ] {
+        let body = body.to_string().into_bytes();
+        let ct = Some("application/json");
+        let (status, answer) = call(router, "post", path, Some("anything"), ct, body.clone()).await;
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (403, Some("admin_token_not_configured")),
+            "{answer}"
+        );
+        // Allowed explicitly, the same request gets past authentication to the command itself.
+        let (status, answer) = call(open, "post", path, None, ct, body).await;
+        assert!(
+            (200..300).contains(&status),
+            "{path} with --allow-unauthenticated: {status} {answer}"
+        );
+    }
+}
+
+#[test]
+fn every_route_is_in_the_spec_and_every_spec_path_is_routed() {
+    let spec = Spec::load();
+    assert_eq!(spec.doc()["openapi"], "3.1.0");
+    for (method, path) in ROUTES {
+        assert!(
+            spec.has(method, path),
+            "{method} {path} is routed but not in openapi.yaml"
+        );
+    }
+    let paths = spec.doc()["paths"].as_object().expect("paths");
+    for (path, ops) in paths {
+        for method in ops.as_object().expect("operations").keys() {
+            assert!(
+                ROUTES.contains(&(method.as_str(), path.as_str())),
+                "{method} {path} is in openapi.yaml but not routed"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_checker_rejects_what_breaks_a_schema() {
+    let spec = Spec::load();
+    let bad = json!({"error": "no_leader"});
+    let r = std::panic::catch_unwind(|| spec.check("get", "/leader", 503, &bad));
+    assert!(r.is_err(), "a missing `message` must fail");
+    let extra = json!({"term": 1, "leader": null, "voted_for": null, "x": 1});
+    let r = std::panic::catch_unwind(|| spec.check("get", "/term", 200, &extra));
+    assert!(r.is_err(), "an unknown field must fail");
+}
