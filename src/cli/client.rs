@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::config::read_token;
 use super::{
-    error_line, read_token, CandidacyArgs, ClientArgs, StepDownArgs, EXIT_OK, EXIT_REFUSED,
-    EXIT_UNREACHABLE, EXIT_USAGE,
+    error_line, CandidacyArgs, ClientArgs, StepDownArgs, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE,
+    EXIT_USAGE,
 };
 
 enum Reply {

@@ -90,7 +90,7 @@ fn default_pilotctl() -> PathBuf {
     if fetched.is_file() {
         return fetched.to_path_buf();
     }
-    super::resolve_in_path(Path::new("pilotctl"))
+    super::config::resolve_in_path(Path::new("pilotctl"))
 }
 
 impl Demo {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 use tokio::net::TcpListener;
 
-use super::{parse_duration, ConfigError};
+use super::config::{parse_duration, ConfigError};
 use crate::server::{Limits, Listeners};
 
 #[derive(Debug, Args)]

@@ -1,0 +1,355 @@
+//! `run`'s flags into a checked `NodeConfig`: every check that can be made before start-up, each
+//! failing with one line and its exit code (64 for a bad setting, 69 for a missing service), and
+//! the lookups it needs (the token file, `pilotctl` in PATH, the node id from the daemon).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{RunArgs, TransportKind, EXIT_UNAVAILABLE, EXIT_USAGE};
+use crate::election::{default_priority, MemberSet, Timings};
+use crate::exec::ExecConfig;
+use crate::pilotctl::Pilotctl;
+use crate::signing::KeyRing;
+use crate::transport::http::Peer;
+use crate::transport::pilot::PilotConfig;
+use crate::NodeConfig;
+
+/// `500ms`, `2s`, `1m`: a number and a unit, nothing else (a bare number would be ambiguous).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .ok_or_else(|| format!("`{s}` needs a unit: ms, s or m (e.g. 500ms, 2s)"))?;
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 500ms, 2s)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
+}
+
+pub(super) fn read_token(
+    file: &Option<PathBuf>,
+    inline: &Option<String>,
+) -> Result<Option<String>, String> {
+    let token = match (file, inline) {
+        (Some(path), _) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read admin token file {}: {e}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (None, Some(t)) => Some(t.trim().to_string()),
+        (None, None) => None,
+    };
+    if token.as_deref() == Some("") {
+        return Err("the admin token is empty".into());
+    }
+    Ok(token)
+}
+
+impl RunArgs {
+    /// Checks everything that can be checked before start-up; the error is one line.
+    pub fn to_config(&self) -> Result<NodeConfig, ConfigError> {
+        let node_id = self
+            .node_id
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or("--node-id is required with the http transport")?;
+        let pilot = self.pilot_settings()?;
+        self.check_listeners(pilot.is_some())?;
+        if node_id.len() > crate::election::MAX_ID_BYTES {
+            return Err("--node-id must be at most 256 bytes".into());
+        }
+        let mut peers: Vec<Peer> = Vec::new();
+        for p in &self.peers {
+            let (id, url) = p.split_once('=').ok_or_else(|| {
+                format!("--peer `{p}` must be ID=URL (e.g. b=http://10.0.0.2:7070)")
+            })?;
+            if id.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(
+                    format!("--peer `{p}` must be ID=URL with an http:// or https:// URL").into(),
+                );
+            }
+            if id == node_id {
+                return Err(format!("--peer `{p}` names this node itself").into());
+            }
+            if peers.iter().any(|q| q.id == id) {
+                return Err(format!("--peer `{id}` is given twice").into());
+            }
+            peers.push(Peer {
+                id: id.to_string(),
+                url: url.to_string(),
+            });
+        }
+        let members = self.member_set(&node_id, &peers, pilot.is_some())?;
+        let timings = Timings {
+            heartbeat: self.heartbeat_interval,
+            lease: self.lease,
+            election_timeout: self.election_timeout,
+            preempt_after: self.preempt_after,
+            ..Timings::default()
+        };
+        timings.validate().map_err(|e| e.to_string())?;
+        let admin_token = read_token(&self.admin_token_file, &self.admin_token)?;
+        let cluster_keys = match (&self.cluster_key_file, &self.cluster_key) {
+            (Some(path), _) => Some(KeyRing::from_file(path).map_err(|e| e.to_string())?),
+            (None, Some(text)) => Some(
+                KeyRing::parse(text, "PILOT_ELECTION_CLUSTER_KEY").map_err(|e| e.to_string())?,
+            ),
+            (None, None) => None,
+        };
+        let exec = ExecConfig::from_flags(self.exec.as_deref(), self.exec_step_down_on_failure)?;
+        Ok(NodeConfig {
+            exec,
+            priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
+            data_dir: self
+                .data_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("pilot-election-data").join(&node_id)),
+            node_id,
+            group: self.group.clone(),
+            peers,
+            members,
+            eligible: !self.no_candidate,
+            timings,
+            admin_token,
+            allow_unauthenticated: self.allow_unauthenticated,
+            reset_state: self.reset_state,
+            pilot,
+            cluster_keys,
+            limits: self.server.to_limits()?,
+        })
+    }
+
+    /// The voting members (docs/protocol.md, rule 1): explicit with `--member`, or this node and
+    /// its peers over http. `--cluster-size` alone no longer decides anything.
+    fn member_set(
+        &self,
+        node_id: &str,
+        peers: &[Peer],
+        pilot: bool,
+    ) -> Result<MemberSet, ConfigError> {
+        let listed: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty())
+            .collect();
+        if pilot && listed.is_empty() {
+            return Err(Self::members_needed(self.cluster_size).into());
+        }
+        let set = if listed.is_empty() {
+            MemberSet::new(node_id, peers.iter().map(|p| p.id.clone()))
+        } else {
+            MemberSet::new(node_id, listed.iter().cloned())
+        }
+        .map_err(|e| format!("--member: {e}"))?;
+        if !pilot && !listed.is_empty() {
+            let from_peers = MemberSet::new(node_id, peers.iter().map(|p| p.id.clone()))
+                .map_err(|e| format!("--peer: {e}"))?;
+            if from_peers != set {
+                return Err(format!(
+                    "--member lists {set} but this node and its --peers are {from_peers}: over http every member needs a --peer ID=URL (or leave --member out)"
+                )
+                .into());
+            }
+        }
+        if let Some(n) = self.cluster_size {
+            if n != set.len() {
+                return Err(format!(
+                    "--cluster-size {n} does not match the {} members {set}; drop --cluster-size (the members decide the quorum)",
+                    set.len()
+                )
+                .into());
+            }
+        }
+        Ok(set)
+    }
+
+    /// What to pass instead of a bare `--cluster-size` (exit 64).
+    fn members_needed(cluster_size: Option<usize>) -> String {
+        let hint = match cluster_size {
+            Some(n) => {
+                format!("--cluster-size {n} no longer decides the quorum: list the {n} members instead; ")
+            }
+            None => String::new(),
+        };
+        format!(
+            "{hint}the pilot transport needs its members: --member ID for each node (this one \
+             included or added), or PILOT_ELECTION_MEMBERS=ID,ID,ID"
+        )
+    }
+
+    /// The pilot transport's settings, checked (`None` for the http transport): the usage
+    /// errors come before anything runs pilotctl.
+    fn pilot_settings(&self) -> Result<Option<PilotConfig>, ConfigError> {
+        if self.transport != TransportKind::Pilot {
+            return Ok(None);
+        }
+        let pilot = self.pilot_config()?;
+        if !self.peers.is_empty() {
+            return Err(
+                "--peer is for the http transport; the pilot transport uses --broker".into(),
+            );
+        }
+        if self.members.iter().all(|m| m.trim().is_empty()) {
+            return Err(Self::members_needed(self.cluster_size).into());
+        }
+        Ok(Some(pilot))
+    }
+
+    /// The brokers and the pilotctl binary; the binary is checked later, with exit 69.
+    fn pilot_config(&self) -> Result<PilotConfig, ConfigError> {
+        let brokers: Vec<String> = self
+            .broker
+            .as_deref()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|b| !b.is_empty())
+            .map(String::from)
+            .collect();
+        if brokers.is_empty() {
+            return Err("--broker HOST[,HOST...] is required with the pilot transport".into());
+        }
+        if let Some(b) = brokers
+            .iter()
+            .find(|b| b.starts_with('-') || b.contains(char::is_whitespace))
+        {
+            return Err(format!("--broker `{b}` is not a hostname or address").into());
+        }
+        let topic = format!("election:{}", self.group);
+        if topic.len() > 1024 {
+            return Err("--group is too long: the topic may be at most 1024 bytes".into());
+        }
+        let pilotctl = self.pilotctl()?;
+        Ok(PilotConfig {
+            pilotctl,
+            brokers,
+            topic,
+        })
+    }
+
+    /// The pilotctl to run; missing or not executable is exit 69, naming the path.
+    fn pilotctl(&self) -> Result<Pilotctl, ConfigError> {
+        let ctl = Pilotctl::new(resolve_in_path(&self.pilotctl))
+            .map_err(|e| ConfigError::Unavailable(e.to_string()))?
+            .with_timeout(PILOTCTL_TIMEOUT);
+        Ok(match &self.pilot_socket {
+            Some(socket) => ctl.with_socket(socket),
+            None => ctl,
+        })
+    }
+
+    fn check_listeners(&self, pilot: bool) -> Result<(), ConfigError> {
+        if pilot && self.server.peer_listen.is_some() {
+            return Err("--peer-listen is for the http transport (peers POST to it)".into());
+        }
+        if self.server.peer_listen.as_deref() == Some(self.listen.as_str()) {
+            return Err("--peer-listen must differ from --listen".into());
+        }
+        Ok(())
+    }
+
+    /// With the pilot transport, refuses a pilotctl outside the tested range (exit 69) before
+    /// anything else runs it (a usage error is still reported first, exit 64); the verdict is
+    /// logged once logging is set up.
+    pub async fn check_pilotctl(&self) -> Result<Option<PilotctlVerdict>, ConfigError> {
+        let Some(pilot) = self.pilot_settings()? else {
+            return Ok(None);
+        };
+        self.check_listeners(true)?;
+        let verdict = crate::pilotctl::compat::check(&pilot.pilotctl)
+            .await
+            .map_err(ConfigError::Unavailable)?;
+        Ok(Some((pilot.pilotctl, verdict)))
+    }
+
+    /// With the pilot transport the node id defaults to the Pilot node id of the local daemon.
+    pub async fn resolve_node_id(&mut self) -> Result<(), ConfigError> {
+        if self.transport != TransportKind::Pilot
+            || self.node_id.as_deref().is_some_and(|s| !s.is_empty())
+        {
+            return Ok(());
+        }
+        let ctl = self.pilotctl()?;
+        let info = ctl.info().await.map_err(|e| {
+            ConfigError::Unavailable(format!(
+                "cannot learn the node id from `pilotctl info` (give --node-id or start the Pilot daemon): {e}"
+            ))
+        })?;
+        self.node_id = Some(info.node_id.to_string());
+        Ok(())
+    }
+}
+
+/// The pilotctl a node will run and what its version check found.
+pub type PilotctlVerdict = (Pilotctl, crate::pilotctl::compat::Verdict);
+
+/// A pilotctl run that takes longer than this is killed (with its process group).
+const PILOTCTL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A bare command name is looked up in PATH, as a shell would; a path is taken as it is.
+pub(crate) fn resolve_in_path(p: &std::path::Path) -> PathBuf {
+    if p.components().count() != 1 || p.is_absolute() {
+        return p.to_path_buf();
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(p))
+        .find(|c| c.is_file())
+        .unwrap_or_else(|| p.to_path_buf())
+}
+
+/// Why `run` cannot start: a bad setting (exit 64) or a missing service (exit 69).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ConfigError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ConfigError::Invalid(_) => EXIT_USAGE,
+            ConfigError::Unavailable(_) => EXIT_UNAVAILABLE,
+        }
+    }
+}
+
+impl From<String> for ConfigError {
+    fn from(s: String) -> Self {
+        ConfigError::Invalid(s)
+    }
+}
+
+impl From<&str> for ConfigError {
+    fn from(s: &str) -> Self {
+        ConfigError::Invalid(s.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("ms").is_err());
+    }
+}
