@@ -117,9 +117,9 @@ impl NodeBuilder {
         if config.reset_state {
             tracing::warn!(dir = %config.data_dir.display(), "state reset by --reset-state: starting at term 0");
         }
-        let seed = self
-            .seed
-            .unwrap_or_else(|| store::unix_ms_now() ^ (u64::from(std::process::id()) << 32));
+        let seed = self.seed.unwrap_or_else(|| {
+            crate::clock::wall::unix_ms_now() ^ (u64::from(std::process::id()) << 32)
+        });
         let node = Node::new(
             Config {
                 node_id: config.node_id.clone(),

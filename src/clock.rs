@@ -13,6 +13,8 @@
 //! On systems without `CLOCK_BOOTTIME` the monotonic clock is used (and a suspended host could
 //! keep a stale lease; Linux is the supported platform).
 
+pub mod wall;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 

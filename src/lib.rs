@@ -6,12 +6,13 @@
 //! Layout:
 //! - [`election`]: the deterministic sans-IO core (state machine, membership, rank, wire
 //!   messages, timings), its own crate `pilot-election-core` (`crates/core`), re-exported here.
-//! - [`clock`]: the suspend-aware monotonic clock every protocol timer is measured on.
+//! - [`clock`]: the suspend-aware monotonic clock every protocol timer is measured on, and
+//!   (`clock::wall`) the wall clock, for display only.
 //! - [`runtime`]: the tokio task that drives the core: timers, messages, commands, durable state.
 //! - [`builder`]: assembles a node (store, core, transport, runtime, API state); used by the
 //!   binary, the tests and the benchmarks.
 //! - [`store`]: the data directory (state file with term, vote and boot counter; history; replay
-//!   marks) and the wall clock for display.
+//!   marks).
 //! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
 //! - [`transport`]: how messages leave and arrive (`http` built in, `pilot` through pilotctl,
 //!   `memory` for tests).

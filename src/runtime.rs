@@ -20,13 +20,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock;
+use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::election::{
     Action, Body, CommandError, Input, Member, MemberSet, Message, Node, Outcome, Role, Timings,
     Transition, View,
 };
 use crate::metrics::Metrics;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
-use crate::store::{rfc3339, unix_ms_now, HistoryEntry, Store, StoreError, HISTORY_LIMIT};
+use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
 /// The exit budget: a stopping node must be gone within Docker's default 10 s stop timeout, or

@@ -34,10 +34,10 @@ pub use extract::{Auth, BODY_LIMIT};
 pub use openapi::OPENAPI_YAML;
 pub use page::PAGE_HTML;
 
+use crate::clock::wall::unix_ms_now;
 use crate::election::{CommandError, Input, Outcome, View};
 use crate::metrics::Metrics;
 use crate::runtime::{Command, LoopClock, Snapshot};
-use crate::store::unix_ms_now;
 
 /// What every handler may use.
 #[derive(Clone)]
@@ -144,5 +144,5 @@ fn age_ms(at: Instant, now: Instant) -> u64 {
 
 /// Monotonic instants are shown as wall-clock time, for people only.
 fn wall_clock(at: Instant, now: Instant) -> String {
-    crate::store::rfc3339(unix_ms_now().saturating_sub(age_ms(at, now)))
+    crate::clock::wall::rfc3339(unix_ms_now().saturating_sub(age_ms(at, now)))
 }

@@ -308,7 +308,7 @@ fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
     let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     let _ = child.wait();
     assert!(lines.len() >= 3, "the jq observer printed {lines:?}");
-    let now = pilot_election::store::unix_ms_now() / 1000;
+    let now = pilot_election::clock::wall::unix_ms_now() / 1000;
     for l in &lines {
         let f: Vec<&str> = l.split(' ').collect();
         assert_eq!(f.len(), 3, "{l}");

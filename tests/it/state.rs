@@ -24,7 +24,7 @@ async fn a_node_restarts_at_the_term_its_data_dir_holds() {
     // The boot counter moved on, so sequence numbers keep increasing across restarts.
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(a.data_dir().join("state.json")).unwrap()).unwrap();
-    let now_s = pilot_election::store::unix_ms_now() / 1000;
+    let now_s = pilot_election::clock::wall::unix_ms_now() / 1000;
     let boot = state["boot"].as_u64().expect("boot");
     assert!(boot > 3, "boot epoch must rise: {boot}");
     assert!(

@@ -173,7 +173,7 @@ pub struct TrustRecord {
 }
 
 fn unix_secs() -> u64 {
-    pilot_election::store::unix_ms_now() / 1000
+    pilot_election::clock::wall::unix_ms_now() / 1000
 }
 
 struct State {

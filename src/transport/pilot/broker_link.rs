@@ -19,8 +19,8 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::pilotctl::{ErrorCode, PilotctlError};
-use crate::store::{rfc3339, unix_ms_now};
 
 /// A new subscription that neither delivered anything nor ended within this long is trusted
 /// to work. A broker that refuses a node closes the connection within a round trip of the
