@@ -352,4 +352,17 @@ mod tests {
         assert!(parse_duration("5h").is_err());
         assert!(parse_duration("ms").is_err());
     }
+
+    /// The flags' defaults are strings for `--help`; the core's `Timings::default` is the source.
+    #[test]
+    fn the_timing_flags_default_to_the_cores_defaults() {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from(["pilot-election", "run", "--node-id", "a"])
+            .expect("parses");
+        let crate::cli::Command::Run(args) = cli.command else {
+            unreachable!()
+        };
+        let config = args.to_config().expect("a valid configuration");
+        assert_eq!(config.timings, Timings::default());
+    }
 }

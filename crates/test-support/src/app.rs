@@ -40,7 +40,7 @@ pub fn built(name: &str) -> PathBuf {
         })
 }
 pub const TOKEN: &str = "s3cret-admin-token";
-/// Default election timeout `T` of the binary.
+/// Default election timeout `T` of the binary (checked against the core's default below).
 pub const T: Duration = Duration::from_secs(3);
 
 /// Holds clusters to one at a time.
@@ -582,5 +582,14 @@ pub async fn wait_ready(url: &str, within: Duration) -> Result<(), Value> {
     match ok {
         Some(()) => Ok(()),
         None => Err(last.into_inner().unwrap()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn t_is_the_cores_default_election_timeout() {
+        let core = pilot_election::election::Timings::default();
+        assert_eq!(super::T, core.election_timeout);
     }
 }
