@@ -218,6 +218,8 @@ async fn every_answer_follows_the_spec_bad_requests_get_json_errors_and_leadersh
     };
     let c = Cluster::start(&["a1", "a2", "a3"], auth);
     let (li, term) = c.agreed().await;
+    // Three runtimes on the memory bus agreed, and on the highest-priority node.
+    assert_eq!(li, 2, "a3 has the highest priority");
     let fi = (li + 1) % 3;
     let (leader, follower) = (&c.nodes[li].router, &c.nodes[fi].router);
 

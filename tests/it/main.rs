@@ -18,7 +18,6 @@ use support::flood;
 mod fuzz;
 mod health;
 mod membership;
-mod memory;
 mod page;
 mod peers;
 mod pilot;
