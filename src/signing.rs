@@ -167,10 +167,6 @@ impl KeyRing {
         &self.keys[0].id
     }
 
-    pub fn key_ids(&self) -> impl Iterator<Item = &str> {
-        self.keys.iter().map(|k| k.id.as_str())
-    }
-
     fn mac(secret: &[u8], canonical: &[u8]) -> HmacSha256 {
         let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes any key length");
         mac.update(canonical);

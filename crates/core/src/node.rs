@@ -296,11 +296,6 @@ impl Node {
         &self.timings
     }
 
-    /// The next sequence number this node would use.
-    pub fn next_seq(&self) -> u64 {
-        self.seq
-    }
-
     /// Every other member as this node knows it.
     pub fn peers(&self, now: Instant) -> Vec<Member> {
         self.peers
