@@ -42,6 +42,8 @@ pub fn built(name: &str) -> PathBuf {
 pub const TOKEN: &str = "s3cret-admin-token";
 /// Default election timeout `T` of the binary (checked against the core's default below).
 pub const T: Duration = Duration::from_secs(3);
+/// Default lease `L` of the binary (checked against the core's default below).
+pub const LEASE: Duration = Duration::from_secs(2);
 
 /// Holds clusters to one at a time.
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
@@ -588,8 +590,9 @@ pub async fn wait_ready(url: &str, within: Duration) -> Result<(), Value> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn t_is_the_cores_default_election_timeout() {
+    fn t_and_lease_are_the_cores_defaults() {
         let core = pilot_election::election::Timings::default();
         assert_eq!(super::T, core.election_timeout);
+        assert_eq!(super::LEASE, core.lease);
     }
 }

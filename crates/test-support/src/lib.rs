@@ -5,6 +5,7 @@
 //!
 //! - [`app`]: one node as a child process, a cluster of them, free ports, temp dirs, HTTP
 //!   helpers and waits with deadlines.
+//! - [`blocking`]: one blocking HTTP GET and a wait with a deadline, for the container tests.
 //! - [`proxy`]: a relay per directed link, to cut, hold or slow it (deaf, mute, partitioned
 //!   nodes).
 //! - [`watch`]: polls `/role/leader` on every node and reports two leaders and leaderless gaps.
@@ -17,6 +18,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod app;
+pub mod blocking;
 pub mod browser;
 pub mod contract;
 pub mod devnet;
