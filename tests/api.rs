@@ -5,11 +5,11 @@
 //! `tests/it/`.
 #![allow(clippy::disallowed_methods)] // test deadlines on tokio's clock
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request};
+use axum::response::Response;
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -19,8 +19,7 @@ use tower::ServiceExt as _;
 use pilot_election::api::{Auth, ROUTES};
 use pilot_election::runtime::Snapshot;
 use pilot_election::transport::memory::Bus;
-use pilot_election::NodeBuilder;
-use support::app::{node_config, wait_for, TempDir, TOKEN};
+use support::app::{memory_node, node_config, wait_for, TempDir, TOKEN};
 use support::contract::Spec;
 
 /// One in-process node: its router and what its loop publishes.
@@ -47,12 +46,7 @@ impl Cluster {
                 let dir = TempDir::new(id);
                 let mut config = node_config(id, ids, &dir.0, &auth);
                 config.priority = 10 + i as u32;
-                let bus = bus.clone();
-                let built = NodeBuilder::new(config)
-                    .seed(i as u64)
-                    .transport(move |inbound, _, _| Arc::new(bus.attach(inbound)))
-                    .build()
-                    .expect("node");
+                let built = memory_node(config, i as u64, &bus);
                 let node = Node {
                     router: built.router(),
                     snapshot: built.state.snapshot.clone(),
@@ -109,23 +103,27 @@ async fn call(
     if let Some(ct) = content_type {
         req = req.header("content-type", ct);
     }
-    let resp = router
-        .clone()
-        .oneshot(req.body(Body::from(body)).expect("request"))
-        .await
-        .expect("infallible");
+    let resp = send(router, req.body(Body::from(body)).expect("request")).await;
     let status = resp.status().as_u16();
     // An event stream never ends: its status is all this test reads of it.
     if path == "/events" || method == Method::HEAD {
         return (status, Value::Null);
     }
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .expect("body");
+    let bytes = body_of(resp).await;
     (
         status,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
+}
+
+async fn send(router: &Router, req: Request<Body>) -> Response {
+    router.clone().oneshot(req).await.expect("infallible")
+}
+
+async fn body_of(resp: Response) -> axum::body::Bytes {
+    axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .expect("body")
 }
 
 async fn get(router: &Router, path: &str) -> (u16, Value) {
@@ -134,10 +132,7 @@ async fn get(router: &Router, path: &str) -> (u16, Value) {
 
 async fn text(router: &Router, path: &str) -> String {
     let req = Request::builder().uri(path).body(Body::empty()).unwrap();
-    let resp = router.clone().oneshot(req).await.expect("infallible");
-    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .expect("body");
+    let bytes = body_of(send(router, req).await).await;
     String::from_utf8(bytes.to_vec()).expect("UTF-8")
 }
 

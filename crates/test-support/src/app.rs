@@ -495,16 +495,24 @@ pub fn node_config(
     }
 }
 
-pub async fn in_process(id: &str, auth: pilot_election::api::Auth) -> InProcess {
-    use std::sync::Arc;
+/// A node the binary's own `NodeBuilder` builds from `config`, on the in-process memory `bus`.
+pub fn memory_node(
+    config: pilot_election::NodeConfig,
+    seed: u64,
+    bus: &pilot_election::transport::memory::Bus,
+) -> pilot_election::builder::BuiltNode {
+    let bus = bus.clone();
+    pilot_election::NodeBuilder::new(config)
+        .seed(seed)
+        .transport(move |inbound, _, _| std::sync::Arc::new(bus.attach(inbound)))
+        .build()
+        .expect("node")
+}
 
+pub async fn in_process(id: &str, auth: pilot_election::api::Auth) -> InProcess {
     let dir = TempDir::new(id);
     let bus = pilot_election::transport::memory::Bus::new();
-    let built = pilot_election::NodeBuilder::new(node_config(id, &[], &dir.0, &auth))
-        .seed(1)
-        .transport(move |inbound, _, _| Arc::new(bus.attach(inbound)))
-        .build()
-        .expect("node");
+    let built = memory_node(node_config(id, &[], &dir.0, &auth), 1, &bus);
     let app = built.router();
     let task = tokio::spawn(
         built
