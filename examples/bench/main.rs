@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use app::{bin, free_port, wait_ready, wait_up, Cluster, T, TOKEN};
 use devnet::Devnet;
+use support::watch::{Round, Watcher};
 
 /// Generous bound on one failover: far above the goal, so that a slow run is measured rather
 /// than lost.
@@ -289,51 +290,12 @@ async fn crash_loop(o: &Opts, sigterm: bool) {
     stats.print();
 }
 
-/// One poll of every node's `/role/leader`: when it was sent (from the start) and which nodes
-/// answered 200.
-struct Sample {
-    at: Duration,
-    leaders: Vec<usize>,
-}
-
-/// Polls `/role/leader` on every node every 5 ms until `stop` is set; the samples.
-fn poll_roles(
-    urls: Vec<String>,
-    start: Instant,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<Vec<Sample>> {
-    tokio::spawn(async move {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_millis(200))
-            .build()
-            .expect("client");
-        let mut out = Vec::new();
-        while !*stop.borrow() {
-            let at = start.elapsed();
-            let codes = join_all(urls.iter().map(|u| {
-                let req = client.get(format!("{u}/role/leader")).send();
-                async move { req.await.map(|r| r.status().as_u16()).unwrap_or(0) }
-            }))
-            .await;
-            let leaders = codes
-                .iter()
-                .enumerate()
-                .filter(|(_, c)| **c == 200)
-                .map(|(i, _)| i)
-                .collect();
-            out.push(Sample { at, leaders });
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        out
-    })
-}
-
 /// Rolling restarts as an orchestrator does them: every node in turn, highest index first (as a
 /// StatefulSet), SIGTERM, wait for its exit, start it again with the same data, and take the
 /// next only once its `/readyz` answers 200; passes until `runs` of the restarts hit the
 /// leader. Measured per restart of the leader: the leaderless time, from the first poll in
 /// which no node answered 200 on `/role/leader` to the next poll in which one did (0 when no
-/// poll caught a gap; polls every 5 ms, so that is the resolution).
+/// poll caught a gap; `support::watch` polls every 5 ms here, so that is the resolution).
 async fn rolling(o: &Opts) {
     let mut bed = start(&o.transport, o.nodes).await;
     let c = &mut bed.c;
@@ -341,9 +303,11 @@ async fn rolling(o: &Opts) {
     let all: Vec<usize> = (0..o.nodes).collect();
     current_leader(&client, c, &all).await;
     settle(pilot_election::clock::now()).await;
-    let start_at = pilot_election::clock::now();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let poller = poll_roles(urls(c, &all), start_at, stop_rx);
+    let nodes = all
+        .iter()
+        .map(|&i| (c.nodes[i].id.clone(), c.nodes[i].url()))
+        .collect();
+    let watcher = Watcher::start_every(nodes, Duration::from_millis(5));
     // (index restarted, when its SIGTERM went out, whether it led then)
     let mut restarts: Vec<(usize, Duration, bool)> = Vec::new();
     let mut not_ready = 0;
@@ -352,7 +316,7 @@ async fn rolling(o: &Opts) {
             let led = leader_of(&client, &c.nodes[i].url())
                 .await
                 .is_some_and(|(l, _)| l == c.nodes[i].id);
-            let at = start_at.elapsed();
+            let at = watcher.elapsed();
             c.nodes[i].sigterm();
             let status = c.nodes[i].wait_exit(Duration::from_secs(10)).await;
             assert!(status.success(), "SIGTERM exit status {status:?}");
@@ -373,9 +337,8 @@ async fn rolling(o: &Opts) {
     }
     // A last stretch, so that the final restart's gap is closed in the samples.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop_tx.send(true).expect("poller alive");
-    let samples = poller.await.expect("poller");
-    let two = samples.iter().filter(|s| s.leaders.len() > 1).count();
+    let samples = watcher.rounds();
+    let two = watcher.stop().await.overlaps.len();
     let mut stats = Stats::new(format!("rolling {}-node {}", o.nodes, o.transport));
     for (n, (i, at, led)) in restarts.iter().enumerate() {
         if !led {
@@ -383,7 +346,7 @@ async fn rolling(o: &Opts) {
         }
         // The window of this restart: until the next restart's SIGTERM.
         let end = restarts.get(n + 1).map_or(Duration::MAX, |r| r.1);
-        let window: Vec<&Sample> = samples
+        let window: Vec<&Round> = samples
             .iter()
             .filter(|s| s.at >= *at && s.at < end)
             .collect();

@@ -1,4 +1,4 @@
-//! A leadership watcher: polls `GET /role/leader` on every listed node every 20 ms in a
+//! A leadership watcher: polls `GET /role/leader` on every listed node every 20 ms (or as asked) in a
 //! background task and records, per poll round, which nodes answered 200 and with which term
 //! (the body of `/role/leader` carries it). At the end it reports the most nodes that claimed
 //! leadership in one round (safety: at most one), two nodes ever claiming the same term, every
@@ -75,15 +75,20 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts polling `nodes` (`(id, base URL)`) at once.
+    /// Starts polling `nodes` (`(id, base URL)`) at once, every [`POLL_EVERY`].
     pub fn start(nodes: Vec<(String, String)>) -> Watcher {
+        Watcher::start_every(nodes, POLL_EVERY)
+    }
+
+    /// Starts polling `nodes` every `every` (a benchmark wants a finer resolution than a test).
+    pub fn start_every(nodes: Vec<(String, String)>, every: Duration) -> Watcher {
         let shared = Arc::new(Mutex::new(Shared {
             nodes,
             ..Default::default()
         }));
         let start = pilot_election::clock::now();
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(poll(shared.clone(), start, cancel.clone()));
+        let task = tokio::spawn(poll(shared.clone(), start, every, cancel.clone()));
         Watcher {
             shared,
             start,
@@ -166,7 +171,12 @@ impl Drop for Watcher {
     }
 }
 
-async fn poll(shared: Arc<Mutex<Shared>>, start: Instant, cancel: CancellationToken) {
+async fn poll(
+    shared: Arc<Mutex<Shared>>,
+    start: Instant,
+    every: Duration,
+    cancel: CancellationToken,
+) {
     let client = reqwest::Client::builder()
         .timeout(ANSWER_WITHIN)
         .connect_timeout(ANSWER_WITHIN)
@@ -213,7 +223,7 @@ async fn poll(shared: Arc<Mutex<Shared>>, start: Instant, cancel: CancellationTo
             leaders: results.into_iter().filter_map(|(_, c)| c).collect(),
         };
         shared.lock().unwrap().rounds.push(round);
-        next += POLL_EVERY;
+        next += every;
         let now = pilot_election::clock::now();
         if next < now {
             // A slow round: start the next one at once, and keep the cadence from here.
