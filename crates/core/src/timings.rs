@@ -47,21 +47,21 @@ pub enum TimingsError {
     /// `r` (the value given) outside `[0, 0.5)`: rule 7 divides by `1 - r`.
     #[error("max clock drift must be in [0, 0.5), got {0}")]
     Drift(f64),
-    #[error("heartbeat interval ({heartbeat:?}) must be shorter than the lease ({lease:?})")]
     /// `h >= L`: a lease would run out before the next heartbeat could renew it (rule 6).
+    #[error("heartbeat interval ({heartbeat:?}) must be shorter than the lease ({lease:?})")]
     HeartbeatNotBelowLease {
         /// The configured `h`.
         heartbeat: Duration,
         /// The configured `L`, which `h` must be below.
         lease: Duration,
     },
+    /// `T < L(1+r)/(1-r) + h`: an old lease could outlive the guard that keeps a new leader
+    /// out, so two nodes could lead at once (rule 7).
     #[error(
         "unsafe timings: election timeout T={election_timeout:?} must be at least \
          L*(1+r)/(1-r) + h = {required:?} (lease L={lease:?}, heartbeat h={heartbeat:?}, max clock drift r={drift}); \
          raise --election-timeout or lower --lease"
     )]
-    /// `T < L(1+r)/(1-r) + h`: an old lease could outlive the guard that keeps a new leader
-    /// out, so two nodes could lead at once (rule 7).
     Unsafe {
         /// The configured `T`, below `required`.
         election_timeout: Duration,
