@@ -926,7 +926,9 @@ impl Node {
         }
         let same_members = m.members == self.members.fingerprint();
         self.peers.heard(now, &m);
-        self.release_boot_guard(&m);
+        if same_members {
+            self.release_boot_guard(&m);
+        }
         let counted = matches!(
             m.body,
             Body::Election { .. } | Body::Vote { .. } | Body::Ack { .. }
@@ -967,13 +969,13 @@ impl Node {
         }
         match m.body {
             Body::Heartbeat { .. } => {
-                let o = self.follow(now, &m.from);
+                let o = self.follow(now, &m.from, same_members);
                 if o == Outcome::Accepted {
                     self.send_ack(now, &m.from, m.seq);
                 }
                 o
             }
-            Body::Leader { .. } => self.follow(now, &m.from),
+            Body::Leader { .. } => self.follow(now, &m.from, same_members),
             Body::Ack { leader, hb_seq, .. } => {
                 if leader != self.id {
                     return Outcome::Ignored;
@@ -1006,7 +1008,9 @@ impl Node {
     /// leaders and candidates of terms up to the one persisted at start. The resign of a leader
     /// of that term or a later one ends it: that leader stopped leading before it said so, and
     /// its election proved every earlier lease over. (Following a leader ends it too: see
-    /// [`Node::follow`].)
+    /// [`Node::follow`].) Only a sender with our member set counts: "its election proved" rests
+    /// on its quorum sharing a node with every quorum of ours, which sets two ids apart do not
+    /// promise (rule 1).
     fn release_boot_guard(&mut self, m: &Message) {
         let Some(b) = self.boot else {
             return;
@@ -1016,8 +1020,9 @@ impl Node {
         }
     }
 
-    /// A heartbeat or victory declaration from `from` in our term.
-    fn follow(&mut self, now: Instant, from: &str) -> Outcome {
+    /// A heartbeat or victory declaration from `from` in our term; `same_members` when its
+    /// member set is ours.
+    fn follow(&mut self, now: Instant, from: &str, same_members: bool) -> Outcome {
         if matches!(self.state, State::Leader(_)) {
             // Two leaders in one term cannot happen; never yield to an impostor of our term.
             return Outcome::Ignored;
@@ -1044,8 +1049,11 @@ impl Node {
         });
         // Rule 8: this leader's term is at least the one persisted at start, so every lease of
         // an earlier term is over, and a promise made before the restart to this leader (the
-        // only one of its term) is replaced by the guard just set, which lasts longer.
-        self.boot = None;
+        // only one of its term) is replaced by the guard just set, which lasts longer. That
+        // needs its electing quorum to share a node with ours: only with our member set.
+        if same_members {
+            self.boot = None;
+        }
         self.reset_timer(now, self.timings.election_timeout);
         Outcome::Accepted
     }
@@ -1387,37 +1395,58 @@ impl Node {
                 reason,
             })
         };
+        // Each reason says what would make the same request succeed, so that an operator (or
+        // a script retrying it) knows whether to wait, fix something, or name another node.
+        let h = self.timings.heartbeat.as_millis();
         if s == self.id {
-            return refuse("it is this node, which is stepping down".into());
+            return refuse("it is this node, which is stepping down; name another member".into());
         }
         if !self.members.contains(s) {
-            return refuse(format!("it is not a member ({})", self.members));
+            return refuse(format!(
+                "it is not a member ({}); name a member, or add it first (README, \"Changing the members\")",
+                self.members
+            ));
         }
         let p = self.peers.get(s).expect("every member has an entry");
         let Some(seen) = p.last_seen else {
-            return refuse("it has never been heard from".into());
+            return refuse(format!(
+                "it has never been heard from; accepted once it is (a running member is heard within {h} ms)"
+            ));
         };
         if !self.peers.live(p, now) {
             let ms = now.duration_since(seen).as_millis();
-            return refuse(format!("not heard from for {ms} ms"));
+            return refuse(format!(
+                "not heard from for {ms} ms; accepted once it is heard again (a running member is heard within {h} ms)"
+            ));
         }
         if p.fingerprint.as_deref() != Some(self.members.fingerprint()) {
             return refuse(format!(
-                "it has another member set (fingerprint {}, ours {})",
+                "it has another member set (fingerprint {}, ours {}); accepted once both list the same members",
                 p.fingerprint.as_deref().unwrap_or("?"),
                 self.members.fingerprint()
             ));
         }
         if !self.peers.two_way(p, now) {
-            return refuse("it does not hear this node (one-way link)".into());
+            return refuse(format!(
+                "it does not hear this node (one-way link); accepted once its adverts (every {h} ms) show it hears this node"
+            ));
         }
         if !self.peers.viable(p, now) {
-            return refuse("it does not hear a quorum of the members".into());
+            return refuse(format!(
+                "it does not hear a quorum of the members; accepted once its adverts (every {h} ms) show it does"
+            ));
         }
         match p.candidacy {
-            Some(Candidacy::Withdrawn) => refuse("it has withdrawn its candidacy".into()),
-            Some(Candidacy::Stopping) => refuse("it is shutting down".into()),
-            None => refuse("it has not advertised its candidacy yet".into()),
+            Some(Candidacy::Withdrawn) => refuse(
+                "it has withdrawn its candidacy; accepted once it is restored (POST /candidacy on that node)"
+                    .into(),
+            ),
+            Some(Candidacy::Stopping) => {
+                refuse("it is shutting down; name another member".into())
+            }
+            None => refuse(format!(
+                "it has not advertised its candidacy yet; accepted once its first advert arrives (within {h} ms of its start)"
+            )),
             // An operator's choice overrides the cooldown, and our resign ends a start-up guard.
             Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),
         }

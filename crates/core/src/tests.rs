@@ -789,3 +789,90 @@ fn a_stale_heartbeat_does_not_end_the_start_up_guard() {
     let _ = a.handle(b.at(T + H), ask);
     assert!(grants_pre_vote(&drain(&mut a), "c"), "after the guard");
 }
+
+/// Rule 8 with rule 1: a leader's election or resign proves earlier leases over only when its
+/// quorum shares a node with every quorum of ours, that is when its member set is ours. During a
+/// member change a restarted node hears leaders of the other set: they must not end its guard.
+#[test]
+fn only_a_leader_with_our_member_set_ends_the_start_up_guard() {
+    let mut b = Bench::new(&MEMBERS);
+    let back = Persistent {
+        term: 5,
+        voted_for: None,
+    };
+    let mut a = node_at("a", false, back, b.t0);
+    let now = b.at(Duration::from_millis(100));
+    let mut other = Bench::new(&["a", "b", "c", "d"]);
+    other.seq = 100;
+    let hb = other.heartbeat_from_b(5);
+    let _ = a.handle(now, hb);
+    let resign = other.resign_from_b(5, None);
+    let _ = a.handle(now, resign);
+    drain(&mut a);
+    assert!(
+        !a.view(now).can_vote,
+        "a leader of another member set ended the start-up guard"
+    );
+    let hb = b.heartbeat_from_b(6);
+    let _ = a.handle(now, hb);
+    assert!(a.view(now).can_vote, "a leader of our set ends it");
+}
+
+/// Rule 10: the cooldown after a resign keeps automatic preemption from handing leadership
+/// straight back; an operator who names the node that just resigned is obeyed at once.
+#[test]
+fn an_operator_may_hand_leadership_back_to_a_node_that_just_resigned() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = leader(&mut b);
+    let now = b.at(T + H + Duration::from_millis(10));
+    let cooling = b.presence("b", a.term(), 5, Candidacy::Cooling, &["a", "c"]);
+    let _ = a.handle(now, cooling);
+    drain(&mut a);
+    let step_down = Input::StepDown {
+        successor: Some("b".into()),
+        expected_term: None,
+    };
+    assert!(
+        a.handle(now, step_down).is_ok(),
+        "refused a cooling successor"
+    );
+    assert!(!a.view(now).is_leader_at(now));
+    assert!(published(&drain(&mut a)).iter().any(|body| matches!(
+        body,
+        Body::Resign { successor: Some(s), .. } if s == "b"
+    )));
+}
+
+/// Every refusal of a named successor says what would make the same request succeed.
+#[test]
+fn a_refused_successor_is_told_when_it_would_be_accepted() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = leader(&mut b);
+    let now = b.at(T + H + Duration::from_millis(10));
+    let one_way = b.presence("b", a.term(), 5, Candidacy::Eligible, &["c"]);
+    let _ = a.handle(now, one_way);
+    let reasons: Vec<String> = ["b", "c", "a", "x"]
+        .into_iter()
+        .map(|s| {
+            let ask = Input::StepDown {
+                successor: Some(s.into()),
+                expected_term: None,
+            };
+            match a.handle(now, ask) {
+                Err(CommandError::SuccessorIneligible { reason, .. }) => reason,
+                other => panic!("{s}: expected a refusal, got {other:?}"),
+            }
+        })
+        .collect();
+    assert!(
+        reasons[0].contains("one-way") && reasons[0].contains("accepted once"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("never been heard") && reasons[1].contains("accepted once"),
+        "{reasons:?}"
+    );
+    assert!(reasons[2].contains("name another member"), "{reasons:?}");
+    assert!(reasons[3].contains("add it first"), "{reasons:?}");
+    assert!(a.view(now).is_leader_at(now), "a refusal changes nothing");
+}
