@@ -38,6 +38,9 @@ pub struct NodeConfig {
     pub admin_token: Option<String>,
     pub allow_unauthenticated: bool,
     pub reset_state: bool,
+    /// `--accept-member-change`: start even if the member set is more than one id away from the
+    /// one this data directory last ran with.
+    pub accept_member_change: bool,
     /// Elect over the Pilot overlay through pilotctl instead of the built-in http transport.
     pub pilot: Option<PilotConfig>,
     /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
@@ -54,6 +57,20 @@ pub enum RunError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    #[error(
+        "this data directory last ran with the members {{{previous}}}; the configured set \
+         {{{configured}}} differs from it by {} ids ({}). Change one member at a time (README, \
+         \"Changing the members\"): member sets two ids apart may not share a quorum, so both \
+         could elect a leader. To re-form the cluster on purpose, with every node stopped, start \
+         each node once with --accept-member-change",
+        .difference.len(),
+        .difference.join(", ")
+    )]
+    MemberChange {
+        previous: String,
+        configured: String,
+        difference: Vec<String>,
+    },
     #[error("cannot start the HTTP transport: {0}")]
     Transport(String),
     #[error("the election loop died: {0}")]
@@ -117,6 +134,7 @@ impl NodeBuilder {
         if config.reset_state {
             tracing::warn!(dir = %config.data_dir.display(), "state reset by --reset-state: starting at term 0");
         }
+        check_member_change(&loaded.store, &config.members, config.accept_member_change)?;
         let seed = self.seed.unwrap_or_else(|| {
             crate::clock::wall::unix_ms_now() ^ (u64::from(std::process::id()) << 32)
         });
@@ -269,5 +287,113 @@ impl BuiltNode {
             Ok(Err(e)) => Err(e.into()),
             Err(e) => Err(RunError::LoopDied(e.to_string())),
         }
+    }
+}
+
+/// Rule 1 (docs/protocol.md): quorums of member sets at most one id apart intersect; of sets
+/// further apart they may not. An operator who restarts a node with a set two ids away from the
+/// one it ran with (two changes at once, or a stale configuration) could let two groups elect,
+/// so start-up refuses it unless told that the whole cluster is being re-formed.
+fn check_member_change(store: &Store, members: &MemberSet, accept: bool) -> Result<(), RunError> {
+    if let Some(previous) = store.last_members()? {
+        let difference: Vec<String> = members
+            .difference(&previous)
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        if difference.len() > 1 {
+            let listed = |ids: Vec<&str>| ids.join(", ");
+            if !accept {
+                return Err(RunError::MemberChange {
+                    previous: listed(previous.iter().map(String::as_str).collect()),
+                    configured: listed(members.ids().collect()),
+                    difference,
+                });
+            }
+            tracing::warn!(
+                previous = listed(previous.iter().map(String::as_str).collect()),
+                configured = %members,
+                "member set changed by more than one id, accepted by --accept-member-change"
+            );
+        } else if !difference.is_empty() {
+            tracing::info!(changed = %difference.join(", "), configured = %members, "member set changed by one id");
+        }
+    }
+    store.save_members(members)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A data directory of its own under the system's temp dir, removed at the end.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Dir {
+            let p = std::env::temp_dir().join(format!(
+                "pe-builder-{tag}-{}-{}",
+                std::process::id(),
+                crate::clock::wall::unix_ms_now()
+            ));
+            Dir(p)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn set(ids: &[&str]) -> MemberSet {
+        MemberSet::new(ids[0], ids.iter().copied()).unwrap()
+    }
+
+    fn check(dir: &Dir, ids: &[&str], accept: bool) -> Result<(), RunError> {
+        let store = Store::open(&dir.0, false).unwrap().store;
+        check_member_change(&store, &set(ids), accept)
+    }
+
+    #[test]
+    fn one_member_at_a_time_is_accepted_and_recorded() {
+        let dir = Dir::new("one");
+        check(&dir, &["a", "b", "c"], false).expect("a new node takes any set");
+        check(&dir, &["a", "b", "c", "d"], false).expect("one added");
+        check(&dir, &["a", "c", "d"], false).expect("one removed");
+        let store = Store::open(&dir.0, false).unwrap().store;
+        let last = store.last_members().unwrap().unwrap();
+        assert_eq!(last.into_iter().collect::<Vec<_>>(), ["a", "c", "d"]);
+    }
+
+    #[test]
+    fn two_ids_at_once_are_refused_unless_accepted() {
+        let dir = Dir::new("two");
+        check(&dir, &["a", "b", "c"], false).unwrap();
+        // A replacement in one step: b out, e in.
+        match check(&dir, &["a", "c", "e"], false) {
+            Err(e @ RunError::MemberChange { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("{a, b, c}"), "{text}");
+                assert!(text.contains("by 2 ids (b, e)"), "{text}");
+                assert!(text.contains("--accept-member-change"), "{text}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        let store = Store::open(&dir.0, false).unwrap().store;
+        let kept: Vec<String> = store.last_members().unwrap().unwrap().into_iter().collect();
+        assert_eq!(kept, ["a", "b", "c"], "a refused set is not recorded");
+        check(&dir, &["a", "c", "e"], true).expect("accepted on purpose");
+        check(&dir, &["a", "c", "e", "f"], false).expect("and the next step counts from it");
+    }
+
+    #[test]
+    fn a_damaged_members_file_stops_start_up() {
+        let dir = Dir::new("bad");
+        check(&dir, &["a", "b"], false).unwrap();
+        std::fs::write(dir.0.join(store::MEMBERS_FILE), b"{not json").unwrap();
+        let e = check(&dir, &["a", "b"], false).unwrap_err();
+        assert!(e.to_string().contains(store::MEMBERS_FILE), "{e}");
     }
 }

@@ -150,6 +150,11 @@ pub struct RunArgs {
     /// be repaired: a node that forgets its vote could vote twice in one term.
     #[arg(long, env = "PILOT_ELECTION_RESET_STATE")]
     pub reset_state: bool,
+    /// Start even though the member set differs by more than one id from the one this data
+    /// directory last ran with. Only to re-form a cluster with every node stopped: otherwise
+    /// change one member at a time (README, "Changing the members").
+    #[arg(long, env = "PILOT_ELECTION_ACCEPT_MEMBER_CHANGE")]
+    pub accept_member_change: bool,
     #[arg(
         long,
         env = "PILOT_ELECTION_LOG_FORMAT",

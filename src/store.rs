@@ -1,23 +1,25 @@
-//! What a node keeps in `--data-dir`: its term and vote (the state file), a boot counter, and the
-//! recent leader transitions.
+//! What a node keeps in `--data-dir`: its term and vote (the state file), a boot counter, the
+//! member set it last ran with, and the recent leader transitions.
 //!
 //! The state file is what stops a restarted node from voting twice in one term, so it is written
 //! atomically and durably, and a file that cannot be read stops start-up instead of being
 //! silently replaced.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::Persistent;
+use crate::election::{MemberSet, Persistent};
 
 pub const STATE_FILE: &str = "state.json";
 pub const HISTORY_FILE: &str = "history.json";
 /// The highest sequence number accepted from each signed peer (see [`Store::replay_marks`]).
 pub const REPLAY_FILE: &str = "replay.json";
+/// The member set this data directory last ran with (see [`Store::last_members`]).
+pub const MEMBERS_FILE: &str = "members.json";
 /// Transitions kept in memory and on disk.
 pub const HISTORY_LIMIT: usize = 200;
 
@@ -29,6 +31,16 @@ struct StateFile {
     /// Raised at every start (at least to the wall clock in seconds); the high half of every
     /// sequence number, so that a restarted node never reuses one, even after losing this file.
     boot: u64,
+}
+
+/// Its own file, not a field of the state file, so that an older binary started on this
+/// directory (a rolled-back upgrade) still reads its state file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MembersFile {
+    members: BTreeSet<String>,
+    /// For people reading the file: the fingerprint `/status` shows for this set.
+    fingerprint: String,
 }
 
 /// One change of the known leader, as `/history` shows it.
@@ -58,6 +70,12 @@ pub enum StoreError {
          --reset-state to begin again at term 0"
     )]
     Corrupt { path: PathBuf, reason: String },
+    #[error(
+        "cannot read {path}: {reason}; it holds the member set this node last ran with, which \
+         start-up compares with the configured one (one member change at a time). Repair or \
+         remove it"
+    )]
+    CorruptMembers { path: PathBuf, reason: String },
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -153,6 +171,33 @@ impl Store {
     fn write_state(&self, s: &StateFile) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec_pretty(s).expect("state serializes");
         write_atomic(&self.dir, STATE_FILE, &bytes)
+    }
+
+    /// The member set this directory last ran with; `None` for a new node (or one that ran
+    /// with a version that did not record it).
+    pub fn last_members(&self) -> Result<Option<BTreeSet<String>>, StoreError> {
+        let path = self.dir.join(MEMBERS_FILE);
+        let corrupt = |reason: String| StoreError::CorruptMembers {
+            path: path.clone(),
+            reason,
+        };
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<MembersFile>(&bytes)
+                .map(|f| Some(f.members))
+                .map_err(|e| corrupt(e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(corrupt(e.to_string())),
+        }
+    }
+
+    /// Records the set this run uses, before anything is sent.
+    pub fn save_members(&self, set: &MemberSet) -> Result<(), StoreError> {
+        let file = MembersFile {
+            members: set.ids().map(str::to_string).collect(),
+            fingerprint: set.fingerprint().to_string(),
+        };
+        let bytes = serde_json::to_vec_pretty(&file).expect("members serialize");
+        write_atomic(&self.dir, MEMBERS_FILE, &bytes)
     }
 
     pub fn save_history(&self, h: &[HistoryEntry]) -> Result<(), StoreError> {

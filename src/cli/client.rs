@@ -100,24 +100,31 @@ pub async fn status(args: &ClientArgs) -> i32 {
     let reply = call(args, reqwest::Method::GET, "/status", None).await;
     finish(args, reply, |b| {
         let mut out = format!(
-            "node {} is {} in term {}; leader {}; priority {}, eligible {}; transport {} healthy={}",
+            "node {} is {} in term {}; leader {}; priority {}, eligible {}, can vote {}; \
+             members fingerprint {}; transport {} healthy={}",
             s(b, "node"),
             s(b, "role"),
             s(b, "term"),
             s(b, "leader"),
             s(b, "priority"),
             s(b, "eligible"),
+            s(b, "can_vote"),
+            s(b, "fingerprint"),
             s(&b["transport"], "kind"),
             s(&b["transport"], "healthy"),
         );
+        // A member change is complete when every member shows our fingerprint (README,
+        // "Changing the members"), so each line says whether it does.
         for m in b["members"].as_array().into_iter().flatten() {
             out.push_str(&format!(
-                "\n  member {} rank {} priority {} eligible {} last seen {} ms ago",
+                "\n  member {} rank {} priority {} eligible {} last seen {} ms ago; fingerprint {} matches {}",
                 s(m, "id"),
                 s(m, "rank"),
                 s(m, "priority"),
                 s(m, "eligible"),
-                s(m, "last_seen_ms")
+                s(m, "last_seen_ms"),
+                s(m, "fingerprint"),
+                s(m, "matches"),
             ));
         }
         for br in b["transport"]["brokers"].as_array().into_iter().flatten() {

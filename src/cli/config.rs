@@ -121,6 +121,7 @@ impl RunArgs {
             admin_token,
             allow_unauthenticated: self.allow_unauthenticated,
             reset_state: self.reset_state,
+            accept_member_change: self.accept_member_change,
             pilot,
             cluster_keys,
             limits: self.server.to_limits()?,

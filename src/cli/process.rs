@@ -3,7 +3,7 @@
 
 use super::server::ServerArgs;
 use super::{LogFormat, EXIT_OK, EXIT_REFUSED, EXIT_USAGE};
-use crate::NodeConfig;
+use crate::{NodeConfig, RunError};
 
 pub(super) fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PILOT_ELECTION_LOG")
@@ -57,7 +57,11 @@ pub(super) async fn run_node(config: NodeConfig, listen: &str, server: &ServerAr
         Err(e) => {
             tracing::error!(error = %e, "stopped");
             eprintln!("pilot-election: {e}");
-            EXIT_REFUSED
+            match e {
+                // The configuration, not the machine, is what to change.
+                RunError::MemberChange { .. } => EXIT_USAGE,
+                _ => EXIT_REFUSED,
+            }
         }
     }
 }

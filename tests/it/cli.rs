@@ -147,6 +147,19 @@ fn invalid_configuration_exits_64_with_one_line() {
         );
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+    // PILOT_ELECTION_MEMBERS is the comma-separated --member: three members here, so a
+    // --cluster-size of 2 is refused for not matching them (a check that follows the pilotctl
+    // version check, hence the real pilotctl).
+    let ctl = crate::devnet::pilotctl_path().display().to_string();
+    let o = Command::new(bin())
+        .args(&pilot[..pilot.len() - 2])
+        .args(["--pilotctl", &ctl, "--cluster-size", "2"])
+        .env("PILOT_ELECTION_MEMBERS", "a,b,c")
+        .output()
+        .expect("run pilot-election");
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    assert!(err.contains("does not match the 3 members"), "{err}");
     // An address that cannot be bound stops the node as --listen does, after its start-up
     // warnings: exit 64, the last line saying which.
     let o = run(&[
@@ -162,6 +175,39 @@ fn invalid_configuration_exits_64_with_one_line() {
     assert_eq!(o.status.code(), Some(64), "{err}");
     let last = err.trim_end().lines().last().unwrap_or_default();
     assert!(last.contains("cannot listen on 256.0.0.1:1"), "{err}");
+}
+
+/// Rule 1: a data directory that ran with {a, b, c} refuses {a, d, e} (two changes at once),
+/// naming the ids and what to do, before the node sends anything.
+#[test]
+fn a_member_set_two_ids_from_the_last_one_exits_64() {
+    let dir = TempDir::new("members");
+    std::fs::write(
+        dir.0.join("members.json"),
+        r#"{"members": ["a", "b", "c"], "fingerprint": "00000000"}"#,
+    )
+    .unwrap();
+    let data = dir.0.display().to_string();
+    let o = run(&[
+        "run",
+        "--node-id",
+        "a",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &data,
+        "--peer",
+        "d=http://127.0.0.1:9",
+        "--peer",
+        "e=http://127.0.0.1:9",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.contains("by 4 ids (b, c, d, e)") && last.contains("one member at a time"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Changing the members (README "Changing the members", docs/protocol.md rule 1): nodes whose
 //! member sets are two ids apart under a network split, and a cluster grown from three members
-//! to five and shrunk back one member at a time, each watched every 20 ms for two leaders.
+//! to five, shrunk back and then one original member replaced by a new id, one member at a time,
+//! each watched every 20 ms for two leaders.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -460,6 +461,9 @@ async fn member_sets_two_apart_never_show_two_leaders_across_a_split_over_pilot(
     assert_split_report(&report, "sets two apart, split, pilot", &nodes);
 }
 
+/// The devnet daemon that is the broker in the grow-and-shrink test; n1..n6 run nodes.
+const GROW_BROKER: &str = "n7";
+
 /// One step of a membership change.
 #[derive(Clone, Copy, Debug)]
 enum Change {
@@ -481,7 +485,7 @@ impl Members<'_> {
     fn args(&self, id: &str, members: &[&str]) -> Vec<String> {
         let data = self.nodes[id].data_dir();
         match self.pilot {
-            Some(net) => pilot_args(net, id, "n6", members, self.ports[id], &data, &[]),
+            Some(net) => pilot_args(net, id, GROW_BROKER, members, self.ports[id], &data, &[]),
             None => member_args(
                 id,
                 self.ports[id],
@@ -568,11 +572,17 @@ impl Members<'_> {
         }
     }
 
-    /// The README's "done" check, then a leader agreed by all within the failover bound.
+    /// The README's "done" check (also as `pilot-election status` prints it), then a leader
+    /// agreed by all within the failover bound.
     async fn settle(&mut self, members: &[&str], label: &str) -> (String, u64) {
         let nodes: Vec<&App> = members.iter().map(|m| &self.nodes[*m]).collect();
         match fingerprints_agree(&nodes, T * 2).await {
-            Ok(fp) => println!("{label}: every member shows fingerprint {fp}"),
+            Ok(fp) => {
+                println!("{label}: every member shows fingerprint {fp}");
+                for node in &nodes {
+                    status_command_shows_agreement(node, &fp, members.len() - 1).await;
+                }
+            }
             Err(seen) => panic!(
                 "{label}: fingerprints never agreed: {seen}\n{}",
                 self.logs()
@@ -588,24 +598,53 @@ impl Members<'_> {
     }
 }
 
-/// Three members grown to five and shrunk back to three, one member at a time, following the
-/// README: start the new node with the new list, restart the others one at a time with it
-/// (followers first, the leader last), each time waiting until the restarted node can vote and
-/// some node leads again; check that every fingerprint agrees before the next change. Removing
-/// is the reverse: restart the remaining nodes with the smaller list, then stop the removed
-/// node. Watched on every live node: never two leaders, and every leaderless gap within the
-/// failover bound.
+/// `pilot-election status` of `node` names fingerprint `fp` in its first line and on each of its
+/// `others` member lines, each with `matches true` (the README's check between two changes).
+async fn status_command_shows_agreement(node: &App, fp: &str, others: usize) {
+    let url = node.url();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(crate::app::bin())
+            .args(["status", "--url", &url])
+            .output()
+            .expect("run pilot-election status")
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{}: {text}", node.id);
+    let mut lines = text.lines();
+    let head = lines.next().unwrap_or_default();
+    assert!(
+        head.contains(&format!("members fingerprint {fp}")),
+        "{text}"
+    );
+    let members: Vec<&str> = lines
+        .filter(|l| l.trim_start().starts_with("member "))
+        .collect();
+    assert_eq!(members.len(), others, "{text}");
+    let agreeing = format!("fingerprint {fp} matches true");
+    assert!(members.iter().all(|l| l.ends_with(&agreeing)), "{text}");
+}
+
+/// Three members grown to five and shrunk back to three, then the original member n1 replaced
+/// by a new id n6 (a removal, then an addition), one member at a time, following the README:
+/// start the new node with the new list, restart the others one at a time with it (followers
+/// first, the leader last), each time waiting until the restarted node can vote and some node
+/// leads again; check that every fingerprint agrees (in `/status`, `/readyz` and the `status`
+/// command) before the next change. Removing is the reverse: restart the remaining nodes with
+/// the smaller list, then stop the removed node. Watched on every live node: never two leaders,
+/// and every leaderless gap within the failover bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_grow_to_five_and_shrink_back_one_at_a_time_with_one_leader_at_most() {
     let _serial = serial().await;
     grow_and_shrink(None).await;
 }
 
-/// The same over pilot: daemons n1..n5 run the nodes, n6 is the broker.
+/// The same over pilot: daemons n1..n6 run the nodes, n7 ([`GROW_BROKER`]) is the broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_grow_to_five_and_shrink_back_over_pilot_with_one_leader_at_most() {
     let _serial = serial().await;
-    let net = Devnet::start(6);
+    let net = Devnet::start(7);
     grow_and_shrink(Some(&net)).await;
 }
 
@@ -644,6 +683,9 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
         Change::Add("n5"),
         Change::Remove("n5"),
         Change::Remove("n4"),
+        // A replacement: the original n1 (possibly the leader) out, a new id in.
+        Change::Remove("n1"),
+        Change::Add("n6"),
     ] {
         let step = pilot_election::clock::now();
         let old = members.clone();
@@ -688,7 +730,9 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
     }
 
     let report = w.stop().await;
-    assert_single_leader(&report, "grow 3->5, shrink 5->3", || m.logs());
+    assert_single_leader(&report, "grow 3->5, shrink 5->3, replace n1 by n6", || {
+        m.logs()
+    });
     println!("whole test: {:?}", started.elapsed());
     assert!(
         report.gaps.iter().all(|g| g.len <= FAILOVER_BOUND),

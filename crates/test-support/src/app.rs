@@ -488,6 +488,7 @@ pub fn node_config(
         admin_token: auth.token.clone(),
         allow_unauthenticated: auth.allow_unauthenticated,
         reset_state: false,
+        accept_member_change: false,
         pilot: None,
         cluster_keys: None,
         limits: pilot_election::server::Limits::default(),
