@@ -30,6 +30,9 @@ use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
+mod stray;
+use stray::StrayLog;
+
 /// The exit budget: a stopping node must be gone within Docker's default 10 s stop timeout, or
 /// Docker's SIGKILL turns a handover into a failover. Each stage has its own share; the test
 /// below keeps their sum under [`STOP_TIMEOUT`].
@@ -127,9 +130,8 @@ pub struct Runtime {
     history_out: watch::Sender<Vec<HistoryEntry>>,
     /// The replay marks for their writer task (see [`file_writer`]).
     replay_out: watch::Sender<BTreeMap<String, u64>>,
-    /// When a message from each non-member (or member with another member set) was last
-    /// logged, so a stray node is named at once but does not flood the log.
-    stray_logged: BTreeMap<(String, &'static str), Instant>,
+    /// Names a non-member (or a member with another member set) at once, without a flood.
+    stray_log: StrayLog,
     release_guard: Option<ReleaseGuard>,
 }
 
@@ -138,9 +140,6 @@ pub struct Runtime {
 /// outside this process (the `--exec` child) must be gone before it is sent; the view that
 /// revokes leadership is already published when this runs (rule 9).
 pub type ReleaseGuard = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
-
-/// At most one log line per stray sender and reason in this long.
-const STRAY_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// The channels a runtime is built from.
 pub struct Wiring {
@@ -194,7 +193,7 @@ impl Runtime {
             replay,
             keys: wiring.keys,
             replay_out: watch::Sender::new(marks),
-            stray_logged: BTreeMap::new(),
+            stray_log: StrayLog::default(),
             release_guard: None,
         };
         (rt, rx, loop_clock)
@@ -330,6 +329,10 @@ impl Runtime {
 
     async fn on_bytes(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
         // Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
+        // The replay guard sits below membership on purpose: it tracks what each holder of the
+        // cluster key sent (a stray node with the key included), so that no recording of it can
+        // be played back; the election state of rule 1 is the core's, which a non-member never
+        // changes.
         let checked = match &self.keys {
             Some(keys) => keys
                 .verify(bytes)
@@ -356,27 +359,22 @@ impl Runtime {
         Ok(())
     }
 
-    /// Names a sender that is not a member, or whose member set differs, once a minute each.
+    /// Names a sender that is not a member, or whose member set differs (see [`stray`]).
     fn log_stray(&mut self, from: &str, fingerprint: &str, outcome: &Outcome) {
         let why = match outcome {
             Outcome::NotMember => "not_member",
             Outcome::OtherMembers => "other_members",
             _ => return,
         };
-        let now = clock::now();
-        let key = (from.to_string(), why);
-        if self
-            .stray_logged
-            .get(&key)
-            .is_some_and(|at| now < *at + STRAY_LOG_EVERY)
-        {
+        let Some(left_out) = self.stray_log.admit(clock::now(), from, why) else {
             return;
+        };
+        if left_out > 0 {
+            tracing::warn!(
+                left_out,
+                "messages of more stray senders than are named each minute were not logged (the metrics count them all)"
+            );
         }
-        if self.stray_logged.len() >= 1024 {
-            self.stray_logged
-                .retain(|_, at| now < *at + STRAY_LOG_EVERY);
-        }
-        self.stray_logged.insert(key, now);
         let members = self.node.members();
         match outcome {
             Outcome::NotMember => tracing::warn!(
