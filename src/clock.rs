@@ -6,9 +6,12 @@
 //! long gone when it resumes. `CLOCK_MONOTONIC` (what `tokio::time::Instant` and
 //! `std::time::Instant` read on Linux) stops during a suspend; `CLOCK_BOOTTIME` does not. So
 //! [`now`] reads `CLOCK_BOOTTIME` and expresses it as a `tokio::time::Instant` (anchored at the
-//! first call), which keeps the core's and the API's arithmetic unchanged. Sleeps are taken as
-//! durations from [`now`], never as tokio deadlines, so a sleep that spans a suspend ends
-//! as soon as the host is back instead of waiting out the suspended time again.
+//! first call), which keeps the core's and the API's arithmetic unchanged. Tokio's timers run
+//! on `CLOCK_MONOTONIC`, so a timer armed before a suspend would still wait out its whole
+//! duration after the host is back; [`sleep_until`] therefore sleeps in slices of at most
+//! [`SLEEP_SLICE`] and re-reads [`now`] after each, so a sleep that spans a suspend ends at most
+//! one slice after the host is back (the `--exec` supervisor must kill a resumed ex-leader's
+//! child within the gap `h` that rule 7 leaves after every lease).
 //!
 //! On systems without `CLOCK_BOOTTIME` the monotonic clock is used (and a suspended host could
 //! keep a stale lease; Linux is the supported platform).
@@ -59,11 +62,18 @@ pub fn now() -> Instant {
     a.instant + boottime().saturating_sub(a.boot)
 }
 
-/// Sleeps until [`now`] reaches `deadline` (at once if it has).
+/// The longest tokio sleep [`sleep_until`] takes before it looks at [`now`] again: how late a
+/// deadline that a suspend passed can be noticed. Ten wake-ups a second cost nothing measurable.
+pub const SLEEP_SLICE: Duration = Duration::from_millis(100);
+
+/// Sleeps until [`now`] reaches `deadline` (at once if it has), also across a suspend.
 pub async fn sleep_until(deadline: Instant) {
-    let left = deadline.saturating_duration_since(now());
-    if !left.is_zero() {
-        tokio::time::sleep(left).await;
+    loop {
+        let left = deadline.saturating_duration_since(now());
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(SLEEP_SLICE)).await;
     }
 }
 
@@ -83,6 +93,10 @@ mod tests {
     #[tokio::test]
     async fn sleep_until_waits_for_the_deadline() {
         let deadline = now() + Duration::from_millis(30);
+        sleep_until(deadline).await;
+        assert!(now() >= deadline);
+        // Longer than a slice: still exactly until the deadline, not one slice.
+        let deadline = now() + SLEEP_SLICE * 2 + Duration::from_millis(30);
         sleep_until(deadline).await;
         assert!(now() >= deadline);
         // A deadline in the past returns at once.

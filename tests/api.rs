@@ -353,6 +353,50 @@ async fn without_a_token_mutations_are_refused_unless_explicitly_allowed() {
     }
 }
 
+/// Readiness means "this node's vote counts again" (README, "Rolling restarts"): a node inside
+/// its start-up guard answers 503 naming the guard, and once the guard is over it still answers
+/// 503 while it hears no quorum, now for that reason. One of three members runs, at the default
+/// timings, so the guard lasts `T` = 3 s and nothing can end it early.
+#[tokio::test]
+async fn readyz_is_503_while_the_node_cannot_vote_and_says_why() {
+    let dir = TempDir::new("ready");
+    let mut config = node_config("r1", &["r1", "r2", "r3"], &dir.0, &Auth::default());
+    config.timings = pilot_election::election::Timings::default();
+    let built = memory_node(config, 1, &Bus::new());
+    let router = built.router();
+    let mut snapshot = built.state.snapshot.clone();
+    let stop = CancellationToken::new();
+    let _stop = stop.clone().drop_guard();
+    tokio::spawn(built.runtime.run(stop));
+    let spec = Spec::load();
+
+    let (status, body) = get(&router, "/readyz").await;
+    spec.check("get", "/readyz", status, &body);
+    assert_eq!((status, &body["can_vote"]), (503, &json!(false)), "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("starting up"),
+        "{body}"
+    );
+
+    let voting = tokio::time::timeout(Duration::from_secs(30), async {
+        snapshot.wait_for(|s| s.view.can_vote).await.map(|_| ())
+    })
+    .await;
+    assert!(
+        matches!(voting, Ok(Ok(()))),
+        "the start-up guard never ended"
+    );
+    let (status, body) = get(&router, "/readyz").await;
+    spec.check("get", "/readyz", status, &body);
+    assert_eq!((status, &body["can_vote"]), (503, &json!(true)), "{body}");
+    let reasons = body["reasons"].to_string();
+    assert!(!reasons.contains("starting up"), "{body}");
+    assert!(reasons.contains("hears 1 of the 2"), "{body}");
+}
+
 #[test]
 fn every_route_is_in_the_spec_and_every_spec_path_is_routed() {
     let spec = Spec::load();
