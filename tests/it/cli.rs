@@ -171,10 +171,22 @@ fn invalid_configuration_exits_64_with_one_line() {
         "--peer-listen",
         "256.0.0.1:1",
     ]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(64), "{err}");
-    let last = err.trim_end().lines().last().unwrap_or_default();
+    let (last, err) = last_line_of_usage_error(&o);
     assert!(last.contains("cannot listen on 256.0.0.1:1"), "{err}");
+}
+
+/// A node that stopped at start-up after logging its warnings: exit 64, and the last line of
+/// stderr (the one that says why) with the whole of it.
+fn last_line_of_usage_error(o: &Output) -> (String, String) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    let last = err
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    (last, err)
 }
 
 /// Rule 1: a data directory that ran with {a, b, c} refuses {a, d, e} (two changes at once),
@@ -201,9 +213,7 @@ fn a_member_set_two_ids_from_the_last_one_exits_64() {
         "--peer",
         "e=http://127.0.0.1:9",
     ]);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(64), "{err}");
-    let last = err.trim_end().lines().last().unwrap_or_default();
+    let (last, err) = last_line_of_usage_error(&o);
     assert!(
         last.contains("by 4 ids (b, c, d, e)") && last.contains("one member at a time"),
         "{err}"

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::app::{agreed, free_port, serial, wait_ready, wait_up, App, Cluster, T};
+use crate::app::{agreed, free_port, serial, wait_for, wait_ready, wait_up, App, Cluster, T};
 use crate::devnet::Devnet;
 use crate::membership::{
-    assert_single_leader, logs, member_args, new_node, restart_with, FAILOVER_BOUND,
+    assert_single_leader, leading, logs, member_args, new_node, restart_with, FAILOVER_BOUND,
 };
 use crate::pilot_cluster::pilot_cluster;
 use crate::proxy::Proxy;
@@ -30,9 +30,11 @@ const PASSES: usize = 2;
 enum Gate {
     /// `/readyz` 200: the restarted node can vote again (what the README asks for).
     Ready,
-    /// Only that the restarted node answers HTTP: it may still be inside its start-up guard,
-    /// so the next leader to stop hands over while a voter is booting (rule 8 lets that
-    /// leader's resign end the guard).
+    /// Only that the restarted node answers HTTP and that some node leads (no handover is
+    /// still in flight): the restarted node may still be inside its start-up guard, so the next
+    /// leader to stop hands over while a voter is booting (rule 8 lets that leader's resign end
+    /// the guard). Without the leader check the roll would stop a successor before it won,
+    /// which is two faults, not a restart (the voters then keep their promise to it for `T`).
     Up,
 }
 
@@ -61,6 +63,12 @@ async fn roll_gated(nodes: &mut [App], label: &str, gate: Gate) -> Report {
             restart_with(&mut nodes[i], args).await;
             if gate == Gate::Up {
                 wait_up(&nodes[i]).await;
+                let led = wait_for(FAILOVER_BOUND, || leading(nodes.iter())).await;
+                assert!(
+                    led.is_some(),
+                    "{label}: nobody led after {id}'s restart\n{}",
+                    logs(nodes.iter())
+                );
                 ready_after.push(sent.elapsed());
                 continue;
             }
@@ -113,8 +121,9 @@ async fn two_rolling_restarts_of_three_nodes_never_show_two_leaders_or_a_gap_of_
     roll(&mut c.nodes, "rolling http, 3 nodes").await;
 }
 
-/// Not waiting for readiness: the next node goes down as soon as the restarted one answers, so
-/// every leader restart after the first finds a voter still in its start-up guard. The handover
+/// Not waiting for readiness: the next node goes down as soon as the restarted one answers and
+/// some node leads, so every leader restart after the first finds a voter still in its start-up
+/// guard. The handover
 /// must still be fast (docs/protocol.md, rule 8: the leader's resign ends the guard).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restarts_that_do_not_wait_for_readiness_still_hand_over_within_a_second() {
