@@ -134,6 +134,7 @@ fn rolling(runs: u64) {
                 kill_share,
                 readiness,
                 loss: 0.0,
+                overlaps: false,
             };
             let mut gaps = Vec::new();
             let mut violations = 0;

@@ -70,9 +70,11 @@ pub struct RollingPlan {
     pub passes: usize,
     /// Share of restarts that are `kill -9` instead of SIGTERM.
     pub kill_share: f64,
-    /// Wait for the restarted node to be ready (vote) before the next one.
+    /// Wait for the restarted node to be ready (`/readyz`) before the next one.
     pub readiness: bool,
     pub loss: f64,
+    /// Some restarts of the leader overlap a handover in flight (see [`run_rolling`]).
+    pub overlaps: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +168,7 @@ impl Scenario {
                 kill_share: [0.0, 0.0, 0.2, 0.5][rng.below(4) as usize],
                 readiness: rng.chance(0.7),
                 loss: [0.0, 0.0, 0.02, 0.05][rng.below(4) as usize],
+                overlaps: rng.chance(0.5),
             }),
             _ => Family::Membership(match rng.below(5) {
                 0 => MemberPlan::Grow,
@@ -212,7 +215,7 @@ impl Scenario {
             Family::Chaos => "chaos".to_string(),
             Family::Persistent(f) => format!("persistent {} ({:?})", f.name(), self.target),
             Family::Rolling(p) => format!(
-                "rolling x{} kill {:.0}% {} loss {:.0}%",
+                "rolling x{} kill {:.0}% {} loss {:.0}%{}",
                 p.passes,
                 p.kill_share * 100.0,
                 if p.readiness {
@@ -220,7 +223,8 @@ impl Scenario {
                 } else {
                     "ungated"
                 },
-                p.loss * 100.0
+                p.loss * 100.0,
+                if p.overlaps { " overlapping" } else { "" }
             ),
             Family::Membership(p) => format!("membership {p:?}"),
         };
@@ -910,7 +914,10 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     report
 }
 
-/// Every node restarted in turn; leaderless time per leader restart.
+/// Every node restarted in turn; leaderless time per leader restart. With `plan.overlaps`, some
+/// restarts of the leader overlap a handover in flight: an operator step-down comes first, a
+/// second voter is killed or stopped before the old leader is gone, and the operator names the
+/// node that just resigned (still cooling) as the next successor.
 pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> SeedReport {
     let t = scenario.timings;
     let te = t.election_timeout;
@@ -935,7 +942,11 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
             "no first leader before the restarts",
         );
     }
+    let fast = handover_bound(&w);
     w.net.loss = plan.loss;
+    // Nodes an overlapping fault took down, and when the orchestrator brings them back.
+    let mut pending: Vec<(Duration, usize)> = Vec::new();
+    let grace = w.runtime.handover_grace + te;
     for pass in 0..plan.passes {
         // Highest id first (a StatefulSet), lowest first, or shuffled.
         let mut order: Vec<usize> = all.clone();
@@ -951,62 +962,132 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
         for i in order {
             let was_leader = w.claims_leadership(i);
             let kill = rng.chance(plan.kill_share);
+            let step_down = plan.overlaps && was_leader && !kill && rng.chance(0.3);
+            let overlap = plan.overlaps && was_leader && !kill && rng.chance(0.4);
             let stopped_at = w.now();
             if kill {
                 w.crash(i);
+            } else if step_down {
+                let successor = rng
+                    .chance(0.6)
+                    .then(|| w.id(rng.below(n as u64) as usize).to_string());
+                let r = w.command(
+                    i,
+                    Input::StepDown {
+                        successor: successor.clone(),
+                        expected_term: None,
+                    },
+                );
+                trace.log(
+                    &w,
+                    format!(
+                        "pass {pass}: operator step-down of {i}, successor {successor:?}: {r:?}"
+                    ),
+                );
             } else {
                 w.stop(i);
-                let grace = w.runtime.handover_grace + te;
-                run_until_cond(&mut w, grace, step, |w| !w.is_up(i));
             }
+            if overlap {
+                overlap_fault(&mut w, &mut rng, i, &mut pending, &mut trace);
+            }
+            if step_down {
+                let limit = te * 3 + t.stagger * n as u32;
+                roll_until(&mut w, limit, step, &mut pending, |w| {
+                    w.current_leader().is_some_and(|l| l != i)
+                });
+                // Rule 10: a named successor campaigns at once even while it cools down.
+                if let Some(l) = w.current_leader().filter(|&l| l != i && rng.chance(0.5)) {
+                    let back = Some(w.id(i).to_string());
+                    let r = w.command(
+                        l,
+                        Input::StepDown {
+                            successor: back.clone(),
+                            expected_term: None,
+                        },
+                    );
+                    trace.log(
+                        &w,
+                        format!("operator step-down of {l}, successor {back:?} (cooling): {r:?}"),
+                    );
+                    w.run_until(w.now() + t.heartbeat.mul_f64(rng.unit() * 2.0));
+                }
+                w.stop(i);
+            }
+            if !kill {
+                roll_until(&mut w, grace, step, &mut pending, |w| !w.is_up(i));
+            }
+            let named = w
+                .last_resign(i)
+                .filter(|(at, _)| *at >= stopped_at)
+                .map(|(at, s)| format!(", resigned at {:.3}s naming {s:?}", at.as_secs_f64()));
             trace.log(
                 &w,
                 format!(
-                    "pass {pass}: {} {i}{}",
+                    "pass {pass}: {} {i}{}{}",
                     if kill { "kill" } else { "SIGTERM" },
-                    if was_leader { " (leader)" } else { "" }
+                    if was_leader { " (leader)" } else { "" },
+                    named.unwrap_or_default()
                 ),
             );
             let down = te.mul_f64(rng.unit() * 0.3);
-            let mut gap_end = None;
-            let back_at = w.now() + down;
-            while w.now() < back_at {
-                let next = w.now() + step;
-                w.run_until(next.min(back_at));
-                if gap_end.is_none() && leader_seen_by(&w, &all).is_some() {
-                    gap_end = Some(w.now());
-                }
-            }
+            roll_until(&mut w, down, step, &mut pending, |_| false);
             w.restart(i);
             if plan.readiness {
-                let ready = run_until_cond(&mut w, te * 3, step, |w| {
-                    w.view(i).is_some_and(|v| v.can_vote && v.leader.is_some())
-                });
+                // The orchestrator waits for /readyz of the node it restarted, and of any other
+                // node a fault took down meanwhile, before it goes on.
+                let ready = roll_until(&mut w, te * 3, step, &mut pending, |w| w.ready(i));
                 if ready.is_none() {
                     trace.log(&w, format!("node {i} not ready after 3T"));
                 }
             } else {
                 w.run_until(w.now() + t.heartbeat.mul_f64(rng.unit()));
             }
+            if !pending.is_empty() {
+                let gate = plan.readiness;
+                let back = roll_until(&mut w, grace + te * 3, step, &mut pending, |w| {
+                    (0..n).all(|j| w.is_up(j) && (!gate || w.ready(j)))
+                });
+                if back.is_none() {
+                    trace.log(&w, "a node taken down by an overlapping fault is not back");
+                }
+            }
             if was_leader {
                 let limit = te * 4 + t.stagger * n as u32;
-                let found = match gap_end {
-                    Some(e) => Some(e - stopped_at),
-                    None if leader_seen_by(&w, &all).is_some() => Some(w.now() - stopped_at),
-                    None => {
-                        run_until_cond(&mut w, limit, step, |w| leader_seen_by(w, &all).is_some())
-                            .map(|_| w.now() - stopped_at)
-                    }
-                };
-                match found {
-                    Some(gap) => report.leader_restart_gaps.push(gap),
-                    None => {
-                        let what = format!(
-                            "no leader {limit:?} after the leader's restart: {}",
-                            w.describe()
-                        );
-                        w.checker.violate(w.now().as_nanos() as u64, what);
-                    }
+                let found = leader_seen_by(&w, &all).is_some()
+                    || roll_until(&mut w, limit, step, &mut pending, |w| {
+                        leader_seen_by(w, &all).is_some()
+                    })
+                    .is_some();
+                if !found {
+                    let what = format!(
+                        "no leader {limit:?} after the leader's restart: {}",
+                        w.describe()
+                    );
+                    w.checker.violate(w.now().as_nanos() as u64, what);
+                    continue;
+                }
+                // From the moment the old leader stopped answering as leader to the moment
+                // another node did, as the checker saw the claims.
+                let gap = w
+                    .checker
+                    .first_claim_gap_after(stopped_at.as_nanos() as u64)
+                    .unwrap_or_default();
+                report.leader_restart_gaps.push(gap);
+                trace.log(
+                    &w,
+                    format!(
+                        "leaderless for {gap:?} after {:.3}s (the leader's restart)",
+                        stopped_at.as_secs_f64()
+                    ),
+                );
+                // A handover needs a quorum without the leader (two nodes wait for it to return).
+                let plain = !kill && !step_down && !overlap && plan.loss == 0.0 && n > quorum_of(n);
+                if plain && gap > fast {
+                    let what = format!(
+                        "the graceful restart of the leader {i} left the cluster without a leader \
+                         for {gap:?}, more than {fast:?} (rule 10: a handover waits for no timer)"
+                    );
+                    w.checker.violate(w.now().as_nanos() as u64, what);
                 }
             }
         }
@@ -1026,6 +1107,83 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
     report.events = w.stats.events;
     report.trace = trace.0;
     report
+}
+
+/// The longest a graceful handover may leave the cluster without a leader on a timely network
+/// without loss: the resign, a pre-vote round and a vote round (five one-way delays) and the
+/// fsyncs of the votes and the new term, with a delay's worth to spare. Rule 10 makes the
+/// successor campaign at once, so no timer (`h`, the stagger, `T`) belongs in it.
+fn handover_bound(w: &World) -> Duration {
+    w.net.max_delay * 6 + w.runtime.fsync_max * 4
+}
+
+/// Takes a second node down while a handover is in flight (right after the leader's resign left,
+/// before the old leader has exited): the successor it named or another voter, by `kill -9` or
+/// SIGTERM; the orchestrator brings it back a little later.
+fn overlap_fault(
+    w: &mut World,
+    rng: &mut Rng,
+    leader: usize,
+    pending: &mut Vec<(Duration, usize)>,
+    trace: &mut Trace,
+) {
+    let n = w.size();
+    let te = w.timings().election_timeout;
+    w.run_until(w.now() + w.net.max_delay.mul_f64(rng.unit() * 3.0));
+    let named = w
+        .last_resign(leader)
+        .and_then(|(_, s)| s.map(str::to_string))
+        .and_then(|id| (0..n).find(|&j| w.id(j) == id));
+    let others: Vec<usize> = (0..n).filter(|&j| j != leader && w.is_up(j)).collect();
+    let victim = match named {
+        Some(j) if j != leader && rng.chance(0.6) => j,
+        _ if others.is_empty() => return,
+        _ => others[rng.below(others.len() as u64) as usize],
+    };
+    let how = if rng.chance(0.5) {
+        w.crash(victim);
+        "kill"
+    } else {
+        w.stop(victim);
+        "SIGTERM"
+    };
+    let back = w.now() + te.mul_f64(0.05 + rng.unit() * 0.25);
+    pending.push((back, victim));
+    trace.log(
+        w,
+        format!(
+            "{how} {victim} during the handover of {leader} (named {named:?}), back from {:.3}s",
+            back.as_secs_f64()
+        ),
+    );
+}
+
+/// Runs in steps until `cond` holds or `limit` passes, restarting the nodes of `pending` once
+/// their time has come and they are down; how long it took.
+fn roll_until(
+    w: &mut World,
+    limit: Duration,
+    step: Duration,
+    pending: &mut Vec<(Duration, usize)>,
+    mut cond: impl FnMut(&World) -> bool,
+) -> Option<Duration> {
+    let start = w.now();
+    while w.now() < start + limit {
+        let next = (w.now() + step).min(start + limit);
+        w.run_until(next);
+        pending.retain(|&(at, j)| {
+            if w.now() >= at && !w.is_up(j) {
+                w.restart(j);
+                false
+            } else {
+                true
+            }
+        });
+        if cond(w) {
+            return Some(w.now() - start);
+        }
+    }
+    None
 }
 
 /// Membership changes one member at a time (and stray nodes) under partitions, loss and crashes.
