@@ -107,28 +107,42 @@ pub struct Scenario {
     pub target: Target,
 }
 
-/// Draws timings across the range validation accepts, at its minimum `T` half the time.
+/// Draws timings across the range validation accepts: `L/h` from just above 1 (the leader
+/// renews at four times the rate all the time) to 20, `T` at validation's floor for half the seeds
+/// and up to three times it otherwise, and the stagger a share of `h` or the service's fixed
+/// 250 ms (the binary does not scale it with `h`, `src/cli/config.rs`). Ends of a range are where
+/// timing bugs hide, so they are drawn more often than their share.
 pub fn draw_timings(rng: &mut Rng) -> Timings {
-    if rng.chance(0.25) {
+    if rng.chance(0.2) {
         return Timings::default();
     }
     let h = Duration::from_millis([50, 100, 200, 500, 1000][rng.below(5) as usize]);
-    let lease = h.mul_f64(1.3 + rng.unit() * 4.7);
+    let ratio = match rng.below(4) {
+        0 => 1.01 + rng.unit() * 0.1,
+        1 => 15.0 + rng.unit() * 5.0,
+        _ => 1.01 + rng.unit() * 18.99,
+    };
+    let lease = h.mul_f64(ratio);
     let max_drift = [0.0, 0.01, 0.05, 0.05, 0.1, 0.2][rng.below(6) as usize];
+    let stagger = if rng.chance(0.3) {
+        Timings::default().stagger
+    } else {
+        h.mul_f64(0.1 + rng.unit() * 0.9)
+    };
     let mut t = Timings {
         heartbeat: h,
         lease,
         election_timeout: lease,
-        stagger: h.mul_f64(0.1 + rng.unit() * 0.9),
+        stagger,
         preempt_after: Duration::ZERO,
         max_drift,
     };
     let min = t.min_election_timeout();
-    t.election_timeout = if rng.chance(0.5) {
+    t.election_timeout = match rng.below(4) {
         // Validation's floor, rounded up to the next nanosecond.
-        min + Duration::from_nanos(1)
-    } else {
-        min.mul_f64(1.0 + rng.unit() * 0.5)
+        0 | 1 => min + Duration::from_nanos(1),
+        2 => min.mul_f64(1.0 + rng.unit() * 0.5),
+        _ => min.mul_f64(1.5 + rng.unit() * 1.5),
     };
     t.preempt_after = match rng.below(4) {
         0 => Duration::ZERO,
@@ -1342,8 +1356,29 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
         w.heal();
         w.net = NetConfig::timely(w.timings());
     } else {
-        for pair in sets.windows(2) {
+        for (k, pair) in sets.windows(2).enumerate() {
             let (old, new) = (&pair[0], &pair[1]);
+            if k > 0 {
+                // The operator procedure rule 1 relies on: the next change only once every
+                // member runs the current set and is ready on it, which needs the partition
+                // healed. Going on across it let a member that never heard a term's leader
+                // (on the set two ids back) help elect a second leader in that term (seed
+                // 7959 with the wider timings).
+                w.heal();
+                let current: Vec<usize> = old.iter().map(|id| index(&w, id)).collect();
+                let budget = te * 6 + t.stagger * current.len() as u32;
+                let settled = run_until_cond(&mut w, budget, step, |w| {
+                    current.iter().all(|&i| w.ready(i))
+                });
+                trace.log(&w, format!("every member of {old:?} ready: {settled:?}"));
+                if settled.is_none() {
+                    let what = format!(
+                        "the members of {old:?} were not all ready {budget:?} after healing: {}",
+                        w.describe()
+                    );
+                    w.checker.violate(w.now().as_nanos() as u64, what);
+                }
+            }
             trace.log(&w, format!("change members {old:?} -> {new:?}"));
             // New member first, with the new set.
             for id in new.iter().filter(|id| !old.contains(id)) {
