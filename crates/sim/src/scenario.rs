@@ -43,6 +43,11 @@ pub enum Fault {
     Flapping { up: f64, down: f64 },
     /// Every link of the node loses this share of messages.
     LossyLinks(f64),
+    /// The node and others up to a minority are cut off from the rest, both ways.
+    MinorityCut,
+    /// Every link of the node goes down both ways for `down` and comes back for `up` (multiples
+    /// of `T`), again and again; the node itself keeps running.
+    FlappingLinks { up: f64, down: f64 },
 }
 
 impl Fault {
@@ -53,7 +58,40 @@ impl Fault {
             Fault::OneWayOut => "one-way".into(),
             Fault::Flapping { up, down } => format!("flapping {up:.2}T up / {down:.2}T down"),
             Fault::LossyLinks(p) => format!("lossy links {:.0}%", p * 100.0),
+            Fault::MinorityCut => "minority cut off".into(),
+            Fault::FlappingLinks { up, down } => {
+                format!("links flapping {up:.2}T up / {down:.2}T down")
+            }
         }
+    }
+
+    /// Faults that come and go, so each return costs the others a failover at most once per
+    /// flap window (rule 12).
+    fn flaps(&self) -> bool {
+        matches!(self, Fault::Flapping { .. } | Fault::FlappingLinks { .. })
+    }
+}
+
+/// A fault of a single node, drawn from every kind but the minority cut.
+fn draw_node_fault(rng: &mut Rng) -> Fault {
+    match rng.below(8) {
+        0 => Fault::Deaf,
+        1 => Fault::Mute,
+        2 => Fault::OneWayOut,
+        3 => Fault::Flapping {
+            up: 0.83,
+            down: 0.17,
+        },
+        4 => Fault::Flapping {
+            up: 2.7,
+            down: 0.33,
+        },
+        5 => Fault::Flapping { up: 2.7, down: 1.3 },
+        6 => Fault::FlappingLinks {
+            up: [0.83, 2.7][rng.below(2) as usize],
+            down: [0.17, 0.33, 1.3][rng.below(3) as usize],
+        },
+        _ => Fault::LossyLinks(0.1 + rng.unit() * 0.25),
     }
 }
 
@@ -105,6 +143,9 @@ pub struct Scenario {
     pub quiet: bool,
     /// Persistent faults: which node.
     pub target: Target,
+    /// Persistent faults: a second node's fault, in clusters of five and more (the rest is
+    /// still a quorum).
+    pub second: Option<Fault>,
 }
 
 /// Draws timings across the range validation accepts: `L/h` from just above 1 (the leader
@@ -162,20 +203,10 @@ impl Scenario {
         let pick = |rng: &mut Rng, sizes: &[usize]| sizes[rng.below(sizes.len() as u64) as usize];
         let family = match seed % 8 {
             0..=2 => Family::Chaos,
-            3 | 4 => Family::Persistent(match rng.below(7) {
-                0 => Fault::Deaf,
-                1 => Fault::Mute,
-                2 => Fault::OneWayOut,
-                3 => Fault::Flapping {
-                    up: 0.83,
-                    down: 0.17,
-                },
-                4 => Fault::Flapping {
-                    up: 2.7,
-                    down: 0.33,
-                },
-                5 => Fault::Flapping { up: 2.7, down: 1.3 },
-                _ => Fault::LossyLinks(0.1 + rng.unit() * 0.25),
+            3 | 4 => Family::Persistent(if rng.chance(0.12) {
+                Fault::MinorityCut
+            } else {
+                draw_node_fault(&mut rng)
             }),
             5 | 6 => Family::Rolling(RollingPlan {
                 passes: 1 + rng.below(2) as usize,
@@ -210,6 +241,12 @@ impl Scenario {
                 1 => Target::TopRanked,
                 _ => Target::Follower,
             },
+            second: match &family {
+                Family::Persistent(f) if *f != Fault::MinorityCut && size >= 5 => {
+                    rng.chance(0.35).then(|| draw_node_fault(&mut rng))
+                }
+                _ => None,
+            },
             family,
         }
     }
@@ -227,7 +264,14 @@ impl Scenario {
         let t = &self.timings;
         let family = match &self.family {
             Family::Chaos => "chaos".to_string(),
-            Family::Persistent(f) => format!("persistent {} ({:?})", f.name(), self.target),
+            Family::Persistent(f) => format!(
+                "persistent {} ({:?}){}",
+                f.name(),
+                self.target,
+                self.second
+                    .map(|s| format!(" and {} on another node", s.name()))
+                    .unwrap_or_default()
+            ),
             Family::Rolling(p) => format!(
                 "rolling x{} kill {:.0}% {} loss {:.0}%{}",
                 p.passes,
@@ -760,8 +804,8 @@ fn leader_seen_by(w: &World, group: &[usize]) -> Option<usize> {
     w.claims_leadership(idx).then_some(idx)
 }
 
-/// One node's fault stays; the others, a quorum connected both ways, must elect within a bound
-/// and keep a leader.
+/// Faults that stay: one node's, a second node's in clusters of five and more, or a minority
+/// cut off. The rest, a quorum connected both ways, must elect within a bound and keep a leader.
 pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> SeedReport {
     let t = scenario.timings;
     let te = t.election_timeout;
@@ -795,55 +839,108 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
         Target::Follower => (0..n).find(|&i| Some(i) != leader),
     }
     .unwrap_or(0);
-    let group: Vec<usize> = (0..n).filter(|&i| i != target).collect();
-    let fault_at = w.now();
-    match fault {
-        Fault::Deaf => w.deafen(target),
-        Fault::Mute => w.mute(target),
-        Fault::OneWayOut => {
-            // The target hears one member that does not hear it.
-            let other = group[rng.below(group.len() as u64) as usize];
-            w.block(target, other);
+    // Every faulty node with its fault.
+    let mut faulty: Vec<(usize, Fault)> = vec![(target, fault)];
+    if fault == Fault::MinorityCut {
+        let mut others: Vec<usize> = (0..n).filter(|&i| i != target).collect();
+        for k in (1..others.len()).rev() {
+            others.swap(k, rng.below(k as u64 + 1) as usize);
         }
-        Fault::LossyLinks(p) => {
-            for &j in &group {
-                w.net.link_loss.insert((target, j), p);
-                w.net.link_loss.insert((j, target), p);
-            }
-        }
-        Fault::Flapping { .. } => {}
+        let minority = (n - 1) / 2;
+        faulty.extend(others.iter().take(minority - 1).map(|&i| (i, fault)));
     }
-    trace.log(&w, format!("{} on node {target}", fault.name()));
+    if let Some(second) = scenario.second {
+        let others: Vec<usize> = (0..n).filter(|&i| i != target).collect();
+        faulty.push((others[rng.below(others.len() as u64) as usize], second));
+    }
+    let is_faulty = |i: usize| faulty.iter().any(|&(j, _)| j == i);
+    let group: Vec<usize> = (0..n).filter(|&i| !is_faulty(i)).collect();
+    let fault_at = w.now();
+    if fault == Fault::MinorityCut {
+        let side: Vec<usize> = faulty.iter().map(|&(i, _)| i).collect();
+        w.partition(&side);
+    }
+    for &(i, f) in &faulty {
+        match f {
+            Fault::Deaf => w.deafen(i),
+            Fault::Mute => w.mute(i),
+            Fault::OneWayOut => {
+                // It hears one member that does not hear it.
+                let other = group[rng.below(group.len() as u64) as usize];
+                w.block(i, other);
+            }
+            Fault::LossyLinks(p) => {
+                for j in (0..n).filter(|&j| j != i) {
+                    w.net.link_loss.insert((i, j), p);
+                    w.net.link_loss.insert((j, i), p);
+                }
+            }
+            Fault::MinorityCut | Fault::Flapping { .. } | Fault::FlappingLinks { .. } => {}
+        }
+    }
+    trace.log(
+        &w,
+        format!(
+            "{} on nodes {:?}",
+            fault.name(),
+            faulty
+                .iter()
+                .map(|&(i, f)| (i, f.name()))
+                .collect::<Vec<_>>()
+        ),
+    );
     // Bound for the first leader after the fault: the target's lease (if it led), the
-    // followers' guard, a round; plus the stagger of every rank.
-    let first_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2;
+    // followers' guard, a round; plus the stagger of every rank. A lossy node may cost a
+    // bounded veto (T) and a lost round more (as in the failover check below).
+    let lossy = faulty
+        .iter()
+        .any(|(_, f)| matches!(f, Fault::LossyLinks(_)));
+    let extra = if lossy { te * 2 } else { Duration::ZERO };
+    let first_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2 + extra;
     // Then no stretch without a leader longer than a failover.
-    let gap_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2;
-    let observe = te * 20;
+    let gap_bound = first_bound;
+    // Long enough that the one failover the fault itself may cost is a small share, also when
+    // the stagger (the service's fixed 250 ms) dwarfs T.
+    let observe = (te * 20).max(gap_bound * 10);
     let mut watch = Watch::new(step);
     let mut first: Option<Duration> = None;
-    let (mut next_flip, mut up) = (fault_at, true);
+    // Per faulty node: when its flapping fault turns next, and whether it is whole now.
+    let mut flips: Vec<(Duration, bool)> = faulty.iter().map(|_| (fault_at, true)).collect();
     let mut last_leader = None;
     while w.now() < fault_at + observe {
-        if let Fault::Flapping { up: u, down: d } = fault {
-            if w.now() >= next_flip {
-                if up {
-                    w.crash(target);
-                    next_flip = w.now() + te.mul_f64(d);
-                } else {
-                    w.restart(target);
-                    next_flip = w.now() + te.mul_f64(u);
-                }
-                trace.log(
-                    &w,
-                    if up {
-                        "crash the target"
-                    } else {
-                        "restart the target"
-                    },
-                );
-                up = !up;
+        for (k, &(i, f)) in faulty.iter().enumerate() {
+            let (next_flip, whole) = flips[k];
+            let (u, d) = match f {
+                Fault::Flapping { up, down } | Fault::FlappingLinks { up, down } => (up, down),
+                _ => continue,
+            };
+            if w.now() < next_flip {
+                continue;
             }
+            let what = match (f, whole) {
+                (Fault::Flapping { .. }, true) => {
+                    w.crash(i);
+                    "crash"
+                }
+                (Fault::Flapping { .. }, false) => {
+                    w.restart(i);
+                    "restart"
+                }
+                (_, true) => {
+                    w.partition(&[i]);
+                    "cut the links of"
+                }
+                (_, false) => {
+                    for j in (0..n).filter(|&j| j != i) {
+                        w.unblock(i, j);
+                        w.unblock(j, i);
+                    }
+                    "restore the links of"
+                }
+            };
+            let next = w.now() + te.mul_f64(if whole { d } else { u });
+            flips[k] = (next, !whole);
+            trace.log(&w, format!("{what} node {i}"));
         }
         let next = w.now() + step;
         w.run_until(next);
@@ -881,8 +978,9 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     }
     trace.log(&w, "observed");
     report.leaderless_share = Some(watch.share());
-    // A crash-looping node may cost the others one failover per flap window, not one per loop.
-    if matches!(fault, Fault::Flapping { .. }) && watch.share() > 0.15 {
+    let flapping = faulty.iter().any(|(_, f)| f.flaps());
+    // A flapping node may cost the others one failover per flap window, not one per flap.
+    if flapping && watch.share() > 0.15 {
         let what = format!(
             "{}: the connected quorum was without a leader {:.0}% of the time",
             fault.name(),
@@ -891,18 +989,21 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
         w.checker.violate(w.now().as_nanos() as u64, what);
     }
     report.leader_after_heal = first;
-    // A second failure while the fault stays: the leader (not the faulty node) crashes. When the
-    // others still form a quorum without the faulty node, they elect as fast as without the
-    // fault: the faulty node must not hold them up (rule 11).
-    if let Some(l) = quorum_leader(&w).filter(|&l| l != target) {
-        let flapping = matches!(fault, Fault::Flapping { .. });
-        if !flapping && n - 2 >= quorum_of(n) && w.checker.violations.is_empty() {
+    // A second failure while the faults stay: the leader (not a faulty node) crashes. When the
+    // others still form a quorum without the faulty nodes, they elect as fast as without the
+    // faults: the faulty nodes must not hold them up (rule 11).
+    if let Some(l) = quorum_leader(&w).filter(|&l| !is_faulty(l)) {
+        let enough = n - faulty.len() > quorum_of(n);
+        if !flapping && enough && w.checker.violations.is_empty() {
             w.crash(l);
             // The followers' guard (T on a clock that may run slow by r), every rank's stagger,
             // a few rounds. A lossy top-ranked node may hold the others up for one bounded
             // veto (T) more.
             // Lost messages cost retries: a lossy node gets a wider bound (still a bound).
-            let guards = if matches!(fault, Fault::LossyLinks(_)) {
+            let guards = if faulty
+                .iter()
+                .any(|(_, f)| matches!(f, Fault::LossyLinks(_)))
+            {
                 6
             } else {
                 1
@@ -1495,6 +1596,7 @@ fn plain(seed: u64, size: usize, timings: Timings) -> Scenario {
         faults_until: Duration::ZERO,
         quiet: false,
         target: Target::Leader,
+        second: None,
     }
 }
 
