@@ -455,6 +455,88 @@ fn busy_runtime(t: &Timings, rng: &mut Rng) -> RuntimeModel {
     }
 }
 
+/// Since when, as seen at the chaos steps, the network as a whole, each node and each link have
+/// been free of faults, so that a quorum connected both ways on timely links can be held to the
+/// liveness promise (docs/protocol.md, "What it promises") in the middle of the chaos and not
+/// only after healing. A node counts when it is up, unpaused, not stopping, not about to crash,
+/// eligible, not stalled and left alone by the operator; a link when it is open both ways
+/// without extra loss or delay; the network when it loses nothing and stays within the timely
+/// delay.
+struct Calm {
+    net: Option<Duration>,
+    /// Per node: since when, in which incarnation.
+    nodes: Vec<Option<(Duration, u64)>>,
+    links: Vec<Vec<Option<Duration>>>,
+}
+
+impl Calm {
+    fn new(n: usize) -> Calm {
+        Calm {
+            net: None,
+            nodes: vec![None; n],
+            links: vec![vec![None; n]; n],
+        }
+    }
+
+    /// Looks at the world now; `touched` was just given an operator command.
+    fn update(&mut self, w: &World, touched: Option<usize>) {
+        let now = w.now();
+        let timely = NetConfig::timely(w.timings());
+        let net_ok = w.net.loss == 0.0
+            && w.net.long_delay_chance == 0.0
+            && w.net.max_delay <= timely.max_delay;
+        self.net = net_ok.then(|| self.net.unwrap_or(now));
+        for i in 0..w.size() {
+            let ok = w.is_up(i)
+                && !w.is_paused(i)
+                && !w.is_stopping(i)
+                && !w.crash_armed(i)
+                && w.config(i).eligible
+                && w.view(i).is_some_and(|v| v.eligible)
+                && w.stalled_until(i) <= now
+                && touched != Some(i);
+            let inc = w.incarnation(i);
+            self.nodes[i] = match self.nodes[i] {
+                _ if !ok => None,
+                Some((since, seen)) if seen == inc && w.stalled_until(i) <= since => {
+                    Some((since, seen))
+                }
+                _ => Some((now, inc)),
+            };
+        }
+        for a in 0..w.size() {
+            for b in 0..w.size() {
+                let ok = a == b
+                    || (w.link_up(a, b)
+                        && !w.net.link_loss.contains_key(&(a, b))
+                        && !w.net.link_delay.contains_key(&(a, b)));
+                self.links[a][b] = ok.then(|| self.links[a][b].unwrap_or(now));
+            }
+        }
+    }
+
+    /// Since when some quorum of the nodes has been calm with every link among them, the
+    /// longest-calm one; `None` if no quorum is.
+    fn quorum_since(&self, quorum: usize) -> Option<Duration> {
+        let n = self.nodes.len();
+        let net = self.net?;
+        (0u32..1 << n)
+            .filter(|m| m.count_ones() as usize >= quorum)
+            .filter_map(|m| {
+                let members: Vec<usize> = (0..n).filter(|&i| m & (1 << i) != 0).collect();
+                let mut since = net;
+                for &a in &members {
+                    since = since.max(self.nodes[a]?.0);
+                    for &b in &members {
+                        since = since.max(self.links[a][b]?);
+                    }
+                }
+                Some(since)
+            })
+            .min()
+    }
+}
+
 /// Chaos, then healing, then the liveness and steady-state checks.
 pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     let t = scenario.timings;
@@ -470,11 +552,32 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     w.run_until(warmup);
     trace.log(&w, "warm-up done");
 
-    let heal_at = warmup + scenario.faults_until;
+    // A quorum calm this long has a leader: T of start-up guard, the guard and lease of a
+    // leader outside it, a round with every rank's stagger, and a bounded veto (T).
+    let calm_bound = te * 4 + t.stagger * n as u32 + t.lease * 2;
+    // In some seeds a quorum gets a calm spell in the middle of the chaos: its links and the
+    // network are made whole and the faults go on around it, on the other nodes only.
+    let spell = rng.chance(0.4).then(|| {
+        let mut order: Vec<usize> = (0..n).collect();
+        for k in (1..n).rev() {
+            order.swap(k, rng.below(k as u64 + 1) as usize);
+        }
+        order.truncate(quorum_of(n));
+        let start = warmup + scenario.faults_until.mul_f64(rng.unit() * 0.5);
+        (start, start + calm_bound.mul_f64(1.5), order)
+    });
+    let heal_at =
+        warmup + scenario.faults_until + spell.as_ref().map_or(Duration::ZERO, |s| s.1 - s.0);
     let commands_until = heal_at.saturating_sub(te);
     let mut restarts: Vec<(Duration, usize)> = Vec::new();
     let mut now = warmup;
     let mut restored = false;
+    // Not begun, on, over.
+    let mut spell_state = 0;
+    let stall_chance = w.runtime.stall_chance;
+    let mut calm = Calm::new(n);
+    let mut touched = None;
+    let mut calm_reported = false;
     while now < heal_at {
         now += te.mul_f64(0.07 + rng.unit() * 0.8);
         let now_c = now.min(heal_at);
@@ -487,11 +590,55 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 true
             }
         });
+        // The spell's quorum, while it lasts.
+        let calm_q: Option<&[usize]> = spell
+            .as_ref()
+            .filter(|(from, until, _)| now_c >= *from && now_c < *until)
+            .map(|(_, _, q)| q.as_slice());
+        match (calm_q, spell_state) {
+            (Some(q), 0) => {
+                spell_state = 1;
+                calm_spell(&mut w, q);
+                trace.log(&w, format!("calm spell for {q:?}"));
+            }
+            (None, 1) => {
+                spell_state = 2;
+                w.runtime.stall_chance = stall_chance;
+                trace.log(&w, "calm spell over");
+            }
+            _ => {}
+        }
+        calm.update(&w, touched.take());
+        let claimless = w.checker.claimless_since.map(Duration::from_nanos);
+        if let (Some(g), Some(c)) = (calm.quorum_since(quorum_of(n)), claimless) {
+            if w.now() >= g.max(c) + calm_bound && !calm_reported {
+                let what = format!(
+                    "a quorum connected both ways on timely links for {:?} had no leader for \
+                     {:?} (bound {calm_bound:?}): {}",
+                    w.now() - g,
+                    w.now() - c,
+                    w.describe()
+                );
+                w.checker.violate(w.now().as_nanos() as u64, what);
+                calm_reported = true;
+            }
+        }
         if now >= heal_at {
             break;
         }
-        let i = rng.below(n as u64) as usize;
-        let what = match rng.below(20) {
+        let outside: Vec<usize> = (0..n)
+            .filter(|j| calm_q.is_none_or(|q| !q.contains(j)))
+            .collect();
+        if outside.is_empty() {
+            continue;
+        }
+        let i = outside[rng.below(outside.len() as u64) as usize];
+        let event = rng.below(20);
+        // During a spell the network stays timely, and only nodes outside the quorum are hit.
+        if calm_q.is_some() && matches!(event, 0 | 1 | 13) {
+            continue;
+        }
+        let what = match event {
             0 => {
                 w.net.loss = rng.unit() * 0.2;
                 format!("loss {:.0}%", w.net.loss * 100.0)
@@ -506,7 +653,11 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 )
             }
             2 => {
-                let side: Vec<usize> = (0..n).filter(|_| rng.chance(0.5)).collect();
+                let side: Vec<usize> = outside
+                    .iter()
+                    .copied()
+                    .filter(|_| rng.chance(0.5))
+                    .collect();
                 w.partition(&side);
                 format!("partition {side:?}")
             }
@@ -569,12 +720,14 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                         expected_term,
                     },
                 );
+                touched = Some(i);
                 format!("step-down {i} successor={successor:?} expected={expected_term:?}: {r:?}")
             }
             10 if now < commands_until => {
                 let eligible = rng.chance(0.7);
                 let priority = rng.chance(0.5).then(|| rng.below(1 << 32) as u32);
                 let r = w.command(i, Input::SetCandidacy { eligible, priority });
+                touched = Some(i);
                 format!("candidacy {i} eligible={eligible} priority={priority:?}: {r:?}")
             }
             11 => {
@@ -637,7 +790,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
             }
             17 | 18 => {
                 // The leader is the node whose faults matter most: cut it off, one way or both.
-                let Some(l) = w.current_leader() else {
+                let Some(l) = w.current_leader().filter(|l| outside.contains(l)) else {
                     continue;
                 };
                 match rng.below(3) {
@@ -709,6 +862,33 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     report.events = w.stats.events;
     report.trace = trace.0;
     report
+}
+
+/// Makes quorum `q` whole for a calm spell: every node of it up and a candidate, the links among
+/// them open both ways without extra loss or delay, the network timely and the loop unstalled.
+fn calm_spell(w: &mut World, q: &[usize]) {
+    let timely = NetConfig::timely(w.timings());
+    w.net.loss = 0.0;
+    w.net.long_delay_chance = 0.0;
+    w.net.max_delay = w.net.max_delay.min(timely.max_delay);
+    w.runtime.stall_chance = 0.0;
+    for &a in q {
+        for &b in q {
+            w.unblock(a, b);
+            w.net.link_loss.remove(&(a, b));
+            w.net.link_delay.remove(&(a, b));
+        }
+        w.restart(a);
+        if !w.config(a).eligible || w.view(a).is_some_and(|v| !v.eligible) {
+            let _ = w.command(
+                a,
+                Input::SetCandidacy {
+                    eligible: true,
+                    priority: None,
+                },
+            );
+        }
+    }
 }
 
 fn restore_candidacy(w: &mut World) {

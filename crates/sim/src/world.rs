@@ -400,6 +400,11 @@ impl World {
         Duration::from_nanos(self.slots[i].stalled_until)
     }
 
+    /// How many times node `i` has been started.
+    pub fn incarnation(&self, i: usize) -> u64 {
+        self.slots[i].incarnation
+    }
+
     /// Whether node `i` will crash after some more actions (a directed fault still pending).
     pub fn crash_armed(&self, i: usize) -> bool {
         self.slots[i].crash_after.is_some()
