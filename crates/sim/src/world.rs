@@ -400,6 +400,11 @@ impl World {
         Duration::from_nanos(self.slots[i].stalled_until)
     }
 
+    /// When (true time) node `i`'s loop next wakes by itself (its next timer), if one is set.
+    pub fn next_wake(&self, i: usize) -> Option<Duration> {
+        self.slots[i].wake_at.map(Duration::from_nanos)
+    }
+
     /// How many times node `i` has been started.
     pub fn incarnation(&self, i: usize) -> u64 {
         self.slots[i].incarnation
