@@ -1,12 +1,15 @@
 //! Seeded scenarios. Each seed picks a family and draws everything else:
 //! - **chaos**: random faults of every kind (loss, per-link loss, duplicates, delays beyond the
 //!   lease, partitions, one-way links, crashes between single actions, pauses, loop stalls,
-//!   clock-rate changes, graceful stops, operator commands), then healing, then liveness and
-//!   the steady-state rank check;
-//! - **persistent**: one node goes deaf, mute, one-way or crash-loops and stays so; the rest,
-//!   a quorum connected both ways, must have a leader within a bound and keep one;
+//!   clock-rate changes, graceful stops, operator commands; in some seeds a calm spell for a
+//!   quorum, which must then have a leader), then healing, then liveness and the steady-state
+//!   rank check;
+//! - **persistent**: one node goes deaf, mute, one-way, lossy, crash-loops or has its links
+//!   flap, a minority is cut off, or (five and seven nodes) a second node has a fault too; the
+//!   rest, a quorum connected both ways, must have a leader within a bound and keep one;
 //! - **rolling**: every node restarted in turn (graceful and `kill -9` mixed, in every order,
-//!   readiness-driven or not, with loss), leaderless time per leader restart measured;
+//!   gated on `/readyz` or not, with loss, some handovers overlapped by other faults), a plain
+//!   graceful restart of the leader held to a handover without timers;
 //! - **membership**: growing, shrinking and replacing members one at a time, and stray nodes,
 //!   under partitions and crashes;
 //! - and, for some seeds, a **quiet** run under 2 % loss that must see no leader change.
