@@ -28,6 +28,12 @@ pub struct Checker {
     max_term: Vec<u64>,
     votes: HashMap<(usize, u64), String>,
     pub violations: Vec<Violation>,
+    /// Since when (true ns) no node has answered as leader; `None` while one does.
+    pub claimless_since: Option<u64>,
+    /// Every finished stretch `(start, end)` (true ns) in which no node answered as leader.
+    /// Handover gaps are measured from these, at the events where claims change, rather than by
+    /// sampling, which would round every gap up to the sampling step.
+    pub claim_gaps: Vec<(u64, u64)>,
 }
 
 /// Enough to diagnose a seed; more would only repeat the first failure.
@@ -41,11 +47,22 @@ impl Checker {
             max_term: vec![0; size],
             votes: HashMap::new(),
             violations: Vec::new(),
+            claimless_since: Some(0),
+            claim_gaps: Vec::new(),
         }
     }
 
     pub fn timings(&self) -> &Timings {
         &self.timings
+    }
+
+    /// The first stretch without any claim that began at or after `from` (true ns): its
+    /// length, or `None` if none began, or it has not ended yet.
+    pub fn first_claim_gap_after(&self, from: u64) -> Option<Duration> {
+        self.claim_gaps
+            .iter()
+            .find(|(start, _)| *start >= from)
+            .map(|(start, end)| Duration::from_nanos(end - start))
     }
 
     pub fn violate(&mut self, now_ns: u64, what: impl Into<String>) {
@@ -168,6 +185,14 @@ impl Checker {
 
     /// Never two nodes answering as leader at the same true time.
     pub fn on_claims(&mut self, now: u64, claimants: &[String]) {
+        match (self.claimless_since, claimants.is_empty()) {
+            (None, true) => self.claimless_since = Some(now),
+            (Some(since), false) => {
+                self.claim_gaps.push((since, now));
+                self.claimless_since = None;
+            }
+            _ => {}
+        }
         if claimants.len() > 1 {
             self.violate(
                 now,

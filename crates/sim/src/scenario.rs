@@ -1,12 +1,15 @@
 //! Seeded scenarios. Each seed picks a family and draws everything else:
 //! - **chaos**: random faults of every kind (loss, per-link loss, duplicates, delays beyond the
 //!   lease, partitions, one-way links, crashes between single actions, pauses, loop stalls,
-//!   clock-rate changes, graceful stops, operator commands), then healing, then liveness and
-//!   the steady-state rank check;
-//! - **persistent**: one node goes deaf, mute, one-way or crash-loops and stays so; the rest,
-//!   a quorum connected both ways, must have a leader within a bound and keep one;
+//!   clock-rate changes, graceful stops, operator commands; in some seeds a calm spell for a
+//!   quorum, which must then have a leader), then healing, then liveness and the steady-state
+//!   rank check;
+//! - **persistent**: one node goes deaf, mute, one-way, lossy, crash-loops or has its links
+//!   flap, a minority is cut off, or (five and seven nodes) a second node has a fault too; the
+//!   rest, a quorum connected both ways, must have a leader within a bound and keep one;
 //! - **rolling**: every node restarted in turn (graceful and `kill -9` mixed, in every order,
-//!   readiness-driven or not, with loss), leaderless time per leader restart measured;
+//!   gated on `/readyz` or not, with loss, some handovers overlapped by other faults), a plain
+//!   graceful restart of the leader held to a handover without timers;
 //! - **membership**: growing, shrinking and replacing members one at a time, and stray nodes,
 //!   under partitions and crashes;
 //! - and, for some seeds, a **quiet** run under 2 % loss that must see no leader change.
@@ -43,6 +46,11 @@ pub enum Fault {
     Flapping { up: f64, down: f64 },
     /// Every link of the node loses this share of messages.
     LossyLinks(f64),
+    /// The node and others up to a minority are cut off from the rest, both ways.
+    MinorityCut,
+    /// Every link of the node goes down both ways for `down` and comes back for `up` (multiples
+    /// of `T`), again and again; the node itself keeps running.
+    FlappingLinks { up: f64, down: f64 },
 }
 
 impl Fault {
@@ -53,7 +61,40 @@ impl Fault {
             Fault::OneWayOut => "one-way".into(),
             Fault::Flapping { up, down } => format!("flapping {up:.2}T up / {down:.2}T down"),
             Fault::LossyLinks(p) => format!("lossy links {:.0}%", p * 100.0),
+            Fault::MinorityCut => "minority cut off".into(),
+            Fault::FlappingLinks { up, down } => {
+                format!("links flapping {up:.2}T up / {down:.2}T down")
+            }
         }
+    }
+
+    /// Faults that come and go, so each return costs the others a failover at most once per
+    /// flap window (rule 12).
+    fn flaps(&self) -> bool {
+        matches!(self, Fault::Flapping { .. } | Fault::FlappingLinks { .. })
+    }
+}
+
+/// A fault of a single node, drawn from every kind but the minority cut.
+fn draw_node_fault(rng: &mut Rng) -> Fault {
+    match rng.below(8) {
+        0 => Fault::Deaf,
+        1 => Fault::Mute,
+        2 => Fault::OneWayOut,
+        3 => Fault::Flapping {
+            up: 0.83,
+            down: 0.17,
+        },
+        4 => Fault::Flapping {
+            up: 2.7,
+            down: 0.33,
+        },
+        5 => Fault::Flapping { up: 2.7, down: 1.3 },
+        6 => Fault::FlappingLinks {
+            up: [0.83, 2.7][rng.below(2) as usize],
+            down: [0.17, 0.33, 1.3][rng.below(3) as usize],
+        },
+        _ => Fault::LossyLinks(0.1 + rng.unit() * 0.25),
     }
 }
 
@@ -70,9 +111,11 @@ pub struct RollingPlan {
     pub passes: usize,
     /// Share of restarts that are `kill -9` instead of SIGTERM.
     pub kill_share: f64,
-    /// Wait for the restarted node to be ready (vote) before the next one.
+    /// Wait for the restarted node to be ready (`/readyz`) before the next one.
     pub readiness: bool,
     pub loss: f64,
+    /// Some restarts of the leader overlap a handover in flight (see [`run_rolling`]).
+    pub overlaps: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,30 +146,47 @@ pub struct Scenario {
     pub quiet: bool,
     /// Persistent faults: which node.
     pub target: Target,
+    /// Persistent faults: a second node's fault, in clusters of five and more (the rest is
+    /// still a quorum).
+    pub second: Option<Fault>,
 }
 
-/// Draws timings across the range validation accepts, at its minimum `T` half the time.
+/// Draws timings across the range validation accepts: `L/h` from just above 1 (the leader
+/// renews at four times the rate all the time) to 20, `T` at validation's floor for half the seeds
+/// and up to three times it otherwise, and the stagger a share of `h` or the service's fixed
+/// 250 ms (the binary does not scale it with `h`, `src/cli/config.rs`). Ends of a range are where
+/// timing bugs hide, so they are drawn more often than their share.
 pub fn draw_timings(rng: &mut Rng) -> Timings {
-    if rng.chance(0.25) {
+    if rng.chance(0.2) {
         return Timings::default();
     }
     let h = Duration::from_millis([50, 100, 200, 500, 1000][rng.below(5) as usize]);
-    let lease = h.mul_f64(1.3 + rng.unit() * 4.7);
+    let ratio = match rng.below(4) {
+        0 => 1.01 + rng.unit() * 0.1,
+        1 => 15.0 + rng.unit() * 5.0,
+        _ => 1.01 + rng.unit() * 18.99,
+    };
+    let lease = h.mul_f64(ratio);
     let max_drift = [0.0, 0.01, 0.05, 0.05, 0.1, 0.2][rng.below(6) as usize];
+    let stagger = if rng.chance(0.3) {
+        Timings::default().stagger
+    } else {
+        h.mul_f64(0.1 + rng.unit() * 0.9)
+    };
     let mut t = Timings {
         heartbeat: h,
         lease,
         election_timeout: lease,
-        stagger: h.mul_f64(0.1 + rng.unit() * 0.9),
+        stagger,
         preempt_after: Duration::ZERO,
         max_drift,
     };
     let min = t.min_election_timeout();
-    t.election_timeout = if rng.chance(0.5) {
+    t.election_timeout = match rng.below(4) {
         // Validation's floor, rounded up to the next nanosecond.
-        min + Duration::from_nanos(1)
-    } else {
-        min.mul_f64(1.0 + rng.unit() * 0.5)
+        0 | 1 => min + Duration::from_nanos(1),
+        2 => min.mul_f64(1.0 + rng.unit() * 0.5),
+        _ => min.mul_f64(1.5 + rng.unit() * 1.5),
     };
     t.preempt_after = match rng.below(4) {
         0 => Duration::ZERO,
@@ -146,26 +206,17 @@ impl Scenario {
         let pick = |rng: &mut Rng, sizes: &[usize]| sizes[rng.below(sizes.len() as u64) as usize];
         let family = match seed % 8 {
             0..=2 => Family::Chaos,
-            3 | 4 => Family::Persistent(match rng.below(7) {
-                0 => Fault::Deaf,
-                1 => Fault::Mute,
-                2 => Fault::OneWayOut,
-                3 => Fault::Flapping {
-                    up: 0.83,
-                    down: 0.17,
-                },
-                4 => Fault::Flapping {
-                    up: 2.7,
-                    down: 0.33,
-                },
-                5 => Fault::Flapping { up: 2.7, down: 1.3 },
-                _ => Fault::LossyLinks(0.1 + rng.unit() * 0.25),
+            3 | 4 => Family::Persistent(if rng.chance(0.12) {
+                Fault::MinorityCut
+            } else {
+                draw_node_fault(&mut rng)
             }),
             5 | 6 => Family::Rolling(RollingPlan {
                 passes: 1 + rng.below(2) as usize,
                 kill_share: [0.0, 0.0, 0.2, 0.5][rng.below(4) as usize],
                 readiness: rng.chance(0.7),
                 loss: [0.0, 0.0, 0.02, 0.05][rng.below(4) as usize],
+                overlaps: rng.chance(0.5),
             }),
             _ => Family::Membership(match rng.below(5) {
                 0 => MemberPlan::Grow,
@@ -193,6 +244,12 @@ impl Scenario {
                 1 => Target::TopRanked,
                 _ => Target::Follower,
             },
+            second: match &family {
+                Family::Persistent(f) if *f != Fault::MinorityCut && size >= 5 => {
+                    rng.chance(0.35).then(|| draw_node_fault(&mut rng))
+                }
+                _ => None,
+            },
             family,
         }
     }
@@ -210,9 +267,16 @@ impl Scenario {
         let t = &self.timings;
         let family = match &self.family {
             Family::Chaos => "chaos".to_string(),
-            Family::Persistent(f) => format!("persistent {} ({:?})", f.name(), self.target),
+            Family::Persistent(f) => format!(
+                "persistent {} ({:?}){}",
+                f.name(),
+                self.target,
+                self.second
+                    .map(|s| format!(" and {} on another node", s.name()))
+                    .unwrap_or_default()
+            ),
             Family::Rolling(p) => format!(
-                "rolling x{} kill {:.0}% {} loss {:.0}%",
+                "rolling x{} kill {:.0}% {} loss {:.0}%{}",
                 p.passes,
                 p.kill_share * 100.0,
                 if p.readiness {
@@ -220,7 +284,8 @@ impl Scenario {
                 } else {
                     "ungated"
                 },
-                p.loss * 100.0
+                p.loss * 100.0,
+                if p.overlaps { " overlapping" } else { "" }
             ),
             Family::Membership(p) => format!("membership {p:?}"),
         };
@@ -393,6 +458,88 @@ fn busy_runtime(t: &Timings, rng: &mut Rng) -> RuntimeModel {
     }
 }
 
+/// Since when, as seen at the chaos steps, the network as a whole, each node and each link have
+/// been free of faults, so that a quorum connected both ways on timely links can be held to the
+/// liveness promise (docs/protocol.md, "What it promises") in the middle of the chaos and not
+/// only after healing. A node counts when it is up, unpaused, not stopping, not about to crash,
+/// eligible, not stalled and left alone by the operator; a link when it is open both ways
+/// without extra loss or delay; the network when it loses nothing and stays within the timely
+/// delay.
+struct Calm {
+    net: Option<Duration>,
+    /// Per node: since when, in which incarnation.
+    nodes: Vec<Option<(Duration, u64)>>,
+    links: Vec<Vec<Option<Duration>>>,
+}
+
+impl Calm {
+    fn new(n: usize) -> Calm {
+        Calm {
+            net: None,
+            nodes: vec![None; n],
+            links: vec![vec![None; n]; n],
+        }
+    }
+
+    /// Looks at the world now; `touched` was just given an operator command.
+    fn update(&mut self, w: &World, touched: Option<usize>) {
+        let now = w.now();
+        let timely = NetConfig::timely(w.timings());
+        let net_ok = w.net.loss == 0.0
+            && w.net.long_delay_chance == 0.0
+            && w.net.max_delay <= timely.max_delay;
+        self.net = net_ok.then(|| self.net.unwrap_or(now));
+        for i in 0..w.size() {
+            let ok = w.is_up(i)
+                && !w.is_paused(i)
+                && !w.is_stopping(i)
+                && !w.crash_armed(i)
+                && w.config(i).eligible
+                && w.view(i).is_some_and(|v| v.eligible)
+                && w.stalled_until(i) <= now
+                && touched != Some(i);
+            let inc = w.incarnation(i);
+            self.nodes[i] = match self.nodes[i] {
+                _ if !ok => None,
+                Some((since, seen)) if seen == inc && w.stalled_until(i) <= since => {
+                    Some((since, seen))
+                }
+                _ => Some((now, inc)),
+            };
+        }
+        for a in 0..w.size() {
+            for b in 0..w.size() {
+                let ok = a == b
+                    || (w.link_up(a, b)
+                        && !w.net.link_loss.contains_key(&(a, b))
+                        && !w.net.link_delay.contains_key(&(a, b)));
+                self.links[a][b] = ok.then(|| self.links[a][b].unwrap_or(now));
+            }
+        }
+    }
+
+    /// Since when some quorum of the nodes has been calm with every link among them, the
+    /// longest-calm one; `None` if no quorum is.
+    fn quorum_since(&self, quorum: usize) -> Option<Duration> {
+        let n = self.nodes.len();
+        let net = self.net?;
+        (0u32..1 << n)
+            .filter(|m| m.count_ones() as usize >= quorum)
+            .filter_map(|m| {
+                let members: Vec<usize> = (0..n).filter(|&i| m & (1 << i) != 0).collect();
+                let mut since = net;
+                for &a in &members {
+                    since = since.max(self.nodes[a]?.0);
+                    for &b in &members {
+                        since = since.max(self.links[a][b]?);
+                    }
+                }
+                Some(since)
+            })
+            .min()
+    }
+}
+
 /// Chaos, then healing, then the liveness and steady-state checks.
 pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     let t = scenario.timings;
@@ -408,11 +555,32 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     w.run_until(warmup);
     trace.log(&w, "warm-up done");
 
-    let heal_at = warmup + scenario.faults_until;
+    // A quorum calm this long has a leader: T of start-up guard, the guard and lease of a
+    // leader outside it, a round with every rank's stagger, and a bounded veto (T).
+    let calm_bound = te * 4 + t.stagger * n as u32 + t.lease * 2;
+    // In some seeds a quorum gets a calm spell in the middle of the chaos: its links and the
+    // network are made whole and the faults go on around it, on the other nodes only.
+    let spell = rng.chance(0.4).then(|| {
+        let mut order: Vec<usize> = (0..n).collect();
+        for k in (1..n).rev() {
+            order.swap(k, rng.below(k as u64 + 1) as usize);
+        }
+        order.truncate(quorum_of(n));
+        let start = warmup + scenario.faults_until.mul_f64(rng.unit() * 0.5);
+        (start, start + calm_bound.mul_f64(1.5), order)
+    });
+    let heal_at =
+        warmup + scenario.faults_until + spell.as_ref().map_or(Duration::ZERO, |s| s.1 - s.0);
     let commands_until = heal_at.saturating_sub(te);
     let mut restarts: Vec<(Duration, usize)> = Vec::new();
     let mut now = warmup;
     let mut restored = false;
+    // Not begun, on, over.
+    let mut spell_state = 0;
+    let stall_chance = w.runtime.stall_chance;
+    let mut calm = Calm::new(n);
+    let mut touched = None;
+    let mut calm_reported = false;
     while now < heal_at {
         now += te.mul_f64(0.07 + rng.unit() * 0.8);
         let now_c = now.min(heal_at);
@@ -425,11 +593,55 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 true
             }
         });
+        // The spell's quorum, while it lasts.
+        let calm_q: Option<&[usize]> = spell
+            .as_ref()
+            .filter(|(from, until, _)| now_c >= *from && now_c < *until)
+            .map(|(_, _, q)| q.as_slice());
+        match (calm_q, spell_state) {
+            (Some(q), 0) => {
+                spell_state = 1;
+                calm_spell(&mut w, q);
+                trace.log(&w, format!("calm spell for {q:?}"));
+            }
+            (None, 1) => {
+                spell_state = 2;
+                w.runtime.stall_chance = stall_chance;
+                trace.log(&w, "calm spell over");
+            }
+            _ => {}
+        }
+        calm.update(&w, touched.take());
+        let claimless = w.checker.claimless_since.map(Duration::from_nanos);
+        if let (Some(g), Some(c)) = (calm.quorum_since(quorum_of(n)), claimless) {
+            if w.now() >= g.max(c) + calm_bound && !calm_reported {
+                let what = format!(
+                    "a quorum connected both ways on timely links for {:?} had no leader for \
+                     {:?} (bound {calm_bound:?}): {}",
+                    w.now() - g,
+                    w.now() - c,
+                    w.describe()
+                );
+                w.checker.violate(w.now().as_nanos() as u64, what);
+                calm_reported = true;
+            }
+        }
         if now >= heal_at {
             break;
         }
-        let i = rng.below(n as u64) as usize;
-        let what = match rng.below(20) {
+        let outside: Vec<usize> = (0..n)
+            .filter(|j| calm_q.is_none_or(|q| !q.contains(j)))
+            .collect();
+        if outside.is_empty() {
+            continue;
+        }
+        let i = outside[rng.below(outside.len() as u64) as usize];
+        let event = rng.below(20);
+        // During a spell the network stays timely, and only nodes outside the quorum are hit.
+        if calm_q.is_some() && matches!(event, 0 | 1 | 13) {
+            continue;
+        }
+        let what = match event {
             0 => {
                 w.net.loss = rng.unit() * 0.2;
                 format!("loss {:.0}%", w.net.loss * 100.0)
@@ -444,7 +656,11 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 )
             }
             2 => {
-                let side: Vec<usize> = (0..n).filter(|_| rng.chance(0.5)).collect();
+                let side: Vec<usize> = outside
+                    .iter()
+                    .copied()
+                    .filter(|_| rng.chance(0.5))
+                    .collect();
                 w.partition(&side);
                 format!("partition {side:?}")
             }
@@ -507,12 +723,14 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                         expected_term,
                     },
                 );
+                touched = Some(i);
                 format!("step-down {i} successor={successor:?} expected={expected_term:?}: {r:?}")
             }
             10 if now < commands_until => {
                 let eligible = rng.chance(0.7);
                 let priority = rng.chance(0.5).then(|| rng.below(1 << 32) as u32);
                 let r = w.command(i, Input::SetCandidacy { eligible, priority });
+                touched = Some(i);
                 format!("candidacy {i} eligible={eligible} priority={priority:?}: {r:?}")
             }
             11 => {
@@ -575,7 +793,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
             }
             17 | 18 => {
                 // The leader is the node whose faults matter most: cut it off, one way or both.
-                let Some(l) = w.current_leader() else {
+                let Some(l) = w.current_leader().filter(|l| outside.contains(l)) else {
                     continue;
                 };
                 match rng.below(3) {
@@ -647,6 +865,33 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     report.events = w.stats.events;
     report.trace = trace.0;
     report
+}
+
+/// Makes quorum `q` whole for a calm spell: every node of it up and a candidate, the links among
+/// them open both ways without extra loss or delay, the network timely and the loop unstalled.
+fn calm_spell(w: &mut World, q: &[usize]) {
+    let timely = NetConfig::timely(w.timings());
+    w.net.loss = 0.0;
+    w.net.long_delay_chance = 0.0;
+    w.net.max_delay = w.net.max_delay.min(timely.max_delay);
+    w.runtime.stall_chance = 0.0;
+    for &a in q {
+        for &b in q {
+            w.unblock(a, b);
+            w.net.link_loss.remove(&(a, b));
+            w.net.link_delay.remove(&(a, b));
+        }
+        w.restart(a);
+        if !w.config(a).eligible || w.view(a).is_some_and(|v| !v.eligible) {
+            let _ = w.command(
+                a,
+                Input::SetCandidacy {
+                    eligible: true,
+                    priority: None,
+                },
+            );
+        }
+    }
 }
 
 fn restore_candidacy(w: &mut World) {
@@ -742,8 +987,8 @@ fn leader_seen_by(w: &World, group: &[usize]) -> Option<usize> {
     w.claims_leadership(idx).then_some(idx)
 }
 
-/// One node's fault stays; the others, a quorum connected both ways, must elect within a bound
-/// and keep a leader.
+/// Faults that stay: one node's, a second node's in clusters of five and more, or a minority
+/// cut off. The rest, a quorum connected both ways, must elect within a bound and keep a leader.
 pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> SeedReport {
     let t = scenario.timings;
     let te = t.election_timeout;
@@ -777,55 +1022,108 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
         Target::Follower => (0..n).find(|&i| Some(i) != leader),
     }
     .unwrap_or(0);
-    let group: Vec<usize> = (0..n).filter(|&i| i != target).collect();
-    let fault_at = w.now();
-    match fault {
-        Fault::Deaf => w.deafen(target),
-        Fault::Mute => w.mute(target),
-        Fault::OneWayOut => {
-            // The target hears one member that does not hear it.
-            let other = group[rng.below(group.len() as u64) as usize];
-            w.block(target, other);
+    // Every faulty node with its fault.
+    let mut faulty: Vec<(usize, Fault)> = vec![(target, fault)];
+    if fault == Fault::MinorityCut {
+        let mut others: Vec<usize> = (0..n).filter(|&i| i != target).collect();
+        for k in (1..others.len()).rev() {
+            others.swap(k, rng.below(k as u64 + 1) as usize);
         }
-        Fault::LossyLinks(p) => {
-            for &j in &group {
-                w.net.link_loss.insert((target, j), p);
-                w.net.link_loss.insert((j, target), p);
-            }
-        }
-        Fault::Flapping { .. } => {}
+        let minority = (n - 1) / 2;
+        faulty.extend(others.iter().take(minority - 1).map(|&i| (i, fault)));
     }
-    trace.log(&w, format!("{} on node {target}", fault.name()));
+    if let Some(second) = scenario.second {
+        let others: Vec<usize> = (0..n).filter(|&i| i != target).collect();
+        faulty.push((others[rng.below(others.len() as u64) as usize], second));
+    }
+    let is_faulty = |i: usize| faulty.iter().any(|&(j, _)| j == i);
+    let group: Vec<usize> = (0..n).filter(|&i| !is_faulty(i)).collect();
+    let fault_at = w.now();
+    if fault == Fault::MinorityCut {
+        let side: Vec<usize> = faulty.iter().map(|&(i, _)| i).collect();
+        w.partition(&side);
+    }
+    for &(i, f) in &faulty {
+        match f {
+            Fault::Deaf => w.deafen(i),
+            Fault::Mute => w.mute(i),
+            Fault::OneWayOut => {
+                // It hears one member that does not hear it.
+                let other = group[rng.below(group.len() as u64) as usize];
+                w.block(i, other);
+            }
+            Fault::LossyLinks(p) => {
+                for j in (0..n).filter(|&j| j != i) {
+                    w.net.link_loss.insert((i, j), p);
+                    w.net.link_loss.insert((j, i), p);
+                }
+            }
+            Fault::MinorityCut | Fault::Flapping { .. } | Fault::FlappingLinks { .. } => {}
+        }
+    }
+    trace.log(
+        &w,
+        format!(
+            "{} on nodes {:?}",
+            fault.name(),
+            faulty
+                .iter()
+                .map(|&(i, f)| (i, f.name()))
+                .collect::<Vec<_>>()
+        ),
+    );
     // Bound for the first leader after the fault: the target's lease (if it led), the
-    // followers' guard, a round; plus the stagger of every rank.
-    let first_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2;
+    // followers' guard, a round; plus the stagger of every rank. A lossy node may cost a
+    // bounded veto (T) and a lost round more (as in the failover check below).
+    let lossy = faulty
+        .iter()
+        .any(|(_, f)| matches!(f, Fault::LossyLinks(_)));
+    let extra = if lossy { te * 2 } else { Duration::ZERO };
+    let first_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2 + extra;
     // Then no stretch without a leader longer than a failover.
-    let gap_bound = t.lease + te * 2 + t.stagger * n as u32 + t.heartbeat * 2;
-    let observe = te * 20;
+    let gap_bound = first_bound;
+    // Long enough that the one failover the fault itself may cost is a small share, also when
+    // the stagger (the service's fixed 250 ms) dwarfs T.
+    let observe = (te * 20).max(gap_bound * 10);
     let mut watch = Watch::new(step);
     let mut first: Option<Duration> = None;
-    let (mut next_flip, mut up) = (fault_at, true);
+    // Per faulty node: when its flapping fault turns next, and whether it is whole now.
+    let mut flips: Vec<(Duration, bool)> = faulty.iter().map(|_| (fault_at, true)).collect();
     let mut last_leader = None;
     while w.now() < fault_at + observe {
-        if let Fault::Flapping { up: u, down: d } = fault {
-            if w.now() >= next_flip {
-                if up {
-                    w.crash(target);
-                    next_flip = w.now() + te.mul_f64(d);
-                } else {
-                    w.restart(target);
-                    next_flip = w.now() + te.mul_f64(u);
-                }
-                trace.log(
-                    &w,
-                    if up {
-                        "crash the target"
-                    } else {
-                        "restart the target"
-                    },
-                );
-                up = !up;
+        for (k, &(i, f)) in faulty.iter().enumerate() {
+            let (next_flip, whole) = flips[k];
+            let (u, d) = match f {
+                Fault::Flapping { up, down } | Fault::FlappingLinks { up, down } => (up, down),
+                _ => continue,
+            };
+            if w.now() < next_flip {
+                continue;
             }
+            let what = match (f, whole) {
+                (Fault::Flapping { .. }, true) => {
+                    w.crash(i);
+                    "crash"
+                }
+                (Fault::Flapping { .. }, false) => {
+                    w.restart(i);
+                    "restart"
+                }
+                (_, true) => {
+                    w.partition(&[i]);
+                    "cut the links of"
+                }
+                (_, false) => {
+                    for j in (0..n).filter(|&j| j != i) {
+                        w.unblock(i, j);
+                        w.unblock(j, i);
+                    }
+                    "restore the links of"
+                }
+            };
+            let next = w.now() + te.mul_f64(if whole { d } else { u });
+            flips[k] = (next, !whole);
+            trace.log(&w, format!("{what} node {i}"));
         }
         let next = w.now() + step;
         w.run_until(next);
@@ -863,8 +1161,9 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     }
     trace.log(&w, "observed");
     report.leaderless_share = Some(watch.share());
-    // A crash-looping node may cost the others one failover per flap window, not one per loop.
-    if matches!(fault, Fault::Flapping { .. }) && watch.share() > 0.15 {
+    let flapping = faulty.iter().any(|(_, f)| f.flaps());
+    // A flapping node may cost the others one failover per flap window, not one per flap.
+    if flapping && watch.share() > 0.15 {
         let what = format!(
             "{}: the connected quorum was without a leader {:.0}% of the time",
             fault.name(),
@@ -873,18 +1172,21 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
         w.checker.violate(w.now().as_nanos() as u64, what);
     }
     report.leader_after_heal = first;
-    // A second failure while the fault stays: the leader (not the faulty node) crashes. When the
-    // others still form a quorum without the faulty node, they elect as fast as without the
-    // fault: the faulty node must not hold them up (rule 11).
-    if let Some(l) = quorum_leader(&w).filter(|&l| l != target) {
-        let flapping = matches!(fault, Fault::Flapping { .. });
-        if !flapping && n - 2 >= quorum_of(n) && w.checker.violations.is_empty() {
+    // A second failure while the faults stay: the leader (not a faulty node) crashes. When the
+    // others still form a quorum without the faulty nodes, they elect as fast as without the
+    // faults: the faulty nodes must not hold them up (rule 11).
+    if let Some(l) = quorum_leader(&w).filter(|&l| !is_faulty(l)) {
+        let enough = n - faulty.len() > quorum_of(n);
+        if !flapping && enough && w.checker.violations.is_empty() {
             w.crash(l);
             // The followers' guard (T on a clock that may run slow by r), every rank's stagger,
             // a few rounds. A lossy top-ranked node may hold the others up for one bounded
             // veto (T) more.
             // Lost messages cost retries: a lossy node gets a wider bound (still a bound).
-            let guards = if matches!(fault, Fault::LossyLinks(_)) {
+            let guards = if faulty
+                .iter()
+                .any(|(_, f)| matches!(f, Fault::LossyLinks(_)))
+            {
                 6
             } else {
                 1
@@ -910,7 +1212,10 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     report
 }
 
-/// Every node restarted in turn; leaderless time per leader restart.
+/// Every node restarted in turn; leaderless time per leader restart. With `plan.overlaps`, some
+/// restarts of the leader overlap a handover in flight: an operator step-down comes first, a
+/// second voter is killed or stopped before the old leader is gone, and the operator names the
+/// node that just resigned (still cooling) as the next successor.
 pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> SeedReport {
     let t = scenario.timings;
     let te = t.election_timeout;
@@ -935,7 +1240,11 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
             "no first leader before the restarts",
         );
     }
+    let fast = handover_bound(&w);
     w.net.loss = plan.loss;
+    // Nodes an overlapping fault took down, and when the orchestrator brings them back.
+    let mut pending: Vec<(Duration, usize)> = Vec::new();
+    let grace = w.runtime.handover_grace + te;
     for pass in 0..plan.passes {
         // Highest id first (a StatefulSet), lowest first, or shuffled.
         let mut order: Vec<usize> = all.clone();
@@ -951,62 +1260,132 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
         for i in order {
             let was_leader = w.claims_leadership(i);
             let kill = rng.chance(plan.kill_share);
+            let step_down = plan.overlaps && was_leader && !kill && rng.chance(0.3);
+            let overlap = plan.overlaps && was_leader && !kill && rng.chance(0.4);
             let stopped_at = w.now();
             if kill {
                 w.crash(i);
+            } else if step_down {
+                let successor = rng
+                    .chance(0.6)
+                    .then(|| w.id(rng.below(n as u64) as usize).to_string());
+                let r = w.command(
+                    i,
+                    Input::StepDown {
+                        successor: successor.clone(),
+                        expected_term: None,
+                    },
+                );
+                trace.log(
+                    &w,
+                    format!(
+                        "pass {pass}: operator step-down of {i}, successor {successor:?}: {r:?}"
+                    ),
+                );
             } else {
                 w.stop(i);
-                let grace = w.runtime.handover_grace + te;
-                run_until_cond(&mut w, grace, step, |w| !w.is_up(i));
             }
+            if overlap {
+                overlap_fault(&mut w, &mut rng, i, &mut pending, &mut trace);
+            }
+            if step_down {
+                let limit = te * 3 + t.stagger * n as u32;
+                roll_until(&mut w, limit, step, &mut pending, |w| {
+                    w.current_leader().is_some_and(|l| l != i)
+                });
+                // Rule 10: a named successor campaigns at once even while it cools down.
+                if let Some(l) = w.current_leader().filter(|&l| l != i && rng.chance(0.5)) {
+                    let back = Some(w.id(i).to_string());
+                    let r = w.command(
+                        l,
+                        Input::StepDown {
+                            successor: back.clone(),
+                            expected_term: None,
+                        },
+                    );
+                    trace.log(
+                        &w,
+                        format!("operator step-down of {l}, successor {back:?} (cooling): {r:?}"),
+                    );
+                    w.run_until(w.now() + t.heartbeat.mul_f64(rng.unit() * 2.0));
+                }
+                w.stop(i);
+            }
+            if !kill {
+                roll_until(&mut w, grace, step, &mut pending, |w| !w.is_up(i));
+            }
+            let named = w
+                .last_resign(i)
+                .filter(|(at, _)| *at >= stopped_at)
+                .map(|(at, s)| format!(", resigned at {:.3}s naming {s:?}", at.as_secs_f64()));
             trace.log(
                 &w,
                 format!(
-                    "pass {pass}: {} {i}{}",
+                    "pass {pass}: {} {i}{}{}",
                     if kill { "kill" } else { "SIGTERM" },
-                    if was_leader { " (leader)" } else { "" }
+                    if was_leader { " (leader)" } else { "" },
+                    named.unwrap_or_default()
                 ),
             );
             let down = te.mul_f64(rng.unit() * 0.3);
-            let mut gap_end = None;
-            let back_at = w.now() + down;
-            while w.now() < back_at {
-                let next = w.now() + step;
-                w.run_until(next.min(back_at));
-                if gap_end.is_none() && leader_seen_by(&w, &all).is_some() {
-                    gap_end = Some(w.now());
-                }
-            }
+            roll_until(&mut w, down, step, &mut pending, |_| false);
             w.restart(i);
             if plan.readiness {
-                let ready = run_until_cond(&mut w, te * 3, step, |w| {
-                    w.view(i).is_some_and(|v| v.can_vote && v.leader.is_some())
-                });
+                // The orchestrator waits for /readyz of the node it restarted, and of any other
+                // node a fault took down meanwhile, before it goes on.
+                let ready = roll_until(&mut w, te * 3, step, &mut pending, |w| w.ready(i));
                 if ready.is_none() {
                     trace.log(&w, format!("node {i} not ready after 3T"));
                 }
             } else {
                 w.run_until(w.now() + t.heartbeat.mul_f64(rng.unit()));
             }
+            if !pending.is_empty() {
+                let gate = plan.readiness;
+                let back = roll_until(&mut w, grace + te * 3, step, &mut pending, |w| {
+                    (0..n).all(|j| w.is_up(j) && (!gate || w.ready(j)))
+                });
+                if back.is_none() {
+                    trace.log(&w, "a node taken down by an overlapping fault is not back");
+                }
+            }
             if was_leader {
                 let limit = te * 4 + t.stagger * n as u32;
-                let found = match gap_end {
-                    Some(e) => Some(e - stopped_at),
-                    None if leader_seen_by(&w, &all).is_some() => Some(w.now() - stopped_at),
-                    None => {
-                        run_until_cond(&mut w, limit, step, |w| leader_seen_by(w, &all).is_some())
-                            .map(|_| w.now() - stopped_at)
-                    }
-                };
-                match found {
-                    Some(gap) => report.leader_restart_gaps.push(gap),
-                    None => {
-                        let what = format!(
-                            "no leader {limit:?} after the leader's restart: {}",
-                            w.describe()
-                        );
-                        w.checker.violate(w.now().as_nanos() as u64, what);
-                    }
+                let found = leader_seen_by(&w, &all).is_some()
+                    || roll_until(&mut w, limit, step, &mut pending, |w| {
+                        leader_seen_by(w, &all).is_some()
+                    })
+                    .is_some();
+                if !found {
+                    let what = format!(
+                        "no leader {limit:?} after the leader's restart: {}",
+                        w.describe()
+                    );
+                    w.checker.violate(w.now().as_nanos() as u64, what);
+                    continue;
+                }
+                // From the moment the old leader stopped answering as leader to the moment
+                // another node did, as the checker saw the claims.
+                let gap = w
+                    .checker
+                    .first_claim_gap_after(stopped_at.as_nanos() as u64)
+                    .unwrap_or_default();
+                report.leader_restart_gaps.push(gap);
+                trace.log(
+                    &w,
+                    format!(
+                        "leaderless for {gap:?} after {:.3}s (the leader's restart)",
+                        stopped_at.as_secs_f64()
+                    ),
+                );
+                // A handover needs a quorum without the leader (two nodes wait for it to return).
+                let plain = !kill && !step_down && !overlap && plan.loss == 0.0 && n > quorum_of(n);
+                if plain && gap > fast {
+                    let what = format!(
+                        "the graceful restart of the leader {i} left the cluster without a leader \
+                         for {gap:?}, more than {fast:?} (rule 10: a handover waits for no timer)"
+                    );
+                    w.checker.violate(w.now().as_nanos() as u64, what);
                 }
             }
         }
@@ -1026,6 +1405,83 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
     report.events = w.stats.events;
     report.trace = trace.0;
     report
+}
+
+/// The longest a graceful handover may leave the cluster without a leader on a timely network
+/// without loss: the resign, a pre-vote round and a vote round (five one-way delays) and the
+/// fsyncs of the votes and the new term, with a delay's worth to spare. Rule 10 makes the
+/// successor campaign at once, so no timer (`h`, the stagger, `T`) belongs in it.
+fn handover_bound(w: &World) -> Duration {
+    w.net.max_delay * 6 + w.runtime.fsync_max * 4
+}
+
+/// Takes a second node down while a handover is in flight (right after the leader's resign left,
+/// before the old leader has exited): the successor it named or another voter, by `kill -9` or
+/// SIGTERM; the orchestrator brings it back a little later.
+fn overlap_fault(
+    w: &mut World,
+    rng: &mut Rng,
+    leader: usize,
+    pending: &mut Vec<(Duration, usize)>,
+    trace: &mut Trace,
+) {
+    let n = w.size();
+    let te = w.timings().election_timeout;
+    w.run_until(w.now() + w.net.max_delay.mul_f64(rng.unit() * 3.0));
+    let named = w
+        .last_resign(leader)
+        .and_then(|(_, s)| s.map(str::to_string))
+        .and_then(|id| (0..n).find(|&j| w.id(j) == id));
+    let others: Vec<usize> = (0..n).filter(|&j| j != leader && w.is_up(j)).collect();
+    let victim = match named {
+        Some(j) if j != leader && rng.chance(0.6) => j,
+        _ if others.is_empty() => return,
+        _ => others[rng.below(others.len() as u64) as usize],
+    };
+    let how = if rng.chance(0.5) {
+        w.crash(victim);
+        "kill"
+    } else {
+        w.stop(victim);
+        "SIGTERM"
+    };
+    let back = w.now() + te.mul_f64(0.05 + rng.unit() * 0.25);
+    pending.push((back, victim));
+    trace.log(
+        w,
+        format!(
+            "{how} {victim} during the handover of {leader} (named {named:?}), back from {:.3}s",
+            back.as_secs_f64()
+        ),
+    );
+}
+
+/// Runs in steps until `cond` holds or `limit` passes, restarting the nodes of `pending` once
+/// their time has come and they are down; how long it took.
+fn roll_until(
+    w: &mut World,
+    limit: Duration,
+    step: Duration,
+    pending: &mut Vec<(Duration, usize)>,
+    mut cond: impl FnMut(&World) -> bool,
+) -> Option<Duration> {
+    let start = w.now();
+    while w.now() < start + limit {
+        let next = (w.now() + step).min(start + limit);
+        w.run_until(next);
+        pending.retain(|&(at, j)| {
+            if w.now() >= at && !w.is_up(j) {
+                w.restart(j);
+                false
+            } else {
+                true
+            }
+        });
+        if cond(w) {
+            return Some(w.now() - start);
+        }
+    }
+    None
 }
 
 /// Membership changes one member at a time (and stray nodes) under partitions, loss and crashes.
@@ -1184,8 +1640,29 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
         w.heal();
         w.net = NetConfig::timely(w.timings());
     } else {
-        for pair in sets.windows(2) {
+        for (k, pair) in sets.windows(2).enumerate() {
             let (old, new) = (&pair[0], &pair[1]);
+            if k > 0 {
+                // The operator procedure rule 1 relies on: the next change only once every
+                // member runs the current set and is ready on it, which needs the partition
+                // healed. Going on across it let a member that never heard a term's leader
+                // (on the set two ids back) help elect a second leader in that term (seed
+                // 7959 with the wider timings).
+                w.heal();
+                let current: Vec<usize> = old.iter().map(|id| index(&w, id)).collect();
+                let budget = te * 6 + t.stagger * current.len() as u32;
+                let settled = run_until_cond(&mut w, budget, step, |w| {
+                    current.iter().all(|&i| w.ready(i))
+                });
+                trace.log(&w, format!("every member of {old:?} ready: {settled:?}"));
+                if settled.is_none() {
+                    let what = format!(
+                        "the members of {old:?} were not all ready {budget:?} after healing: {}",
+                        w.describe()
+                    );
+                    w.checker.violate(w.now().as_nanos() as u64, what);
+                }
+            }
             trace.log(&w, format!("change members {old:?} -> {new:?}"));
             // New member first, with the new set.
             for id in new.iter().filter(|id| !old.contains(id)) {
@@ -1302,6 +1779,7 @@ fn plain(seed: u64, size: usize, timings: Timings) -> Scenario {
         faults_until: Duration::ZERO,
         quiet: false,
         target: Target::Leader,
+        second: None,
     }
 }
 

@@ -175,6 +175,10 @@ struct Slot {
     exec_missed: bool,
     /// Wake-ups in a row that the node asked for in the past (a busy loop if it never ends).
     overdue: u32,
+    /// When (true ns) its loop was last held by a stall, and until when.
+    stalled_until: u64,
+    /// Its latest resign: when it left (true ns) and the successor it named.
+    last_resign: Option<(u64, Option<String>)>,
 }
 
 #[derive(Debug)]
@@ -325,6 +329,8 @@ impl World {
                 crash_after: None,
                 exec_missed: false,
                 overdue: 0,
+                stalled_until: 0,
+                last_resign: None,
             })
             .collect();
         let mut w = World {
@@ -387,6 +393,34 @@ impl World {
 
     pub fn persisted(&self, i: usize) -> &Persistent {
         &self.slots[i].persisted
+    }
+
+    /// Until when (true time) node `i`'s loop was last held by a stall.
+    pub fn stalled_until(&self, i: usize) -> Duration {
+        Duration::from_nanos(self.slots[i].stalled_until)
+    }
+
+    /// When (true time) node `i`'s loop next wakes by itself (its next timer), if one is set.
+    pub fn next_wake(&self, i: usize) -> Option<Duration> {
+        self.slots[i].wake_at.map(Duration::from_nanos)
+    }
+
+    /// How many times node `i` has been started.
+    pub fn incarnation(&self, i: usize) -> u64 {
+        self.slots[i].incarnation
+    }
+
+    /// Whether node `i` will crash after some more actions (a directed fault still pending).
+    pub fn crash_armed(&self, i: usize) -> bool {
+        self.slots[i].crash_after.is_some()
+    }
+
+    /// Node `i`'s latest resign: when it left (true time) and the successor it named.
+    pub fn last_resign(&self, i: usize) -> Option<(Duration, Option<&str>)> {
+        self.slots[i]
+            .last_resign
+            .as_ref()
+            .map(|(at, s)| (Duration::from_nanos(*at), s.as_deref()))
     }
 
     /// The node's own clock at true time `t` (ns).
@@ -761,7 +795,7 @@ impl World {
                 return;
             };
             let persist = matches!(front, Action::Persist(_));
-            let cost = self.cost(persist);
+            let cost = self.cost(i, persist);
             if cost > 0 {
                 let incarnation = self.slots[i].incarnation;
                 self.push(
@@ -779,8 +813,8 @@ impl World {
         }
     }
 
-    /// How long an action holds the loop (ns).
-    fn cost(&mut self, persist: bool) -> u64 {
+    /// How long an action of node `i` holds the loop (ns).
+    fn cost(&mut self, i: usize, persist: bool) -> u64 {
         let m = &self.runtime;
         let mut cost = if persist {
             self.rng.below(m.fsync_max.as_nanos() as u64 + 1)
@@ -789,6 +823,8 @@ impl World {
         };
         if m.stall_chance > 0.0 && self.rng.chance(m.stall_chance) {
             cost += self.rng.below(m.stall_max.as_nanos() as u64 + 1);
+            let slot = &mut self.slots[i];
+            slot.stalled_until = slot.stalled_until.max(self.now + cost);
         }
         cost
     }
@@ -815,6 +851,9 @@ impl World {
                 let claims = self.claims_leadership(i);
                 self.checker
                     .on_send(self.now, i, &self.slots[i].persisted, claims, &m);
+                if let pilot_election_core::Body::Resign { successor, .. } = &m.body {
+                    self.slots[i].last_resign = Some((self.now, successor.clone()));
+                }
                 self.send(i, m);
             }
             Action::Transition(t) => self.transitions.push((self.now, i, t)),
@@ -905,6 +944,9 @@ impl World {
                     self.net.min_delay.as_nanos() as u64 + self.rng.below(span.as_nanos() as u64);
                 if self.net.long_delay_chance > 0.0 && self.rng.chance(self.net.long_delay_chance) {
                     delay += self.rng.below(self.net.long_delay.as_nanos() as u64 + 1);
+                }
+                if let Some(slow) = self.net.link_delay.get(&(from, to)) {
+                    delay += slow.as_nanos() as u64;
                 }
                 self.push(
                     self.now + delay.max(1),
