@@ -536,29 +536,25 @@ impl Freezer {
         }
     }
 
-    /// Stops freezing and continues the node's subscriptions that are still its children; the
-    /// PIDs that were stopped.
-    fn finish(mut self) -> BTreeSet<i32> {
-        self.thaw()
-    }
-
-    fn thaw(&mut self) -> BTreeSet<i32> {
+    /// Stops freezing new subscriptions but leaves the stopped ones stopped, as a broker that
+    /// delivers again would leave a subscriber it had dropped: the node has to notice and
+    /// replace the one it has by itself. The PIDs that were stopped.
+    fn release(&mut self) -> BTreeSet<i32> {
         self.stop.store(true, Ordering::Relaxed);
-        let stopped = self
-            .thread
+        self.thread
             .take()
             .map(|t| t.join().expect("the freezer does not panic"))
-            .unwrap_or_default();
-        for child in subscriptions_of(self.pid) {
-            let _ = kill(Pid::from_raw(child), Signal::SIGCONT);
-        }
-        stopped
+            .unwrap_or_default()
     }
 }
 
 impl Drop for Freezer {
+    /// Continues whatever is still stopped, so that nothing outlives a failed test stopped.
     fn drop(&mut self) {
-        self.thaw();
+        self.release();
+        for child in subscriptions_of(self.pid) {
+            let _ = kill(Pid::from_raw(child), Signal::SIGCONT);
+        }
     }
 }
 
@@ -582,18 +578,33 @@ async fn a_deaf_leader_over_pilot_gives_way_and_the_other_two_keep_a_leader() {
         "the leader (PID {pid}) has no pilotctl subscribe child"
     );
     let watch = Watch::start(&c, "DeafLeader over pilot", top, before).await;
-    let freezer = Freezer::start(pid);
+    let mut freezer = Freezer::start(pid);
     watch.window().await;
-    let stopped = freezer.finish();
+    let stopped = freezer.release();
     let note = format!(
         "; {} subscriptions of {} stopped (the first and the node's replacements)",
         stopped.len(),
         ids[top]
     );
     watch.check(&c, &note).await;
-    // Continued, all three agree again.
-    c.agreed(&[0, 1, 2], Duration::from_secs(30), |_, _| true)
+    // Nothing is continued: the node replaces its stopped subscription by itself (it hears
+    // none of its own messages on it), and then all three agree again. The wait covers the
+    // longest a replacement that never heard anything runs, and an election.
+    let released = pilot_election::clock::now();
+    c.agreed(&[0, 1, 2], Duration::from_secs(40), |_, _| true)
         .await;
+    let live = subscriptions_of(pid);
+    println!(
+        "{} heard again {:?} after the release, through subscription {live:?} (stopped: \
+         {stopped:?})",
+        ids[top],
+        released.elapsed()
+    );
+    assert!(
+        live.iter().all(|p| !stopped.contains(p)),
+        "{} still runs a stopped subscription: {live:?}",
+        ids[top]
+    );
 }
 
 /// How long the old leader's loop is held right after its resign left.
