@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure of BENCHMARKS.md in one go (about 33 minutes at 30 runs, plus 3 for etcd), each scenario's output
+# Every figure of BENCHMARKS.md in one go (about 42 minutes at 30 runs, plus 3 for etcd), each scenario's output
 # in OUT_DIR/<name>.txt. The latency-sensitive scenarios (handover, idle cost, API) run last.
 #
 # scripts/bench-all.sh [RUNS] [OUT_DIR]   (defaults: 30, bench-out)
@@ -30,6 +30,9 @@ run rolling-http-3 "$B" rolling --nodes 3 --transport http --runs "$RUNS"
 run rolling-http-5 "$B" rolling --nodes 5 --transport http --runs "$RUNS"
 run rolling-pilot-3 "$B" rolling --nodes 3 --transport pilot --runs "$RUNS"
 run rolling-pilot-5 "$B" rolling --nodes 5 --transport pilot --runs "$RUNS"
+# Issue 11's persistent faults, 60 s watched after each; about 4.5 minutes per transport.
+run faults-http-3 "$B" faults --transport http --secs 60 --runs 1
+run faults-pilot-3 "$B" faults --transport pilot --secs 60 --runs 1
 run stability-pilot-25 "$B" stability --nodes 25 --transport pilot --secs 120
 run idle-pilot-25 "$B" idle --nodes 25 --transport pilot --secs 30
 run idle-http-3 "$B" idle --nodes 3 --transport http --secs 30

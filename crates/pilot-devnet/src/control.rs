@@ -15,6 +15,8 @@
 //!   fails, as a write into a broken tunnel would: retried once after 20 ms, and after 3 such
 //!   failures in a row the broker takes the subscriber off its list while the connection stays
 //!   open (a `pilotctl subscribe` that silently hears nothing more, even after `/heal`).
+//! - `POST /mute {"node"}`: every event this node publishes is read by the broker and dropped
+//!   (counted as `muted`); its subscriptions still hear everyone. A mute node: heard by nobody.
 //! - `POST /heal`: clear every fault (trust is not a fault: it stays as it is).
 //!
 //! Trust is directed, as in Pilot: every node trusts every other at start, and always itself.
@@ -170,6 +172,16 @@ async fn fail_delivery(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> R
     }
 }
 
+async fn mute(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply {
+    match node(&net, &n.node) {
+        Ok(i) => {
+            net.set_muted(i);
+            ok(json!({}))
+        }
+        Err(e) => e,
+    }
+}
+
 async fn stall(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply {
     match node(&net, &n.node) {
         Ok(i) => {
@@ -219,6 +231,7 @@ pub async fn serve(net: Arc<Net>, listener: tokio::net::TcpListener) {
         .route("/unisolate", post(unisolate))
         .route("/stall", post(stall))
         .route("/fail-delivery", post(fail_delivery))
+        .route("/mute", post(mute))
         .route("/revoke-trust", post(revoke_trust))
         .route("/grant-trust", post(grant_trust))
         .route("/drop", post(drop_fraction))

@@ -136,6 +136,8 @@ pub struct Stats {
     pub delivery_failures: u64,
     /// Subscribers taken off the list after failing in a row.
     pub subscribers_dropped: u64,
+    /// Events from muted nodes, read and dropped.
+    pub muted: u64,
 }
 
 /// A delivery to try again once `due` has come.
@@ -191,6 +193,10 @@ struct State {
     started_at: u64,
     /// Nodes whose stream connections fail every delivery, as a broken tunnel would.
     failing_delivery: HashSet<usize>,
+    /// Nodes whose published events every broker reads and drops: heard by nobody, while
+    /// their subscriptions still hear everyone (a mute node, as a path that loses only what
+    /// the node sends would make it).
+    muted: HashSet<usize>,
     retries: mpsc::UnboundedSender<Retry>,
     drop_fraction: f64,
     rng: Rng,
@@ -364,6 +370,7 @@ impl Net {
                 granted_at: HashMap::new(),
                 started_at: unix_secs(),
                 failing_delivery: HashSet::new(),
+                muted: HashSet::new(),
                 retries,
                 drop_fraction: 0.0,
                 rng: Rng::new(seed),
@@ -477,6 +484,10 @@ impl Net {
                 let conn = st.conns.get_mut(&conn_id).expect("checked above");
                 conn.topic = Some(topic);
                 conn.listed = true;
+                continue;
+            }
+            if st.muted.contains(&conn.origin) {
+                st.stats.muted += 1;
                 continue;
             }
             let conn = st.conns.get_mut(&conn_id).expect("checked above");
@@ -610,6 +621,10 @@ impl Net {
         self.lock().failing_delivery.insert(node);
     }
 
+    pub fn set_muted(&self, node: usize) {
+        self.lock().muted.insert(node);
+    }
+
     /// Runs the broker's delayed second attempts, in the order they fell due.
     pub async fn run_retries(self: std::sync::Arc<Self>) {
         let queue = self
@@ -673,6 +688,7 @@ impl Net {
         st.isolated.clear();
         st.stalled.clear();
         st.failing_delivery.clear();
+        st.muted.clear();
         st.drop_fraction = 0.0;
         st.delay = Duration::ZERO;
         st.rng = Rng::new(self.seed);
@@ -696,6 +712,8 @@ impl Net {
         untrusted.sort();
         let mut failing: Vec<String> = st.failing_delivery.iter().map(|&i| name(i)).collect();
         failing.sort();
+        let mut muted: Vec<String> = st.muted.iter().map(|&i| name(i)).collect();
+        muted.sort();
         let subscribers = st.conns.values().filter(|c| c.listed).count();
         serde_json::json!({
             "cuts": cuts,
@@ -703,6 +721,7 @@ impl Net {
             "stalled": stalled,
             "untrusted": untrusted,
             "failing_delivery": failing,
+            "muted": muted,
             "drop_fraction": st.drop_fraction,
             "delay_ms": st.delay.as_millis() as u64,
             "connections": st.conns.len(),
@@ -966,6 +985,42 @@ mod tests {
             frames(&mut sub_rx).is_empty(),
             "a dropped subscriber hears nothing"
         );
+    }
+
+    /// Whether any frame queued for a client carries `text`.
+    fn heard(rx: &mut mpsc::Receiver<Outbound>, text: &[u8]) -> bool {
+        frames(rx)
+            .iter()
+            .any(|(_, p)| p.windows(text.len()).any(|w| w == text))
+    }
+
+    #[test]
+    fn a_muted_node_hears_everyone_and_nobody_hears_it_until_healed() {
+        let net = test_net();
+        let (tx1, mut rx1) = mpsc::channel(16);
+        let (tx2, mut rx2) = mpsc::channel(16);
+        // Both nodes subscribe on n2's broker, and each publishes on a connection of its own.
+        let sub1 = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx1).expect("dial");
+        let sub2 = net.dial(2, 1, 2, EVENT_STREAM_PORT, &tx2).expect("dial");
+        let pub1 = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx1).expect("dial");
+        let pub2 = net.dial(2, 1, 2, EVENT_STREAM_PORT, &tx2).expect("dial");
+        for (client, conn) in [(1, sub1), (2, sub2), (1, pub1), (2, pub2)] {
+            net.send(client, conn, &encode_event("t", b""))
+                .expect("open");
+        }
+        net.set_muted(0);
+        net.send(1, pub1, &encode_event("t", b"from n1"))
+            .expect("publish");
+        net.send(2, pub2, &encode_event("t", b"from n2"))
+            .expect("publish");
+        assert!(!heard(&mut rx2, b"from n1"), "n1 is heard by nobody");
+        assert!(heard(&mut rx1, b"from n2"), "n1 still hears n2");
+        assert_eq!(net.lock().stats.muted, 1);
+        assert_eq!(net.status_json()["muted"], serde_json::json!(["n1"]));
+        net.heal();
+        net.send(1, pub1, &encode_event("t", b"again"))
+            .expect("publish");
+        assert!(heard(&mut rx2, b"again"), "heard again after /heal");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! - [`blocking`]: one blocking HTTP GET and a wait with a deadline, for the container tests.
 //! - [`proxy`]: a relay per directed link, to cut, hold or slow it (deaf, mute, partitioned
 //!   nodes).
+//! - [`faults`]: issue 11's persistent faults (deaf, mute, crash-looping node) on three nodes
+//!   over http or pilot, sampled and judged; for the fault tests and the bench.
 //! - [`watch`]: polls `/role/leader` on every node and reports two leaders and leaderless gaps.
 //! - [`devnet`]: a running pilot-devnet and the real pilotctl; [`pilot_cluster`]: nodes on it.
 //! - [`flood`]: hostile clients (half-open connections, event-stream and POST floods).
@@ -22,6 +24,7 @@ pub mod blocking;
 pub mod browser;
 pub mod contract;
 pub mod devnet;
+pub mod faults;
 pub mod flood;
 pub mod pilot_cluster;
 pub mod proxy;

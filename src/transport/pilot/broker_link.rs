@@ -40,6 +40,16 @@ pub const SILENT_AFTER_UNECHOED: usize = 2;
 /// A subscription must have run this long before a publish is expected to come back through it:
 /// the subscribe frame reaches the broker some time after pilotctl starts.
 const SUBSCRIBE_SETTLE: Duration = Duration::from_secs(1);
+/// A replacement for a silent subscription proves itself only by hearing something; one that
+/// stays silent from its start (the broker still does not deliver to this node) is replaced
+/// again, but only after it ran this long, doubled for each replacement in a row that never
+/// heard a thing, up to [`SILENT_RETRY_CAP`]: a node must not stay deaf for good once the
+/// broker recovers, and a broker that keeps accepting subscriptions without delivering must not
+/// get a new one every few seconds for ever.
+pub const SILENT_RETRY_AFTER: Duration = Duration::from_secs(4);
+/// The longest a replacement that never heard anything runs before the next one: also how long
+/// a node may stay deaf after its broker delivers again.
+pub const SILENT_RETRY_CAP: Duration = Duration::from_secs(16);
 /// Subscribed without interruption this long ends an episode: the next problem is news again.
 pub const EPISODE_ENDS_AFTER: Duration = Duration::from_secs(10);
 /// Own publishes remembered per broker while they wait for their echo.
@@ -260,6 +270,9 @@ pub struct BrokerLink {
     running_since: Option<Instant>,
     running_since_ms: u64,
     proven: bool,
+    /// Subscriptions found silent in a row, none proven in between: how long the next
+    /// replacement runs before it may be found silent too.
+    silent_streak: u32,
     /// Subscriptions in a row the broker closed before they proved themselves.
     early_closes: u32,
     started_once: bool,
@@ -281,6 +294,7 @@ impl BrokerLink {
             running_since: None,
             running_since_ms: 0,
             proven: false,
+            silent_streak: 0,
             early_closes: 0,
             started_once: false,
             restarts: 0,
@@ -326,7 +340,9 @@ impl BrokerLink {
     }
 
     /// Time passes: a quiet subscription proves itself by lasting; a proven one whose own
-    /// messages stopped coming back is declared silent. Returns whether to restart it.
+    /// messages stopped coming back is declared silent, and so is a replacement for a silent
+    /// one that never heard its own messages once it ran [`Self::retry_after`]. Returns whether
+    /// to restart it.
     pub fn tick(&mut self, now: Instant) -> (bool, Vec<Note>) {
         let Some(since) = self.running_since else {
             return (false, Vec::new());
@@ -342,7 +358,12 @@ impl BrokerLink {
             .unechoed
             .front()
             .is_some_and(|t| now.saturating_duration_since(*t) >= ECHO_DEADLINE);
-        if self.proven && overdue && self.unechoed.len() >= SILENT_AFTER_UNECHOED {
+        // Unproven otherwise means "maybe not subscribed at the broker yet" (pilotctl may spend
+        // seconds on trust first), so it only counts as silent when it replaces a silent one.
+        let judged = self.proven
+            || (self.silent_streak > 0
+                && now.saturating_duration_since(since) >= self.retry_after());
+        if judged && overdue && self.unechoed.len() >= SILENT_AFTER_UNECHOED {
             let error = format!(
                 "{} messages published through {} did not come back within {:?}",
                 self.unechoed.len(),
@@ -351,6 +372,7 @@ impl BrokerLink {
             );
             self.last_error = Some(error);
             self.running_since = None;
+            self.silent_streak = self.silent_streak.saturating_add(1);
             let notes = self.enter(now, LinkState::Silent, 0);
             return (true, notes);
         }
@@ -436,11 +458,18 @@ impl BrokerLink {
         }
     }
 
+    /// How long a replacement for a silent subscription runs before it may be found silent.
+    fn retry_after(&self) -> Duration {
+        let doublings = self.silent_streak.saturating_sub(1).min(8);
+        (SILENT_RETRY_AFTER * 2u32.pow(doublings)).min(SILENT_RETRY_CAP)
+    }
+
     fn prove(&mut self, now: Instant) -> Vec<Note> {
         if self.proven || self.running_since.is_none() {
             return Vec::new();
         }
         self.proven = true;
+        self.silent_streak = 0;
         self.early_closes = 0;
         self.enter(now, LinkState::Subscribed, 0)
     }
@@ -629,10 +658,90 @@ mod tests {
         // The restarted subscription does not prove itself by lasting, only by hearing.
         let t = t + ECHO_DEADLINE * 3;
         l.started(t);
-        l.tick(t + PROVEN_AFTER * 2);
+        assert!(
+            !l.tick(t + PROVEN_AFTER * 2).0,
+            "nothing published: no verdict"
+        );
         assert_eq!(l.state(), LinkState::Silent);
         l.received(t + PROVEN_AFTER * 2, 999);
         assert_eq!(l.state(), LinkState::Subscribed);
+    }
+
+    /// Publishes `hashes` through `l` at `at` (successfully, never echoed).
+    fn unechoed(l: &mut BrokerLink, at: Instant, hashes: std::ops::Range<u64>) {
+        for h in hashes {
+            l.publishing(at, h);
+            l.published(h, at);
+        }
+    }
+
+    /// The first verdict on a working subscription that went silent; returns when it was.
+    fn silenced(l: &mut BrokerLink, t0: Instant) -> Instant {
+        l.started(t0);
+        l.received(t0, 999);
+        assert!(l.is_up());
+        let t = t0 + SUBSCRIBE_SETTLE;
+        unechoed(l, t, 0..2);
+        assert!(l.tick(t + ECHO_DEADLINE).0);
+        assert_eq!(l.state(), LinkState::Silent);
+        t + ECHO_DEADLINE
+    }
+
+    #[test]
+    fn a_replacement_that_is_silent_from_its_start_is_replaced_again_later_each_time() {
+        let mut l = link();
+        let mut t = silenced(&mut l, crate::clock::now());
+        // Each replacement hears nothing, not even this node's own messages: it is replaced
+        // too, once it ran SILENT_RETRY_AFTER, doubled each time up to SILENT_RETRY_CAP.
+        let mut patience = SILENT_RETRY_AFTER;
+        let mut notes = Vec::new();
+        for k in 0..6u64 {
+            l.started(t);
+            // Publishes all through (the node publishes at least every heartbeat interval).
+            let mut at = t + SUBSCRIBE_SETTLE;
+            while at < t + patience {
+                unechoed(&mut l, at, 10 * (k + 1)..10 * (k + 1) + 1);
+                at += Duration::from_millis(500);
+                if at < t + patience {
+                    let (restart, n) = l.tick(at);
+                    assert!(!restart, "replacement {k} replaced after {:?}", at - t);
+                    notes.extend(n);
+                }
+            }
+            let (restart, n) = l.tick(t + patience);
+            assert!(restart, "replacement {k} not replaced after {patience:?}");
+            notes.extend(n);
+            assert_eq!(l.state(), LinkState::Silent);
+            t += patience;
+            patience = (patience * 2).min(SILENT_RETRY_CAP);
+        }
+        assert_eq!(patience, SILENT_RETRY_CAP);
+        assert_eq!(warnings(&notes), 0, "one warning per episode: {notes:?}");
+        // The broker delivers again: the next replacement hears its own message, and the one
+        // after a later silence is judged at once again (the streak ended).
+        l.started(t);
+        l.publishing(t + SUBSCRIBE_SETTLE, 500);
+        l.published(500, t + SUBSCRIBE_SETTLE);
+        let (echo, _) = l.received(t + SUBSCRIBE_SETTLE, 500);
+        assert!(echo);
+        assert!(l.is_up());
+        let t = silenced(&mut l, t + Duration::from_secs(60));
+        l.started(t);
+        unechoed(&mut l, t + SUBSCRIBE_SETTLE, 600..602);
+        assert!(!l.tick(t + SILENT_RETRY_AFTER - Duration::from_millis(1)).0);
+        assert!(l.tick(t + SILENT_RETRY_AFTER).0);
+    }
+
+    #[test]
+    fn a_first_subscription_that_hears_nothing_is_never_found_silent() {
+        // It may not be subscribed at the broker yet (pilotctl can spend seconds on trust
+        // first): silence proves nothing until it lasted or heard something.
+        let mut l = link();
+        let t = crate::clock::now();
+        l.started(t);
+        unechoed(&mut l, t + SUBSCRIBE_SETTLE, 0..10);
+        assert!(!l.tick(t + PROVEN_AFTER - Duration::from_millis(1)).0);
+        assert_eq!(l.state(), LinkState::Starting);
     }
 
     #[test]
