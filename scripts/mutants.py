@@ -203,6 +203,30 @@ MUTANTS = {
           "        let result = self.node.handle(now, input);\n        self.on_role(now);\n", 1)],
         [["-p", "pilot-election", "--test", "it", "--", "faults::a_leader_stalled"]],
     ),
+    "boot-released-by-another-sets-resign": (
+        8,
+        "a resign from a leader with another member set ends the start-up guard",
+        [(NODE, "        if same_members {\n            self.release_boot_guard(&m);\n        }\n",
+          "        self.release_boot_guard(&m);\n", 1)],
+    ),
+    "boot-released-by-following-another-set": (
+        8,
+        "following a leader with another member set ends the start-up guard",
+        [(NODE, "        if same_members {\n            self.boot = None;\n        }",
+          "        self.boot = None;", 1)],
+    ),
+    "deferral-vetoed-by-its-leader": (
+        10,
+        "a pre-vote that overtakes the resign of a better-ranked leader is not kept for it",
+        [(NODE, ".veto_ignoring(until, candidate, priority, Some(&holder))",
+          ".veto_ignoring(until, candidate, priority, None)", 1)],
+    ),
+    "cooling-successor-refused": (
+        10,
+        "an operator's step-down naming a node that just resigned is refused",
+        [(NODE, "            Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),",
+          "            Some(Candidacy::Cooling) => refuse(\"cooling down\".into()),\n            Some(Candidacy::Eligible | Candidacy::Booting) => Ok(()),", 1)],
+    ),
     "unbounded-veto": (
         11,
         "a rival that cannot win vetoes lower-ranked candidates forever",

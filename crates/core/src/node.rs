@@ -1118,6 +1118,17 @@ impl Node {
     /// successor of a recent resign, or a rival that outranks it and could win. `None` when the
     /// candidate is acceptable.
     fn veto(&self, now: Instant, candidate: &str, priority: u32) -> Option<String> {
+        self.veto_ignoring(now, candidate, priority, None)
+    }
+
+    /// [`Node::veto`], leaving `ignored` out of the rivals.
+    fn veto_ignoring(
+        &self,
+        now: Instant,
+        candidate: &str,
+        priority: u32,
+        ignored: Option<&str>,
+    ) -> Option<String> {
         if let Some(f) = &self.favored {
             if now < f.until {
                 return (f.candidate != candidate).then(|| f.candidate.clone());
@@ -1137,7 +1148,7 @@ impl Node {
         }
         self.peers
             .iter()
-            .filter(|p| p.id != candidate && !spent(&p.id))
+            .filter(|p| p.id != candidate && Some(p.id.as_str()) != ignored && !spent(&p.id))
             .filter(|p| p.candidacy == Some(Candidacy::Eligible) && self.peers.viable(p, now))
             .filter(|p| !self.resigned_in_this_term(&p.id))
             .find(|p| self.peers.standing(p, now).outranks(&them))
@@ -1177,14 +1188,18 @@ impl Node {
         // Kept while the guard's holder is the leader we follow, too: if its resign arrives
         // after this request (a handover racing ahead of it), the answer goes out at once
         // instead of costing the successor a whole round (rule 10), even when a heartbeat the
-        // leader sent just before its resign lands in between. It lapses after T.
+        // leader sent just before its resign lands in between. It lapses after T. That leader
+        // is no rival here, however it ranks: the request is only kept for its resign, and
+        // answered only once its guard is gone (`answer_deferred` judges the rank again then).
         if let Some((until, holder)) = self.guard.as_ref().map(|g| (g.until, g.holder.clone())) {
             let soon = until <= now + self.timings.heartbeat;
             let leader_holds = self.known_leader() == Some(holder.as_str());
             let defer = !matches!(self.state, State::Leader(_))
                 && self.boot.is_none_or(|b| until >= b.until)
                 && (soon || leader_holds)
-                && self.veto(until, candidate, priority).is_none();
+                && self
+                    .veto_ignoring(until, candidate, priority, Some(&holder))
+                    .is_none();
             if defer {
                 self.deferred = Some(DeferredPreVote {
                     candidate: candidate.to_string(),

@@ -876,3 +876,26 @@ fn a_refused_successor_is_told_when_it_would_be_accepted() {
     assert!(reasons[3].contains("add it first"), "{reasons:?}");
     assert!(a.view(now).is_leader_at(now), "a refusal changes nothing");
 }
+
+/// Rule 10, found by the simulator (seed 2821): a successor's pre-vote overtakes the resign of
+/// a leader that outranks it and was heard after its last heartbeat (a late duplicate, an
+/// advert). Judged as of the end of the guard, that leader still looked live and vetoed the
+/// successor, so the request was not kept for the resign and the successor lost a whole round
+/// (1.6 s). The leader whose resign the request waits for is no rival.
+#[test]
+fn a_pre_vote_that_overtakes_the_resign_of_a_better_ranked_leader_is_kept() {
+    let mut b = Bench::new(&MEMBERS);
+    let (mut a, now) = following_b(&mut b);
+    let advert = b.presence("b", 1, 5, Candidacy::Eligible, &["a", "c"]);
+    let _ = a.handle(now + Duration::from_millis(10), advert);
+    // c (priority 1) ranks below the leader b (priority 5).
+    let ask = pre_vote(&mut b, "c", 2, 1);
+    let _ = a.handle(now + Duration::from_millis(20), ask);
+    assert!(!grants_pre_vote(&drain(&mut a), "c"), "guarded");
+    let resign = b.resign_from_b(1, Some("c"));
+    let _ = a.handle(now + Duration::from_millis(25), resign);
+    assert!(
+        grants_pre_vote(&drain(&mut a), "c"),
+        "answered as the resign lands"
+    );
+}
