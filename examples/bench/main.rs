@@ -40,7 +40,7 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use app::{bin, free_port, wait_ready, wait_up, Cluster, T, TOKEN};
+use app::{bin, children_of, free_port, wait_ready, wait_up, Cluster, T, TOKEN};
 use devnet::Devnet;
 use support::watch::{Round, Watcher};
 
@@ -499,24 +499,6 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Direct children (the long-lived `pilotctl subscribe`, and publishes in flight).
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|x| x.1.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            out.push(child);
-        }
-    }
-    out
-}
-
 /// Messages published (each one a `pilotctl publish` process over pilot, one POST per peer
 /// over http): delivered plus given up, from `/metrics`.
 async fn publishes(client: &reqwest::Client, url: String) -> f64 {
@@ -555,7 +537,7 @@ async fn idle(o: &Opts) {
     let reaped0: Vec<u64> = pids.iter().map(|p| reaped_ticks(*p)).collect();
     let kids0: Vec<u64> = pids
         .iter()
-        .map(|p| children(*p).iter().map(|k| cpu_ticks(*k)).sum())
+        .map(|p| children_of(*p).iter().map(|k| cpu_ticks(*k)).sum())
         .collect();
     let pubs0 = join_all(c.nodes.iter().map(|n| publishes(&client, n.url()))).await;
     let t0 = pilot_election::clock::now();
@@ -581,7 +563,7 @@ async fn idle(o: &Opts) {
     for (i, n) in c.nodes.iter().enumerate() {
         let pid = pids[i];
         let cpu = (cpu_ticks(pid) - ticks0[i]) as f64 / hz / secs * 100.0;
-        let kids = children(pid);
+        let kids = children_of(pid);
         let kids_rss: u64 = kids.iter().map(|k| rss_kib(*k)).sum();
         let kids_ticks: u64 = kids.iter().map(|k| cpu_ticks(*k)).sum();
         // Children that ended in between took their ticks with them: a lower bound.
@@ -689,7 +671,7 @@ async fn stability(o: &Opts) {
             .map(|p| {
                 cpu_ticks(*p)
                     + reaped_ticks(*p)
-                    + children(*p).iter().map(|k| cpu_ticks(*k)).sum::<u64>()
+                    + children_of(*p).iter().map(|k| cpu_ticks(*k)).sum::<u64>()
             })
             .sum()
     };

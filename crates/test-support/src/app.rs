@@ -104,6 +104,23 @@ fn ephemeral_low() -> u16 {
         .unwrap_or(32_768)
 }
 
+/// The direct children of process `pid` (those of every thread, from
+/// `/proc/<pid>/task/*/children`): a node's `pilotctl` processes, or an `--exec` child.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .flat_map(|task| {
+            let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            list.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
 /// A fresh directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
 

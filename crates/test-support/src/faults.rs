@@ -465,23 +465,17 @@ impl Observed {
     }
 }
 
-/// The `pilotctl subscribe` processes of node process `pid`: its children (those of every
-/// thread, from `/proc/<pid>/task/*/children`) with `subscribe` among their arguments.
+/// The `pilotctl subscribe` processes of node process `pid`: its children with `subscribe`
+/// among their arguments.
 pub fn subscriptions_of(pid: u32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+    crate::app::children_of(pid)
+        .into_iter()
+        .filter(|child| {
             let args = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-            if args.split(|b| *b == 0).any(|a| a == b"subscribe") {
-                out.push(child);
-            }
-        }
-    }
-    out
+            args.split(|b| *b == 0).any(|a| a == b"subscribe")
+        })
+        .map(|child| child as i32)
+        .collect()
 }
 
 /// Keeps every `pilotctl subscribe` of one node stopped (SIGSTOP, by PID) while it runs, the
