@@ -302,16 +302,16 @@ fn check_member_change(store: &Store, members: &MemberSet, accept: bool) -> Resu
             .map(str::to_string)
             .collect();
         if difference.len() > 1 {
-            let listed = |ids: Vec<&str>| ids.join(", ");
+            let previous = previous.into_iter().collect::<Vec<_>>().join(", ");
             if !accept {
                 return Err(RunError::MemberChange {
-                    previous: listed(previous.iter().map(String::as_str).collect()),
-                    configured: listed(members.ids().collect()),
+                    previous,
+                    configured: members.ids().collect::<Vec<_>>().join(", "),
                     difference,
                 });
             }
             tracing::warn!(
-                previous = listed(previous.iter().map(String::as_str).collect()),
+                previous,
                 configured = %members,
                 "member set changed by more than one id, accepted by --accept-member-change"
             );
