@@ -562,9 +562,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     // network are made whole and the faults go on around it, on the other nodes only.
     let spell = rng.chance(0.4).then(|| {
         let mut order: Vec<usize> = (0..n).collect();
-        for k in (1..n).rev() {
-            order.swap(k, rng.below(k as u64 + 1) as usize);
-        }
+        shuffle(&mut order, &mut rng);
         order.truncate(quorum_of(n));
         let start = warmup + scenario.faults_until.mul_f64(rng.unit() * 0.5);
         (start, start + calm_bound.mul_f64(1.5), order)
@@ -1026,9 +1024,7 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     let mut faulty: Vec<(usize, Fault)> = vec![(target, fault)];
     if fault == Fault::MinorityCut {
         let mut others: Vec<usize> = (0..n).filter(|&i| i != target).collect();
-        for k in (1..others.len()).rev() {
-            others.swap(k, rng.below(k as u64 + 1) as usize);
-        }
+        shuffle(&mut others, &mut rng);
         let minority = (n - 1) / 2;
         faulty.extend(others.iter().take(minority - 1).map(|&i| (i, fault)));
     }
@@ -1183,14 +1179,7 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
             // a few rounds. A lossy top-ranked node may hold the others up for one bounded
             // veto (T) more.
             // Lost messages cost retries: a lossy node gets a wider bound (still a bound).
-            let guards = if faulty
-                .iter()
-                .any(|(_, f)| matches!(f, Fault::LossyLinks(_)))
-            {
-                6
-            } else {
-                1
-            };
+            let guards = if lossy { 6 } else { 1 };
             let bound = te.mul_f64(guards as f64 / (1.0 - t.max_drift))
                 + t.stagger * n as u32
                 + t.heartbeat * 3 * guards;
@@ -1252,9 +1241,7 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
             0 => order.sort_by(|a, b| w.id(*b).cmp(w.id(*a))),
             1 => order.sort_by(|a, b| w.id(*a).cmp(w.id(*b))),
             _ => {
-                for k in (1..order.len()).rev() {
-                    order.swap(k, rng.below(k as u64 + 1) as usize);
-                }
+                shuffle(&mut order, &mut rng);
             }
         }
         for i in order {
@@ -1454,6 +1441,13 @@ fn overlap_fault(
             back.as_secs_f64()
         ),
     );
+}
+
+/// Puts `v` in a random order drawn from `rng` (Fisher-Yates, from the back).
+fn shuffle<T>(v: &mut [T], rng: &mut Rng) {
+    for k in (1..v.len()).rev() {
+        v.swap(k, rng.below(k as u64 + 1) as usize);
+    }
 }
 
 /// Runs in steps until `cond` holds or `limit` passes, restarting the nodes of `pending` once
@@ -1673,9 +1667,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
             }
             // Every staying member restarted with the new set, one at a time.
             let mut staying: Vec<&String> = new.iter().filter(|id| old.contains(id)).collect();
-            for k in (1..staying.len()).rev() {
-                staying.swap(k, rng.below(k as u64 + 1) as usize);
-            }
+            shuffle(&mut staying, &mut rng);
             for id in staying {
                 let i = index(&w, id);
                 w.reconfigure(i, new);
