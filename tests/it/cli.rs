@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::app::{app, bin, free_port, serial, wait_for, TempDir, TOKEN};
 
-fn run(args: &[&str]) -> Output {
+/// The binary with `args`, to completion (no admin token from the environment).
+pub(crate) fn run(args: &[&str]) -> Output {
     Command::new(bin())
         .args(args)
         .env_remove("PILOT_ELECTION_ADMIN_TOKEN")

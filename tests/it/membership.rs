@@ -602,14 +602,9 @@ impl Members<'_> {
 /// `others` member lines, each with `matches true` (the README's check between two changes).
 async fn status_command_shows_agreement(node: &App, fp: &str, others: usize) {
     let url = node.url();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(crate::app::bin())
-            .args(["status", "--url", &url])
-            .output()
-            .expect("run pilot-election status")
-    })
-    .await
-    .unwrap();
+    let out = tokio::task::spawn_blocking(move || crate::cli::run(&["status", "--url", &url]))
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{}: {text}", node.id);
     let mut lines = text.lines();

@@ -434,10 +434,7 @@ async fn a_node_the_broker_does_not_trust_never_leads_says_why_and_joins_once_tr
         0.0
     );
     // `pilot-election status`, the README's check, says the same.
-    let out = Command::new(bin())
-        .args(["status", "--url", &n3])
-        .output()
-        .expect("pilot-election status");
+    let out = crate::cli::run(&["status", "--url", &n3]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("broker n4 rejected since"), "{text}");
     assert!(
