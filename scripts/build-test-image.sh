@@ -5,7 +5,9 @@
 #      pilot-election-base:bookworm; the tarball is cached under .tools/docker/ so re-runs skip it;
 #   2. the release binary built by cargo on the host (or --binary PATH) and the pinned pilotctl
 #      checked against its sha256, packed into an image that the Dockerfile's ARTIFACTS names;
-#   3. `docker build --target runtime` with the local base and PREBUILT=1.
+#   3. `docker build --target runtime` with the local base and PREBUILT=1, labelled with the
+#      sha256 of its inputs (base, binary, pilotctl, Dockerfile): a re-run with the same inputs
+#      builds nothing.
 # Usage: scripts/build-test-image.sh [--binary PATH] [--tag NAME]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +87,15 @@ fi
 PILOTCTL="$(scripts/fetch-pilotctl.sh)"
 "$PILOTCTL" version | grep -qF 1.18.0 || die "${PILOTCTL} is not pilotctl 1.18.0"
 
+# Up to date when the image was built from these very inputs: nothing is imported or built again.
+inputs_sha="$({ echo "rootfs ${rootfs_sha}"; sha256sum "$BINARY" "$PILOTCTL" Dockerfile | cut -c1-64; } \
+    | sha256sum | cut -c1-64)"
+if [ "$(docker image inspect -f '{{index .Config.Labels "org.pilot-election.inputs-sha256"}}' \
+        "$TAG" 2>/dev/null)" = "$inputs_sha" ]; then
+    step "${TAG} is up to date (same binary, pilotctl, Dockerfile and base)"
+    exit 0
+fi
+
 # The Dockerfile's ARTIFACTS: an image holding only /out/, made without a Dockerfile so that no
 # stage outside `runtime` has to be defined for the test.
 staging="$(mktemp -d "${CACHE}/artifacts.XXXXXX")"
@@ -106,6 +117,7 @@ docker build --target runtime \
     --build-arg PYTHON_IMAGE="$BASE_IMAGE" \
     --build-arg PREBUILT=1 \
     --build-arg ARTIFACTS="$ARTIFACTS_IMAGE" \
+    --label "org.pilot-election.inputs-sha256=${inputs_sha}" \
     -t "$TAG" . >&2
 docker run --rm --entrypoint pilot-election "$TAG" --version >&2 \
     || die "the image was built but its binary does not run"

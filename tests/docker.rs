@@ -67,7 +67,8 @@ fn require_image() {
     let out = docker_output(&["image", "inspect", "--format", "{{.Id}}", IMAGE]);
     assert!(
         out.status.success(),
-        "the image {IMAGE} is missing: run scripts/build-test-image.sh first (docker said: {})",
+        "the image {IMAGE} is missing: run scripts/build-test-image.sh first ({}; docker said: {})",
+        support::SET_UP,
         String::from_utf8_lossy(&out.stderr).trim()
     );
 }

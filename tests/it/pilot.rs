@@ -275,6 +275,12 @@ async fn forged_and_replayed_messages_on_the_topic_change_nothing() {
 /// `--unbuffered`, since jq's output here is a pipe, not a terminal); docs/pilot.md says why its
 /// field names still work.
 fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
+    let jq = Command::new("jq").arg("--version").output();
+    assert!(
+        jq.as_ref().is_ok_and(|o| o.status.success()),
+        "jq is missing (apt-get install -y jq; {}): {jq:?}",
+        support::SET_UP
+    );
     let script = format!(
         "PILOT_SOCKET='{}' '{}' --json subscribe n4 election:it | jq --unbuffered -r \
          '.data | fromjson | select(.type == \"heartbeat\") | \"\\(.leader) \\(.term) \\(.timestamp)\"'",
@@ -287,7 +293,7 @@ fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .expect("sh (and jq: apt-get install jq)");
+        .expect("sh");
     let pgid = child.id() as i32;
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();

@@ -70,8 +70,9 @@ impl Browser {
         let version = match version {
             Ok(v) => v,
             Err(e) => panic!(
-                "chromium did not answer ({e}); install Debian's chromium (`apt-get install -y chromium`, \
-                 .ci/run does); its log:\n{}",
+                "chromium did not answer ({e}); install Debian's chromium (`apt-get install -y chromium`; \
+                 {}); its log:\n{}",
+                crate::SET_UP,
                 std::fs::read_to_string(b._profile.0.join("chromium.log")).unwrap_or_default()
             ),
         };

@@ -26,8 +26,9 @@ pub fn pilotctl_path() -> PathBuf {
     };
     assert!(
         path.is_file(),
-        "the real pilotctl is missing at {}: run scripts/fetch-pilotctl.sh (or set PILOTCTL)",
-        path.display()
+        "the real pilotctl is missing at {}: run scripts/fetch-pilotctl.sh (or set PILOTCTL; {})",
+        path.display(),
+        crate::SET_UP
     );
     path
 }

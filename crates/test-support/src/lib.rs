@@ -19,6 +19,10 @@
 // Test deadlines are measured on tokio's clock; the protocol's clock rules are the service's.
 #![allow(clippy::disallowed_methods)]
 
+/// What a test that misses an outside program says: the README's test command installs every one
+/// of them (and `cargo test` alone fails, never skips, without them).
+pub const SET_UP: &str = "scripts/test installs it and then runs every test";
+
 pub mod app;
 pub mod blocking;
 pub mod browser;
