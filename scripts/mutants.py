@@ -31,6 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE = "crates/core/src/node.rs"
 PEERS = "crates/core/src/peers.rs"
+TIMINGS = "crates/core/src/timings.rs"
 RUNTIME = "src/runtime.rs"
 
 # name -> (rule, what it breaks, [(file, old, new, count)][, [extra cargo test args, ...]])
@@ -38,14 +39,14 @@ MUTANTS = {
     "vote-not-persisted": (
         3,
         "a granted vote is not written to disk",
-        [(NODE, "            self.voted_for = Some(candidate.to_string());\n            self.persist();\n",
-          "            self.voted_for = Some(candidate.to_string());\n", 1)],
+        [(NODE, "        if !self.record_promise(now, promise) && already.is_none() {\n            self.persist();\n        }\n",
+          "", 1)],
     ),
     "vote-persisted-after-send": (
         3,
         "the vote is written after it was sent",
-        [(NODE, "            self.voted_for = Some(candidate.to_string());\n            self.persist();\n",
-          "            self.voted_for = Some(candidate.to_string());\n", 1),
+        [(NODE, "        if !self.record_promise(now, promise) && already.is_none() {\n            self.persist();\n        }\n",
+          "", 1),
          (NODE, "        let reply = self.message(body);\n        self.publish(now, reply);\n        Outcome::Accepted\n    }\n\n    fn on_resign",
           "        let reply = self.message(body);\n        self.publish(now, reply);\n        self.persist();\n        Outcome::Accepted\n    }\n\n    fn on_resign", 1)],
     ),
@@ -62,32 +63,31 @@ MUTANTS = {
     "lease-from-victory": (
         6,
         "the first lease runs from the victory, not from the election's send time",
-        [(NODE, "        let lease_until = started + self.timings.lease;",
-          "        let lease_until = now + self.timings.lease;", 1)],
+        [(NODE, "        let lease_until = started + lease;",
+          "        let lease_until = now + lease;", 1)],
     ),
     "restarted-node-votes-at-once": (
         8,
         "no start-up guard: a restarted node votes at once",
-        [(NODE, "                until: now + t.election_timeout,\n                term: persisted.term,",
-          "                until: now,\n                term: persisted.term,", 1)],
+        [(NODE, "                until: now + boot_for,\n", "                until: now,\n", 1)],
     ),
     "no-guard-from-heartbeat": (
         5,
         "acknowledging a heartbeat promises nothing",
-        [(NODE, "        // Rule 5: our ack (sent by the caller) may renew its lease; no other vote for T.\n        self.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + self.timings.election_timeout,\n        });\n",
+        [(NODE, "        self.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "no-guard-after-vote": (
         5,
         "granting a vote promises nothing",
-        [(NODE, "        // Rule 5: until T passes, the lease the candidate may build on our vote is protected.\n        self.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + self.timings.election_timeout,\n        });\n",
+        [(NODE, "        self.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "guard-0.6T": (
         5,
-        "the promise lasts 0.6 T instead of T",
-        [(NODE, "            until: now + self.timings.election_timeout,\n        });",
-          "            until: now + self.timings.election_timeout.mul_f64(0.6),\n        });", 2)],
+        "the promise lasts 0.6 of what it says",
+        [(NODE, "            until: now + promise,\n        });",
+          "            until: now + promise.mul_f64(0.6),\n        });", 2)],
     ),
     "resign-before-step-down": (
         9,
@@ -232,6 +232,103 @@ MUTANTS = {
         "a rival that cannot win vetoes lower-ranked candidates forever",
         [(NODE, "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);",
           "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t * 1000);", 1)],
+    ),
+    # Mixed timings, rolling upgrades (issue 23): rules 5, 6, 8, 11, 12 and 15.
+    "announced-timeout-ignored": (
+        5,
+        "a follower promises its own T whatever the leader or candidate announces",
+        [(TIMINGS, "                own.max(a.election_timeout().mul_f64(k))", "                let _ = k;\n                own", 1)],
+    ),
+    "drift-factor-missing": (
+        5,
+        "a promise is not stretched for a voter whose clock may drift more than the sender's",
+        [(TIMINGS, "                let k = (1.0 - rc) * (1.0 + r) / ((1.0 + rc) * (1.0 - r));",
+          "                let k = 1.0 + 0.0 * (rc + r);", 1)],
+    ),
+    "v2-lease-not-covered": (
+        5,
+        "a promise to a version-2 leader ignores the lease its heartbeat names",
+        [(TIMINGS, "                own.max(covers.unwrap_or(Duration::ZERO))", "                let _ = covers;\n                own", 1)],
+    ),
+    "leader-silence-own-t": (
+        5,
+        "a follower drops a leader with a longer T after its own T, between two heartbeats",
+        [(NODE, "            l.silence = promise;\n", "", 1)],
+    ),
+    "lease-beyond-promises": (
+        6,
+        "a leader counts its whole L whatever its voters promised",
+        [(TIMINGS, "        ends.saturating_sub(self.after_lease()).min(self.lease)",
+          "        let _ = ends;\n        self.lease", 1)],
+    ),
+    "quorum-lease-from-the-best-promise": (
+        6,
+        "a quorum's lease is its strongest promise, not its weakest",
+        [(NODE, "    quorum.checked_sub(1).and_then(|i| all.get(i).copied())",
+          "    quorum.checked_sub(1).and_then(|_| all.first().copied())", 1)],
+    ),
+    "promise-not-persisted": (
+        8,
+        "a promise leaves before it is on disk",
+        [(NODE, "        self.promised = longest;\n        self.persist();\n        true",
+          "        self.promised = longest;\n        true", 1)],
+    ),
+    "boot-guard-ignores-the-promise": (
+        8,
+        "the start-up guard lasts the new run's T, not the longest promise on disk",
+        [(NODE, "        let boot_for = t.election_timeout.max(promised);",
+          "        let boot_for = t.election_timeout.max(promised * 0);", 1)],
+    ),
+    "promise-of-t-not-recorded": (
+        8,
+        "only promises longer than the node's own T are recorded (a restart with a shorter T forgets the rest)",
+        [(NODE, "        let until = self.promises.entry(guard).or_insert(now);\n        *until = (*until).max(now + guard);\n",
+          "        if guard > self.timings.election_timeout {\n            let until = self.promises.entry(guard).or_insert(now);\n            *until = (*until).max(now + guard);\n        }\n", 1)],
+    ),
+    "recorded-promise-never-lowered": (
+        8,
+        "the recorded promise never comes down once the long ones are over",
+        [(NODE, "        self.promises.retain(|_, until| *until > now);\n", "", 1)],
+    ),
+    "live-window-own-t": (
+        11,
+        "a member with a longer T than ours counts as silent after our T",
+        [(PEERS, "        p.announced\n            .map_or(self.timeout, |a| self.timeout.max(a.election_timeout()))",
+          "        let _ = p;\n        self.timeout", 1)],
+    ),
+    "flap-window-own": (
+        12,
+        "a slow member's flaps are forgotten after our own flap window",
+        [(PEERS, "            self.flap_window.max(a.election_timeout() * FLAP_WINDOW)",
+          "            let _ = a;\n            self.flap_window", 1)],
+    ),
+    "silence-flap-at-one-window": (
+        12,
+        "a member heard a little after our T counts as flapped",
+        [(PEERS, "        let silent = p.last_seen.is_none_or(|s| now >= s + timeout * 2);",
+          "        let silent = p.last_seen.is_none_or(|s| now >= s + timeout);", 1)],
+    ),
+    "unheard-member-writes-newest": (
+        15,
+        "a member not heard yet counts as speaking our newest version",
+        [(NODE, "            .map(|p| p.speaks.map_or(ours.oldest, |v| v.newest))",
+          "            .map(|p| p.speaks.map_or(ours.newest, |v| v.newest))", 1)],
+    ),
+    "old-version-dropped-too-early": (
+        15,
+        "members of the previous build are left out of the version a node writes",
+        [(NODE, "            .filter(|&v| v >= ours.oldest)\n            .fold(ours.newest, u32::min)",
+          "            .filter(|&v| v > ours.oldest)\n            .fold(ours.newest, u32::min)", 1)],
+    ),
+    "stale-speaks-applied": (
+        15,
+        "a late message of a member's earlier run undoes what its later run said it speaks",
+        [(PEERS, "        if p.about_seq.is_none_or(|s| m.seq > s) {", "        if true {", 1)],
+    ),
+    "repeated-resign-in-its-first-version": (
+        15,
+        "a repeated resign keeps the version of its first copy",
+        [(NODE, "        again.v = self.wire_version();\n", "", 1)],
     ),
 }
 

@@ -62,6 +62,12 @@ pub fn now() -> Instant {
     a.instant + boottime().saturating_sub(a.boot)
 }
 
+/// How long ago `earlier` (an instant of [`now`]) was, on the same clock. `Instant::elapsed`
+/// would read tokio's clock instead, which stops while the host is suspended (clippy bans it).
+pub fn since(earlier: Instant) -> Duration {
+    now().saturating_duration_since(earlier)
+}
+
 /// The longest tokio sleep [`sleep_until`] takes before it looks at [`now`] again: how late a
 /// deadline that a suspend passed can be noticed. Ten wake-ups a second cost nothing measurable.
 pub const SLEEP_SLICE: Duration = Duration::from_millis(100);

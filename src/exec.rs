@@ -105,12 +105,9 @@ impl ExecConfig {
 }
 
 /// `T·(1−r)/(1+r) − L`: how long after this node's lease ends no other node can be elected yet,
-/// on this node's clock (see the module documentation).
+/// on this node's clock (see the module documentation; [`Timings::after_lease`]).
 pub fn after_lease(t: &Timings) -> Duration {
-    let r = t.max_drift;
-    t.election_timeout
-        .mul_f64((1.0 - r) / (1.0 + r))
-        .saturating_sub(t.lease)
+    t.after_lease()
 }
 
 /// How long after the lease end (or after this process died) the child is SIGKILLed: a third
@@ -809,6 +806,7 @@ mod tests {
             leader: lease_until.map(|_| "n1".into()),
             voted_for: None,
             lease_until,
+            leader_until: lease_until,
             leader_heard_at: None,
             leader_since: None,
             priority: 1,
@@ -818,6 +816,8 @@ mod tests {
             can_vote: true,
             config_conflicts: Vec::new(),
             shutting_down: false,
+            promise: None,
+            writes_version: crate::election::PROTOCOL_VERSION,
         }
     }
 

@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +22,8 @@ pub const HISTORY_FILE: &str = "history.json";
 pub const REPLAY_FILE: &str = "replay.json";
 /// The member set this data directory last ran with (see [`Store::last_members`]).
 pub const MEMBERS_FILE: &str = "members.json";
+/// The longest promise beyond `T` that may still hold (docs/protocol.md, rule 8).
+pub const PROMISE_FILE: &str = "promise.json";
 /// Transitions kept in memory and on disk.
 pub const HISTORY_LIMIT: usize = 200;
 
@@ -41,6 +45,15 @@ struct MembersFile {
     members: BTreeSet<String>,
     /// For people reading the file: the fingerprint `/status` shows for this set.
     fingerprint: String,
+}
+
+/// Its own file for the same reason as [`MembersFile`]; written only when the length changes,
+/// which happens while a cluster runs mixed timings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromiseFile {
+    /// Milliseconds, rounded up; `null` when no promise beyond `T` holds.
+    promised_ms: Option<u64>,
 }
 
 /// One change of the known leader, as `/history` shows it.
@@ -76,6 +89,13 @@ pub enum StoreError {
          remove it"
     )]
     CorruptMembers { path: PathBuf, reason: String },
+    #[error(
+        "cannot use {path}: {reason}; it holds how long this node may still have promised a \
+         leader not to vote for others, which its start-up guard must cover. Repair it, or \
+         remove it once every node has run for longer than the longest --election-timeout \
+         in the cluster"
+    )]
+    CorruptPromise { path: PathBuf, reason: String },
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -93,6 +113,18 @@ pub enum StoreError {
 pub struct Store {
     dir: PathBuf,
     boot: u64,
+    /// What the last [`Store::persist`] wrote, so that an unchanged file is not written again.
+    written: Arc<Mutex<Written>>,
+}
+
+#[derive(Debug, Default)]
+struct Written {
+    state: Option<(u64, Option<String>)>,
+    promised_ms: Option<u64>,
+}
+
+fn ceil_ms(d: Duration) -> u64 {
+    d.as_nanos().div_ceil(1_000_000) as u64
 }
 
 /// What a node starts from.
@@ -135,9 +167,18 @@ impl Store {
         // must still number its messages above everything it sent before, or peers' replay
         // windows would drop them all. Increments still win if the clock steps back.
         state.boot = (state.boot + 1).max(crate::clock::wall::unix_ms_now() / 1000);
+        // A reset starts over on purpose; a damaged promise file is then dropped with the rest.
+        let promised_ms = match read_promise(&dir.join(PROMISE_FILE)) {
+            Err(_) if reset => None,
+            read => read?,
+        };
         let store = Store {
             dir: dir.to_path_buf(),
             boot: state.boot,
+            written: Arc::new(Mutex::new(Written {
+                state: Some((state.term, state.voted_for.clone())),
+                promised_ms,
+            })),
         };
         store.write_state(&state)?;
         // History is informational: a damaged file costs the list, never start-up.
@@ -149,6 +190,7 @@ impl Store {
             persistent: Persistent {
                 term: state.term,
                 voted_for: state.voted_for,
+                promised: promised_ms.map(Duration::from_millis),
             },
             boot: state.boot,
             store,
@@ -160,12 +202,27 @@ impl Store {
         &self.dir
     }
 
+    /// Makes `p` durable: each file whose part changed is written and fsynced before this
+    /// returns (a promise is rounded up to whole milliseconds).
     pub fn persist(&self, p: &Persistent) -> Result<(), StoreError> {
-        self.write_state(&StateFile {
-            term: p.term,
-            voted_for: p.voted_for.clone(),
-            boot: self.boot,
-        })
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        let state = (p.term, p.voted_for.clone());
+        if written.state.as_ref() != Some(&state) {
+            self.write_state(&StateFile {
+                term: p.term,
+                voted_for: p.voted_for.clone(),
+                boot: self.boot,
+            })?;
+            written.state = Some(state);
+        }
+        let promised_ms = p.promised.map(ceil_ms);
+        if written.promised_ms != promised_ms {
+            let bytes = serde_json::to_vec_pretty(&PromiseFile { promised_ms })
+                .expect("the promise serializes");
+            write_atomic(&self.dir, PROMISE_FILE, &bytes)?;
+            written.promised_ms = promised_ms;
+        }
+        Ok(())
     }
 
     fn write_state(&self, s: &StateFile) -> Result<(), StoreError> {
@@ -229,6 +286,20 @@ impl Store {
     pub fn save_replay_marks(&self, marks: &BTreeMap<String, u64>) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(marks).expect("marks serialize");
         write_atomic(&self.dir, REPLAY_FILE, &bytes)
+    }
+}
+
+fn read_promise(path: &Path) -> Result<Option<u64>, StoreError> {
+    let corrupt = |reason: String| StoreError::CorruptPromise {
+        path: path.to_path_buf(),
+        reason,
+    };
+    match fs::read(path) {
+        Ok(bytes) => serde_json::from_slice::<PromiseFile>(&bytes)
+            .map(|f| f.promised_ms)
+            .map_err(|e| corrupt(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(corrupt(e.to_string())),
     }
 }
 

@@ -409,7 +409,7 @@ fn killing_the_leader_container_elects_a_new_leader_within_t_plus_2s() {
     let survivors = Cluster::others(&leader);
     let limit = ELECTION_TIMEOUT + Duration::from_secs(2);
     let (next, next_term, _) = cluster.agreed_leader(&survivors, term, SETUP_DEADLINE);
-    let took = start.elapsed();
+    let took = pilot_election::clock::since(start);
     eprintln!("containers: docker kill {leader} (term {term}) -> {next} leads term {next_term} after {took:?}");
     assert_ne!(next, leader);
     assert!(
@@ -432,7 +432,7 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
         &cluster.election_net,
         cluster.container(&leader),
     ]);
-    let cut = start.elapsed();
+    let cut = pilot_election::clock::since(start);
     wait_for(
         SETUP_DEADLINE,
         &format!("the cut-off leader {leader} stops reporting itself leader"),
@@ -445,7 +445,7 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
         },
     );
     // Measured from before the command: the cut happens somewhere inside it.
-    let stepped_down = start.elapsed();
+    let stepped_down = pilot_election::clock::since(start);
     eprintln!("containers: {leader} cut off (the command took {cut:?}); it stopped reporting itself leader {stepped_down:?} after the command began");
     assert!(
         stepped_down <= LEASE + SAMPLING_SLACK,
@@ -475,7 +475,7 @@ fn a_disconnected_leader_stops_leading_within_the_lease_and_one_leader_remains_a
     assert!(after_term >= next_term);
     // Agreement was reached; it must also last: watch a few heartbeats for a second claimant.
     let watch = pilot_election::clock::now();
-    while watch.elapsed() < LEASE {
+    while pilot_election::clock::since(watch) < LEASE {
         let views = views(&NODES, &all);
         assert_at_most_one_self_leader(&views);
         thread::sleep(POLL);
@@ -510,7 +510,7 @@ fn docker_stop_of_the_leader_hands_over_within_1s_and_exits_0() {
         },
     );
     let status = stop.wait().expect("docker stop");
-    let stopped = start.elapsed();
+    let stopped = pilot_election::clock::since(start);
     assert!(status.success(), "docker stop failed: {status}");
     let exit = docker(&[
         "inspect",
@@ -601,11 +601,11 @@ impl RoleWatch {
             let mut rounds = Vec::new();
             while !s.load(Ordering::SeqCst) {
                 let now: Vec<Option<SocketAddr>> = a.lock().unwrap().clone();
-                let round_at = start.elapsed();
+                let round_at = pilot_election::clock::since(start);
                 let mut any = false;
                 for (i, addr) in now.iter().enumerate() {
                     let Some(addr) = addr else { continue };
-                    let sent = start.elapsed();
+                    let sent = pilot_election::clock::since(start);
                     if let Some(v) = view_at(*addr) {
                         if v.is_self {
                             any = true;
@@ -613,7 +613,7 @@ impl RoleWatch {
                                 node: i,
                                 term: v.term,
                                 sent,
-                                answered: start.elapsed(),
+                                answered: pilot_election::clock::since(start),
                             });
                         }
                     }

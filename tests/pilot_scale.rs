@@ -57,7 +57,7 @@ async fn many_nodes_on_one_broker_stay_stable_at_default_timings() {
     let (leader, term) = c.agreed(&all, T * 10, |_, _| true).await;
     println!(
         "{nodes} nodes agree on {leader} in term {term} {:?} after all were up",
-        started.elapsed()
+        pilot_election::clock::since(started)
     );
     // Past the first exchanges: from here on nothing may move.
     tokio::time::sleep(T).await;
@@ -65,7 +65,7 @@ async fn many_nodes_on_one_broker_stay_stable_at_default_timings() {
     let stats0 = net.status().await["stats"].clone();
     let t0 = pilot_election::clock::now();
     let mut rounds = 0;
-    while t0.elapsed() < WATCH {
+    while pilot_election::clock::since(t0) < WATCH {
         let tick = pilot_election::clock::now();
         for n in &c.nodes {
             let (code, body) = get_json(&format!("{}/leader", n.url())).await;
@@ -74,14 +74,14 @@ async fn many_nodes_on_one_broker_stay_stable_at_default_timings() {
                 code == 200 && seen == (Some(leader.as_str()), Some(term)),
                 "{} after {:?} of steady state: {code} {body}\n{}",
                 n.id,
-                t0.elapsed(),
+                pilot_election::clock::since(t0),
                 n.log()
             );
         }
         rounds += 1;
         pilot_election::clock::sleep_until(tick + Duration::from_millis(250)).await;
     }
-    let secs = t0.elapsed().as_secs_f64();
+    let secs = pilot_election::clock::since(t0).as_secs_f64();
     let stats = net.status().await["stats"].clone();
     let delta = |k: &str| stats[k].as_u64().unwrap() - stats0[k].as_u64().unwrap();
     let per_sec = delta("published") as f64 / secs;

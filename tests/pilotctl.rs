@@ -49,7 +49,10 @@ fn process_gone(pid: u32) -> bool {
 async fn wait_gone(pid: u32) {
     let start = pilot_election::clock::now();
     while !process_gone(pid) {
-        assert!(start.elapsed() < DEADLINE, "process {pid} still alive");
+        assert!(
+            pilot_election::clock::since(start) < DEADLINE,
+            "process {pid} still alive"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -197,7 +200,7 @@ async fn drop_and_delay_faults_shape_delivery() {
     let start = pilot_election::clock::now();
     publish(&net, "n2", "n2", "t", "late").await;
     assert_eq!(next_event(&mut sub).await, "late");
-    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(pilot_election::clock::since(start) >= Duration::from_millis(300));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +220,7 @@ async fn a_broker_closes_an_untrusted_node_at_once_until_handshake_and_approve()
         }
         other => panic!("expected the broker to close the subscription, got {other:?}"),
     }
-    let closed_after = started.elapsed();
+    let closed_after = pilot_election::clock::since(started);
     println!("untrusted subscription closed after {closed_after:?}");
     net.wait_status("the rejection", |s| s["stats"]["rejected"] == 1)
         .await;
@@ -344,7 +347,7 @@ async fn a_publisher_faster_than_the_rate_limit_loses_what_the_token_bucket_refu
 
     // After a pause the bucket has refilled by 100 per second of it, no more.
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let gap = sent_a.elapsed();
+    let gap = pilot_election::clock::since(sent_a);
     fast.send(&burst("b", 300));
     net.wait_status("burst b", |s| {
         s["stats"]["published"].as_u64().unwrap() + s["stats"]["rate_limited"].as_u64().unwrap()
@@ -501,9 +504,9 @@ async fn publish_latency_through_pilotctl() {
     for i in 0..N {
         let start = pilot_election::clock::now();
         ctl.publish("n2", "lat", &i.to_string()).await.unwrap();
-        publish.push(start.elapsed());
+        publish.push(pilot_election::clock::since(start));
         assert_eq!(next_event(&mut sub).await, i.to_string());
-        delivered.push(start.elapsed());
+        delivered.push(pilot_election::clock::since(start));
     }
     publish.sort();
     delivered.sort();

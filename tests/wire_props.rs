@@ -1,7 +1,10 @@
 //! Property tests: nothing on the wire can panic the parser or the signature check, and what
 //! parses is exactly what was sent.
 
-use pilot_election::election::{Body, Candidacy, Message, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use pilot_election::election::{
+    Advert, Announced, Body, Candidacy, Message, Versions, MAX_ANNOUNCED_MS, MAX_MESSAGE_BYTES,
+    PREVIOUS_VERSION, PROTOCOL_VERSION,
+};
 use pilot_election::signing::{KeyRing, Rejection};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -66,62 +69,43 @@ fn ids() -> impl Strategy<Value = Vec<String>> {
     prop::collection::vec("[a-z0-9-]{1,12}", 0..6)
 }
 
+fn advert() -> impl Strategy<Value = Advert> {
+    (any::<u32>(), candidacy(), ids(), ids(), any::<bool>()).prop_map(
+        |(priority, candidacy, hears, member_ids, flapped)| Advert {
+            priority,
+            candidacy,
+            hears,
+            member_ids,
+            flapped,
+        },
+    )
+}
+
+/// A promise as a sender writes it (or, for version 2, may leave out).
+fn guard() -> impl Strategy<Value = Option<u64>> {
+    proptest::option::of(0u64..=MAX_ANNOUNCED_MS)
+}
+
 fn body() -> impl Strategy<Value = Body> {
     let id = "[a-z0-9-]{1,12}";
     prop_oneof![
-        (
-            id,
-            any::<u64>(),
-            any::<u64>(),
-            any::<u32>(),
-            candidacy(),
-            ids(),
-            ids(),
-            any::<bool>()
-        )
-            .prop_map(
-                |(leader, timestamp, lease_ms, priority, candidacy, hears, member_ids, flapped)| {
-                    Body::Heartbeat {
-                        leader,
-                        timestamp,
-                        lease_ms,
-                        priority,
-                        candidacy,
-                        hears,
-                        member_ids,
-                        flapped,
-                    }
-                }
-            ),
-        (
-            id,
-            any::<u64>(),
-            any::<u32>(),
-            candidacy(),
-            ids(),
-            ids(),
-            any::<bool>()
-        )
-            .prop_map(
-                |(leader, hb_seq, priority, candidacy, hears, member_ids, flapped)| Body::Ack {
-                    leader,
-                    hb_seq,
-                    priority,
-                    candidacy,
-                    hears,
-                    member_ids,
-                    flapped,
-                }
-            ),
-        (any::<u32>(), candidacy(), ids(), ids(), any::<bool>()).prop_map(
-            |(priority, candidacy, hears, member_ids, flapped)| Body::Presence {
-                priority,
-                candidacy,
-                hears,
-                member_ids,
-                flapped,
+        (id, any::<u64>(), any::<u64>(), advert()).prop_map(
+            |(leader, timestamp, lease_ms, advert)| Body::Heartbeat {
+                leader,
+                timestamp,
+                lease_ms,
+                advert,
             }
         ),
+        (id, any::<u64>(), guard(), advert()).prop_map(|(leader, hb_seq, guard_ms, advert)| {
+            Body::Ack {
+                leader,
+                hb_seq,
+                guard_ms,
+                advert,
+            }
+        }),
+        advert().prop_map(|advert| Body::Presence { advert }),
         (id, any::<u32>(), any::<bool>()).prop_map(|(candidate, priority, pre_vote)| {
             Body::Election {
                 candidate,
@@ -129,11 +113,14 @@ fn body() -> impl Strategy<Value = Body> {
                 pre_vote,
             }
         }),
-        (id, any::<bool>(), any::<bool>()).prop_map(|(candidate, granted, pre_vote)| Body::Vote {
-            candidate,
-            granted,
-            pre_vote
-        }),
+        (id, any::<bool>(), any::<bool>(), guard()).prop_map(
+            |(candidate, granted, pre_vote, guard_ms)| Body::Vote {
+                candidate,
+                granted,
+                pre_vote,
+                guard_ms,
+            }
+        ),
         (id, any::<u64>()).prop_map(|(leader, elected_at)| Body::Leader { leader, elected_at }),
         (id, proptest::option::of(id), any::<bool>()).prop_map(
             |(leader, successor, lost_quorum)| Body::Resign {
@@ -145,27 +132,62 @@ fn body() -> impl Strategy<Value = Body> {
     ]
 }
 
-/// Makes the sender fields agree with the body, as `Message::check` requires.
-fn message(from: String, term: u64, seq: u64, body: Body) -> Message {
+/// Timings a sender may announce: valid durations with `h < L`, a drift below 50 %.
+fn announced() -> impl Strategy<Value = Announced> {
+    (
+        1u64..MAX_ANNOUNCED_MS,
+        1u64..MAX_ANNOUNCED_MS,
+        0u32..500_000,
+    )
+        .prop_map(|(h, t, r)| Announced {
+            heartbeat_ms: h,
+            lease_ms: h + 1,
+            election_timeout_ms: t,
+            max_drift_ppm: r,
+        })
+}
+
+/// Makes the sender fields agree with the body, as `Message::check` requires, in version `v`:
+/// a version-3 message says what it speaks and runs on, and every promise says how long.
+fn message(from: String, term: u64, seq: u64, body: Body, v: u32, timings: Announced) -> Message {
+    let promise = |g: Option<u64>| if v >= 3 { g.or(Some(0)) } else { g };
     let body = match body {
         Body::Heartbeat {
             timestamp,
             lease_ms,
-            priority,
-            candidacy,
-            hears,
-            member_ids,
-            flapped,
+            advert,
             ..
         } => Body::Heartbeat {
             leader: from.clone(),
             timestamp,
             lease_ms,
-            priority,
-            candidacy,
-            hears,
-            member_ids,
-            flapped,
+            advert,
+        },
+        Body::Ack {
+            leader,
+            hb_seq,
+            guard_ms,
+            advert,
+        } => Body::Ack {
+            leader,
+            hb_seq,
+            guard_ms: promise(guard_ms),
+            advert,
+        },
+        Body::Vote {
+            candidate,
+            granted,
+            pre_vote,
+            guard_ms,
+        } => Body::Vote {
+            candidate,
+            granted,
+            pre_vote,
+            guard_ms: if granted && !pre_vote {
+                promise(guard_ms)
+            } else {
+                guard_ms
+            },
         },
         Body::Election {
             priority, pre_vote, ..
@@ -190,13 +212,15 @@ fn message(from: String, term: u64, seq: u64, body: Body) -> Message {
         other => other,
     };
     Message {
-        v: PROTOCOL_VERSION,
+        v,
         group: "g".into(),
         from,
         term,
         seq,
         ts: 0,
         members: "0a1b2c3d".into(),
+        speaks: (v >= 3).then_some(Versions::OURS),
+        timings: (v >= 3).then_some(timings),
         body,
         kid: None,
         sig: None,
@@ -233,9 +257,10 @@ proptest! {
 
     #[test]
     fn valid_messages_round_trip_and_survive_signing(
-        from in "[a-z0-9-]{1,12}", term in any::<u64>(), seq in any::<u64>(), b in body()
+        from in "[a-z0-9-]{1,12}", term in any::<u64>(), seq in any::<u64>(), b in body(),
+        v in PREVIOUS_VERSION..=PROTOCOL_VERSION, timings in announced()
     ) {
-        let m = message(from, term, seq, b);
+        let m = message(from, term, seq, b, v, timings);
         prop_assert_eq!(Message::parse(m.to_json().as_bytes()).unwrap(), m.clone());
         let mut signed = m.clone();
         ring().sign(&mut signed);

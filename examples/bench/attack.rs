@@ -209,7 +209,7 @@ async fn slowloris(addr: SocketAddr, until: Instant) -> String {
     let opened: u64 = join_all(clients).await.into_iter().sum();
     format!(
         "{HALF_OPEN} clients opened {opened} half-open connections ({:.0}/s)",
-        opened as f64 / from.elapsed().as_secs_f64()
+        opened as f64 / pilot_election::clock::since(from).as_secs_f64()
     )
 }
 
@@ -245,7 +245,7 @@ async fn subscribers(addr: SocketAddr, until: Instant) -> String {
     let attempts: usize = tally.values().sum();
     format!(
         "{SUBSCRIBERS} clients made {attempts} subscription attempts ({:.0}/s): {tally:?}",
-        attempts as f64 / from.elapsed().as_secs_f64()
+        attempts as f64 / pilot_election::clock::since(from).as_secs_f64()
     )
 }
 
@@ -253,8 +253,10 @@ async fn subscribers(addr: SocketAddr, until: Instant) -> String {
 /// coup in a far term).
 async fn posts(url: String, term: u64, until: Instant) -> String {
     let from = pilot_election::clock::now();
-    let coup = json!({"v": pilot_election::election::PROTOCOL_VERSION, "group": "it", "from": "mallory",
+    use pilot_election::election::{Announced, Timings, Versions, PROTOCOL_VERSION};
+    let coup = json!({"v": PROTOCOL_VERSION, "group": "it", "from": "mallory",
                       "term": term + 100, "seq": 1, "members": "00000000",
+                      "speaks": Versions::OURS, "timings": Announced::of(&Timings::default()),
                       "ts": 0, "type": "leader", "leader": "mallory", "elected_at": 0});
     let post = |path: &str, body: String, bearer: Option<&str>| Post {
         path: path.into(),
@@ -274,6 +276,6 @@ async fn posts(url: String, term: u64, until: Instant) -> String {
     let sent: u64 = statuses.values().sum();
     format!(
         "{POSTERS} clients sent {sent} POSTs ({:.0}/s), answers by status {statuses:?}",
-        sent as f64 / from.elapsed().as_secs_f64()
+        sent as f64 / pilot_election::clock::since(from).as_secs_f64()
     )
 }

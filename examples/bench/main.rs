@@ -60,6 +60,11 @@ struct Opts {
     /// minutes long, and the issue states its figure over 60 s).
     runs_given: bool,
     secs_given: bool,
+    /// rolling: what each pass changes (`none`, `timings` 2 s/3 s <-> 10 s/16 s, `upgrade` from
+    /// the previous release and back).
+    change: String,
+    /// kernel-deaf: which build the nodes run (`current`, or `previous`: the release before).
+    build: String,
 }
 
 fn parse() -> Opts {
@@ -73,6 +78,8 @@ fn parse() -> Opts {
         rounds: 2,
         runs_given: false,
         secs_given: false,
+        change: "none".into(),
+        build: "current".into(),
     };
     while let Some(flag) = a.next() {
         let v = a.next().unwrap_or_else(|| usage("flag without value"));
@@ -88,6 +95,8 @@ fn parse() -> Opts {
                 o.secs_given = true;
             }
             "--rounds" => o.rounds = v.parse().unwrap_or_else(|_| usage("--rounds")),
+            "--change" if ["none", "timings", "upgrade"].contains(&v.as_str()) => o.change = v,
+            "--build" if ["current", "previous"].contains(&v.as_str()) => o.build = v,
             _ => usage(&flag),
         }
     }
@@ -96,8 +105,8 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults [--nodes N] \
-         [--transport http|pilot] [--runs N] [--secs S] [--rounds R]"
+        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf [--nodes N] \
+         [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)]"
     );
     std::process::exit(64)
 }
@@ -161,7 +170,7 @@ async fn agree(
 ) -> Option<(String, u64, Duration)> {
     loop {
         let seen = join_all(urls.iter().map(|u| leader_of(client, u))).await;
-        let done = since.elapsed();
+        let done = pilot_election::clock::since(since);
         if let Some(Some(first)) = seen.first() {
             if seen.iter().all(|s| s.as_ref() == Some(first)) && accept(&first.0, first.1) {
                 return Some((first.0.clone(), first.1, done));
@@ -317,6 +326,19 @@ async fn rolling(o: &Opts) {
     let c = &mut bed.c;
     let client = http();
     let all: Vec<usize> = (0..o.nodes).collect();
+    // Every other pass changes what the restarted node runs, the passes between change it back.
+    let long = ["--lease", "10s", "--election-timeout", "16s"];
+    let previous = (o.change == "upgrade").then(support::app::previous_bin);
+    if let Some(p) = &previous {
+        for n in &mut c.nodes {
+            n.kill9();
+            n.binary = Some(p.clone());
+            n.start();
+        }
+        for n in &c.nodes {
+            wait_up(n).await;
+        }
+    }
     current_leader(&client, c, &all).await;
     settle(pilot_election::clock::now()).await;
     let nodes = all
@@ -336,6 +358,20 @@ async fn rolling(o: &Opts) {
             c.nodes[i].sigterm();
             let status = c.nodes[i].wait_exit(Duration::from_secs(10)).await;
             assert!(status.success(), "SIGTERM exit status {status:?}");
+            let forth = (restarts.len() / o.nodes) % 2 == 0;
+            match o.change.as_str() {
+                "timings" => {
+                    let args = &mut c.nodes[i].args;
+                    if let Some(at) = args.iter().position(|a| a == long[0]) {
+                        args.drain(at..at + long.len());
+                    }
+                    if forth {
+                        args.extend(long.iter().map(|s| s.to_string()));
+                    }
+                }
+                "upgrade" => c.nodes[i].binary = (!forth).then(|| previous.clone()).flatten(),
+                _ => {}
+            }
             c.nodes[i].start();
             wait_up(&c.nodes[i]).await;
             if wait_ready(&c.nodes[i].url(), Duration::from_secs(20))
@@ -355,7 +391,16 @@ async fn rolling(o: &Opts) {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let samples = watcher.rounds();
     let two = watcher.stop().await.overlaps.len();
-    let mut stats = Stats::new(format!("rolling {}-node {}", o.nodes, o.transport));
+    let mut stats = Stats::new(format!(
+        "rolling {}-node {}{}",
+        o.nodes,
+        o.transport,
+        match o.change.as_str() {
+            "timings" => ", changing timings 2s/3s <-> 10s/16s",
+            "upgrade" => ", upgrading from the previous release and back",
+            _ => "",
+        }
+    ));
     for (n, (i, at, led)) in restarts.iter().enumerate() {
         if !led {
             continue;
@@ -395,6 +440,34 @@ async fn rolling(o: &Opts) {
         two,
         not_ready
     );
+    stats.print();
+}
+
+/// A leader whose kernel drops every packet its peers send, while it still sends (three nodes
+/// in network namespaces, an nftables rule: `support::netns`, the test's own code): per run,
+/// the time from the fault until the other two agree on a new leader. Needs root.
+async fn kernel_deaf(o: &Opts) {
+    let binary = (o.build == "previous").then(support::app::previous_bin);
+    let mut stats = Stats::new(format!(
+        "kernel-deaf leader, 3-node http, {} build",
+        o.build
+    ));
+    let mut two = 0;
+    for run in 1..=o.runs {
+        let r = support::netns::deaf_leader(binary.clone()).await;
+        two += r.report.overlaps.len();
+        match r.took {
+            Some(t) => {
+                println!("run {run}: agreed new leader {t:?} after the fault");
+                stats.times.push(t);
+            }
+            None => {
+                println!("run {run}: no agreed leader within 4T");
+                stats.failed += 1;
+            }
+        }
+    }
+    println!("rounds with two nodes answering as leader: {two}");
     stats.print();
 }
 
@@ -542,7 +615,7 @@ async fn idle(o: &Opts) {
     let pubs0 = join_all(c.nodes.iter().map(|n| publishes(&client, n.url()))).await;
     let t0 = pilot_election::clock::now();
     tokio::time::sleep(Duration::from_secs(o.secs)).await;
-    let secs = t0.elapsed().as_secs_f64();
+    let secs = pilot_election::clock::since(t0).as_secs_f64();
     let pubs1 = join_all(c.nodes.iter().map(|n| publishes(&client, n.url()))).await;
     let hz = clk_tck();
     println!(
@@ -647,7 +720,7 @@ async fn stability(o: &Opts) {
         "stability {}-node {}: first leader {leader} in term {term}, all agreeing {:.1}s after the start; load {}",
         o.nodes,
         o.transport,
-        started.elapsed().as_secs_f64(),
+        pilot_election::clock::since(started).as_secs_f64(),
         load_average()
     );
     settle(pilot_election::clock::now()).await;
@@ -679,7 +752,7 @@ async fn stability(o: &Opts) {
     let cluster0 = cluster_ticks();
     let devnet0 = devnet_pid.map(cpu_ticks).unwrap_or(0);
     let t0 = pilot_election::clock::now();
-    while t0.elapsed() < Duration::from_secs(o.secs) {
+    while pilot_election::clock::since(t0) < Duration::from_secs(o.secs) {
         let tick = pilot_election::clock::now();
         let answers = join_all(node_urls.iter().map(|u| probe(&client, u))).await;
         rounds += 1;
@@ -697,7 +770,7 @@ async fn stability(o: &Opts) {
         }
         pilot_election::clock::sleep_until(tick + Duration::from_millis(250)).await;
     }
-    let secs = t0.elapsed().as_secs_f64();
+    let secs = pilot_election::clock::since(t0).as_secs_f64();
     let restarts = metric_sum(&client, c, "pilot_election_subscription_restarts_total").await;
     let failures = metric_sum(&client, c, "pilot_election_publish_failures_total").await;
     println!(
@@ -848,6 +921,7 @@ async fn main() {
         "api" => api(&o).await,
         "stability" => stability(&o).await,
         "attack" => attack::attack(&o).await,
+        "kernel-deaf" => kernel_deaf(&o).await,
         "faults" => {
             let runs = if o.runs_given { o.runs } else { 1 };
             let secs = if o.secs_given { o.secs } else { 60 };

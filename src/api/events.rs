@@ -15,6 +15,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde::Serialize;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::{current_leader, ApiError, AppState};
 use crate::election::Role;
@@ -28,15 +29,22 @@ pub struct LeaderEvent {
     role: Role,
 }
 
-fn event_of(snap: &Snapshot) -> LeaderEvent {
-    let now = crate::clock::now();
-    LeaderEvent {
-        node: snap.view.node_id.clone(),
-        leader: current_leader(&snap.view, snap, now),
-        term: snap.view.term,
-        role: snap.view.role,
-    }
+/// The event for `snap` as of `now`, and when the same snapshot would say something else (the
+/// lease or the promise to the leader runs out): a stuck loop publishes no new snapshot, so the
+/// stream wakes by itself then, as `/status` and `/role/leader` judge it at every read.
+fn event_of(snap: &Snapshot, now: Instant) -> (LeaderEvent, Option<Instant>) {
+    let v = &snap.view;
+    let event = LeaderEvent {
+        node: v.node_id.clone(),
+        leader: current_leader(v, now),
+        term: v.term,
+        role: v.role_at(now),
+    };
+    (event, v.leader_until.filter(|u| *u > now))
 }
+
+/// The event a stream sent last, and when the same snapshot would say something else.
+type Sent = (LeaderEvent, Option<Instant>);
 
 /// The subscriber slots; a stream holds one until the watcher goes away.
 #[derive(Debug, Clone)]
@@ -75,21 +83,29 @@ pub async fn get_events(
         })?;
     let rx = s.snapshot.clone();
     let stream = futures_util::stream::unfold(
-        (rx, None::<LeaderEvent>, slot),
+        (rx, None::<Sent>, slot),
         |(mut rx, last, slot): (
             watch::Receiver<Snapshot>,
-            Option<LeaderEvent>,
+            Option<Sent>,
             OwnedSemaphorePermit,
         )| async move {
+            let mut wake = last.as_ref().and_then(|(_, w)| *w);
             loop {
-                if last.is_some() && rx.changed().await.is_err() {
-                    return None;
+                if last.is_some() {
+                    tokio::select! {
+                        changed = rx.changed() => if changed.is_err() {
+                            return None;
+                        },
+                        _ = crate::clock::sleep_until(wake.unwrap_or_else(crate::clock::now)),
+                            if wake.is_some() => {}
+                    }
                 }
-                let ev = event_of(&rx.borrow_and_update());
-                if last.as_ref() != Some(&ev) {
+                let (ev, next) = event_of(&rx.borrow_and_update(), crate::clock::now());
+                wake = next;
+                if last.as_ref().map(|(e, _)| e) != Some(&ev) {
                     let data = serde_json::to_string(&ev).unwrap_or_default();
                     let sse = Event::default().event("leader").data(data);
-                    return Some((Ok(sse), (rx, Some(ev), slot)));
+                    return Some((Ok(sse), (rx, Some((ev, next)), slot)));
                 }
             }
         },

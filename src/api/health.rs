@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::AppState;
 use crate::clock;
+use crate::election::Readiness;
 use crate::runtime::Snapshot;
 use crate::transport::Health;
 
@@ -66,18 +67,12 @@ pub struct ReadyBody {
 /// while the first cannot vote yet (docs/protocol.md, rule 8).
 pub fn readiness(snap: &Snapshot) -> ReadyBody {
     let own = snap.member_set.fingerprint();
-    let quorum = snap.member_set.quorum();
-    let voters_heard = 1 + snap
-        .members
-        .iter()
-        .filter(|m| m.live && m.matches(own) == Some(true))
-        .count();
-    let mismatched: Vec<String> = snap
-        .members
-        .iter()
-        .filter(|m| m.live && m.matches(own) == Some(false))
-        .map(|m| m.id.clone())
-        .collect();
+    let Readiness {
+        voters_heard,
+        quorum,
+        mismatched,
+        ..
+    } = Readiness::of(&snap.view, &snap.members, &snap.member_set);
     let mut reasons = Vec::new();
     let v = &snap.view;
     if v.shutting_down {
@@ -96,8 +91,9 @@ pub fn readiness(snap: &Snapshot) -> ReadyBody {
         ));
     } else if !v.can_vote {
         reasons.push(format!(
-            "starting up: cannot vote until the start-up guard ends (at most {} ms after start, \
-             sooner when the leader hands over)",
+            "starting up: cannot vote until the start-up guard ends ({} ms after start, longer \
+             when it may still be bound by a promise to a leader with a longer election \
+             timeout; sooner when the leader hands over)",
             snap.timings.election_timeout.as_millis()
         ));
     }

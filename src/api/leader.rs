@@ -21,7 +21,7 @@ pub async fn get_leader(State(s): State<AppState>) -> Result<Json<LeaderBody>, A
     let snap = s.snapshot();
     let now = crate::clock::now();
     let v = &snap.view;
-    let Some(leader) = current_leader(v, &snap, now) else {
+    let Some(leader) = current_leader(v, now) else {
         return Err(ApiError::NoLeader { term: v.term });
     };
     let is_self = leader == v.node_id;
@@ -51,7 +51,7 @@ pub async fn get_term(State(s): State<AppState>) -> Json<TermBody> {
     let now = crate::clock::now();
     Json(TermBody {
         term: snap.view.term,
-        leader: current_leader(&snap.view, &snap, now),
+        leader: current_leader(&snap.view, now),
         voted_for: snap.view.voted_for.clone(),
     })
 }

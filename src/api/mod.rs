@@ -127,15 +127,9 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// The leader this node can vouch for now: itself only under an unexpired lease, another node
-/// only if heard within the election timeout.
-fn current_leader(view: &View, snap: &Snapshot, now: Instant) -> Option<String> {
-    if view.is_leader_at(now) {
-        return Some(view.node_id.clone());
-    }
-    let leader = view.leader.clone().filter(|l| *l != view.node_id)?;
-    let heard = view.leader_heard_at?;
-    (now < heard + snap.timings.election_timeout).then_some(leader)
+/// The leader this node can vouch for now ([`View::leader_at`], the one judgement of it).
+fn current_leader(view: &View, now: Instant) -> Option<String> {
+    view.leader_at(now).map(str::to_string)
 }
 
 fn age_ms(at: Instant, now: Instant) -> u64 {

@@ -33,7 +33,7 @@ fn answer(s: &AppState, want_leader: bool) -> (StatusCode, Json<RoleBody>) {
         node: snap.view.node_id.clone(),
         role: if leading { "leader" } else { "follower" },
         term: snap.view.term,
-        leader: current_leader(&snap.view, &snap, now),
+        leader: current_leader(&snap.view, now),
     };
     (code, Json(body))
 }

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::{age_ms, current_leader, AppState};
 use crate::clock;
-use crate::election::{rank, Candidacy, Rank, Role};
+use crate::election::{rank, Announced, Candidacy, Rank, Role, Versions};
 use crate::transport::Health;
 
 #[derive(Serialize)]
@@ -27,6 +27,10 @@ pub struct StatusBody {
     quorum: usize,
     /// Fingerprint of this node's member set; every member should show the same.
     fingerprint: String,
+    protocol: ProtocolBody,
+    /// A live member announces other timings than this node's (a rolling timing change in
+    /// progress, or a configuration mistake): safe, but failovers take as long as the slowest.
+    mixed_timings: bool,
     members: Vec<MemberBody>,
     timings: TimingsBody,
     transport: Health,
@@ -51,6 +55,19 @@ pub struct MemberBody {
     matches: Option<bool>,
     /// 1 = would lead first among the members heard and this node; `null` if never heard.
     rank: Option<usize>,
+    /// The timings its latest message announced; `null` before it was heard or from a
+    /// version-2 build.
+    timings: Option<Announced>,
+    /// The protocol versions it speaks; `null` before it was heard.
+    protocol: Option<Versions>,
+}
+
+/// Which protocol version this node writes (the newest every member it heard speaks) and which
+/// it can read and write (docs/protocol.md, rule 15).
+#[derive(Serialize)]
+pub struct ProtocolBody {
+    writes: u32,
+    speaks: Versions,
 }
 
 #[derive(Serialize)]
@@ -91,19 +108,24 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
             fingerprint: m.fingerprint.clone(),
             matches: m.matches(&own),
             rank: rank_of(&m.id),
+            timings: m.timings,
+            protocol: m.speaks,
         })
         .collect();
+    let ours = Announced::of(&snap.timings);
+    let mixed_timings = snap
+        .members
+        .iter()
+        .filter(|m| m.live)
+        .filter_map(|m| m.timings)
+        .any(|a| a != ours);
     let t = &snap.timings;
-    let role = if v.role == Role::Leader && !v.is_leader_at(now) {
-        Role::Follower
-    } else {
-        v.role
-    };
+    let role = v.role_at(now);
     Json(StatusBody {
         node: v.node_id.clone(),
         role,
         term: v.term,
-        leader: current_leader(v, &snap, now),
+        leader: current_leader(v, now),
         voted_for: v.voted_for.clone(),
         priority: v.priority,
         eligible: v.eligible,
@@ -114,6 +136,11 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
         cluster_size: snap.member_set.len(),
         quorum: snap.member_set.quorum(),
         fingerprint: own,
+        protocol: ProtocolBody {
+            writes: v.writes_version,
+            speaks: Versions::OURS,
+        },
+        mixed_timings,
         members,
         timings: TimingsBody {
             heartbeat_ms: t.heartbeat.as_millis() as u64,

@@ -127,6 +127,34 @@ pub async fn status(args: &ClientArgs) -> i32 {
                 s(m, "matches"),
             ));
         }
+        // A timing change or an upgrade in progress shows here (README, "Changing the timings"
+        // and "Upgrading").
+        let t = &b["timings"];
+        out.push_str(&format!(
+            "\n  protocol: writes version {} (speaks {} to {}); timings h {} ms, L {} ms, T {} ms; mixed timings {}",
+            s(&b["protocol"], "writes"),
+            s(&b["protocol"]["speaks"], "oldest"),
+            s(&b["protocol"]["speaks"], "newest"),
+            s(t, "heartbeat_ms"),
+            s(t, "lease_ms"),
+            s(t, "election_timeout_ms"),
+            s(b, "mixed_timings"),
+        ));
+        for m in b["members"].as_array().into_iter().flatten() {
+            let a = &m["timings"];
+            let p = &m["protocol"];
+            if a.is_object() || p.is_object() {
+                out.push_str(&format!(
+                    "\n  timings of {}: h {} ms, L {} ms, T {} ms; speaks {} to {}",
+                    s(m, "id"),
+                    s(a, "heartbeat_ms"),
+                    s(a, "lease_ms"),
+                    s(a, "election_timeout_ms"),
+                    s(p, "oldest"),
+                    s(p, "newest"),
+                ));
+            }
+        }
         for br in b["transport"]["brokers"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "\n  broker {} {} since {} (restarts {})",

@@ -144,7 +144,10 @@ impl Demo {
     }
 
     fn say(&self, what: &str) {
-        println!("[{:>7.3}s] {what}", self.start.elapsed().as_secs_f64());
+        println!(
+            "[{:>7.3}s] {what}",
+            crate::clock::since(self.start).as_secs_f64()
+        );
     }
 
     async fn leader_of(&self, i: usize) -> Option<(String, u64)> {
@@ -285,7 +288,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         .await?;
     d.say(&format!(
         "first leader: {first} in term {term}, agreed by all 3 after {} ms",
-        t0.elapsed().as_millis()
+        crate::clock::since(t0).as_millis()
     ));
 
     let li = index_of(&first);
@@ -306,7 +309,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         .await?;
     d.say(&format!(
         "failover: {second} leads in term {term2}, {} ms after the crash",
-        crashed.elapsed().as_millis()
+        crate::clock::since(crashed).as_millis()
     ));
 
     d.spawn(li)
@@ -364,7 +367,7 @@ async fn timeline(d: &mut Demo, args: &DemoArgs) -> Result<(), String> {
         .await?;
     d.say(&format!(
         "handover: {third} leads in term {term4}, {} ms after the step-down",
-        asked.elapsed().as_millis()
+        crate::clock::since(asked).as_millis()
     ));
     match args.duration {
         Some(dur) => {

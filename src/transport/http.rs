@@ -118,7 +118,7 @@ async fn peer_task(
                 .send()
                 .await
                 .and_then(|r| r.error_for_status());
-            metrics.observe_publish(started.elapsed());
+            metrics.observe_publish(crate::clock::since(started));
             let error = match result {
                 Ok(_) => None,
                 Err(e) => {

@@ -298,7 +298,7 @@ async fn publish_one(
         let started = crate::clock::now();
         match ctl.publish(broker, topic, text).await {
             Ok(_) => {
-                metrics.observe_publish(started.elapsed());
+                metrics.observe_publish(crate::clock::since(started));
                 return Some(started);
             }
             Err(e) if e.is_retryable() && attempt < PUBLISH_ATTEMPTS => {

@@ -58,7 +58,7 @@ async fn crash_rejoin_handover(n: usize) -> Duration {
             l != leader && t > term
         })
         .await;
-    let failover = killed.elapsed();
+    let failover = pilot_election::clock::since(killed);
     eprintln!(
         "{n} nodes: failover from {leader} to {leader2} (term {term} -> {term2}) in {failover:?}"
     );
@@ -124,7 +124,7 @@ async fn crash_rejoin_handover(n: usize) -> Duration {
         .await;
     eprintln!(
         "{n} nodes: handover to {leader3} (term {term3}) in {:?}",
-        asked.elapsed()
+        pilot_election::clock::since(asked)
     );
     failover
 }
@@ -268,7 +268,7 @@ async fn sigterm_on_the_leader_hands_over_within_a_second_and_exits_zero() {
             l != leader && t > term
         })
         .await;
-    let handover = sent.elapsed();
+    let handover = pilot_election::clock::since(sent);
     eprintln!("SIGTERM handover from {leader} to {new} (term {term2}) in {handover:?}");
     assert!(
         handover < Duration::from_secs(1),

@@ -386,7 +386,7 @@ async fn exactly_one_child_runs_across_kill_freeze_step_down_and_sigterm() {
     w.only(&l3, t3, Duration::from_secs(5)).await;
     eprintln!(
         "exec: the thawed node's child was gone {:?} after SIGCONT",
-        thawed.elapsed()
+        pilot_election::clock::since(thawed)
     );
     c.agreed(&all, AGREE, |l, t| l == l3 && t == t3).await;
     {
@@ -417,7 +417,10 @@ async fn exactly_one_child_runs_across_kill_freeze_step_down_and_sigterm() {
     w.only(&l5, t5, Duration::from_secs(5)).await;
     let exit = c.nodes[i4].wait_exit(Duration::from_secs(10)).await;
     assert!(exit.success(), "{exit:?}\n{}", c.logs());
-    eprintln!("exec: SIGTERM to exit took {:?}", sent.elapsed());
+    eprintln!(
+        "exec: SIGTERM to exit took {:?}",
+        pilot_election::clock::since(sent)
+    );
     in_order(
         &w,
         &format!("exit {l4} {t4} "),
@@ -496,7 +499,7 @@ async fn a_leader_cut_off_from_its_quorum_stops_its_child_before_the_others_elec
         .to_string();
     eprintln!(
         "exec: links cut {:?} ago; child of {l1} gone at {stopped_at}, {l2} elected at {elected_at}",
-        cut.elapsed()
+        pilot_election::clock::since(cut)
     );
     assert!(
         stopped_at < elected_at,

@@ -74,7 +74,7 @@ async fn a_connected_pair_keeps_a_leader(via: Via, fault: Fault) {
         println!(
             "{faulty} heard again {:?} after the release, through subscription {live:?} \
              (stopped: {:?})",
-            healed.elapsed(),
+            pilot_election::clock::since(healed),
             bed.stopped
         );
         assert!(
@@ -235,7 +235,7 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         let (l, t) = all_name(&urls, |l, t| l == successor && t > term)
             .await
             .unwrap_or_else(|| panic!("handover {k}: {successor} did not lead"));
-        let took = asked.elapsed();
+        let took = pilot_election::clock::since(asked);
         let rounds = sampler.finish().await;
         assert!(
             stalls.load(Ordering::Relaxed) > before,

@@ -109,6 +109,16 @@ pub(crate) fn logs<'a>(nodes: impl IntoIterator<Item = &'a App>) -> String {
 /// SIGTERM (a leader hands over first), wait for a clean exit, start again with `args` and the
 /// same data dir.
 pub(crate) async fn restart_with(node: &mut App, args: Vec<String>) {
+    let binary = node.binary.clone();
+    restart_as(node, args, binary).await;
+}
+
+/// As [`restart_with`], with another binary (`None`: this build's): a rolling upgrade.
+pub(crate) async fn restart_as(
+    node: &mut App,
+    args: Vec<String>,
+    binary: Option<std::path::PathBuf>,
+) {
     node.sigterm();
     let status = node.wait_exit(Duration::from_secs(10)).await;
     assert!(
@@ -118,6 +128,7 @@ pub(crate) async fn restart_with(node: &mut App, args: Vec<String>) {
         node.log()
     );
     node.args = args;
+    node.binary = binary;
     node.start();
 }
 
@@ -349,7 +360,10 @@ async fn split_story(nodes: &[App], w: &Watcher, split: &Split<'_>, token: Optio
         "{n3} kept leading without a quorum\n{}",
         logs(nodes)
     );
-    println!("{n3} stopped leading {:?} after the split", cut.elapsed());
+    println!(
+        "{n3} stopped leading {:?} after the split",
+        pilot_election::clock::since(cut)
+    );
     let Some((new, new_term)) = agreed(&old[..2], FAILOVER_BOUND, |l, t| {
         (l == n1 || l == n2) && t > term
     })
@@ -362,7 +376,7 @@ async fn split_story(nodes: &[App], w: &Watcher, split: &Split<'_>, token: Optio
     };
     println!(
         "{new} leads in term {new_term}, {:?} after the split",
-        cut.elapsed()
+        pilot_election::clock::since(cut)
     );
     // The split holds for two more election timeouts: n3 and n4 stay followers.
     let until = pilot_election::clock::now() + T * 2;
@@ -541,7 +555,7 @@ impl Members<'_> {
             "restarted {id} with {{{}}}: can vote, {} leads, {:?} after its SIGTERM",
             members.join(","),
             leader.unwrap(),
-            stopped.elapsed()
+            pilot_election::clock::since(stopped)
         );
     }
 
@@ -720,7 +734,7 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
         println!(
             "{label}: {{{}}} done in {:?}; {leader} leads in term {term}",
             members.join(","),
-            step.elapsed()
+            pilot_election::clock::since(step)
         );
     }
 
@@ -728,7 +742,7 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
     assert_single_leader(&report, "grow 3->5, shrink 5->3, replace n1 by n6", || {
         m.logs()
     });
-    println!("whole test: {:?}", started.elapsed());
+    println!("whole test: {:?}", pilot_election::clock::since(started));
     assert!(
         report.gaps.iter().all(|g| g.len <= FAILOVER_BOUND),
         "a leaderless gap over {FAILOVER_BOUND:?}: max {:?}\n{}",

@@ -155,7 +155,7 @@ async fn the_status_page_follows_a_failover_live_and_steps_down_only_with_the_to
         "(() => {{ const v = {SHOWN}; return v && !v.startsWith('{leader} ') ? v : null; }})()"
     );
     let next = b.wait_for("a new leader", &expr, FAILOVER).await;
-    let took = killed.elapsed();
+    let took = pilot_election::clock::since(killed);
     let (new_leader, new_term) = shown(&next);
     eprintln!("page: kill -9 of {leader} shown as {new_leader} in term {new_term} after {took:?}");
     assert!(new_term > term, "{next}");

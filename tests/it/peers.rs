@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use pilot_election::election::{Message, PROTOCOL_VERSION};
+use pilot_election::election::{Announced, Message, Timings, Versions, PROTOCOL_VERSION};
 use pilot_election::signing::KeyRing;
 
 use crate::app::{
@@ -17,7 +17,8 @@ pub(crate) const KEY: &str = "k1=0123456789abcdef0123456789abcdef";
 
 pub(crate) fn message(term: u64, seq: u64, body: Value) -> Message {
     let mut v = json!({"v": PROTOCOL_VERSION, "group": "it", "from": "mallory", "term": term,
-                       "seq": seq, "ts": 0, "members": "00000000"});
+                       "seq": seq, "ts": 0, "members": "00000000", "speaks": Versions::OURS,
+                       "timings": Announced::of(&Timings::default())});
     v.as_object_mut()
         .unwrap()
         .extend(body.as_object().unwrap().clone());

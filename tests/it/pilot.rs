@@ -53,7 +53,7 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
         .await;
     println!(
         "pilot: failover after kill -9 took {:?} (term {term} -> {next_term})",
-        killed.elapsed()
+        pilot_election::clock::since(killed)
     );
 
     // The killed node restarts and rejoins as a follower without raising the term.
@@ -84,7 +84,7 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
     );
     println!(
         "pilot: isolated leader stopped leading after {:?}",
-        cut.elapsed()
+        pilot_election::clock::since(cut)
     );
     let majority: Vec<usize> = all.iter().copied().filter(|&i| i != ni).collect();
     let (third, third_term) = c
@@ -473,7 +473,7 @@ async fn a_node_the_broker_does_not_trust_never_leads_says_why_and_joins_once_tr
     );
     println!(
         "pilot: n3 follows {leader} {:?} after trust was granted",
-        granted.elapsed()
+        pilot_election::clock::since(granted)
     );
     let (code, _) = get_json(&format!("{n3}/readyz")).await;
     assert_eq!(code, 200);

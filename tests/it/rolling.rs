@@ -5,12 +5,13 @@
 //! gap under a second.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::app::{agreed, free_port, serial, wait_for, wait_ready, wait_up, App, Cluster, T};
 use crate::devnet::Devnet;
 use crate::membership::{
-    assert_single_leader, leading, logs, member_args, new_node, restart_with, FAILOVER_BOUND,
+    assert_single_leader, leading, logs, member_args, new_node, restart_as, FAILOVER_BOUND,
 };
 use crate::pilot_cluster::pilot_cluster;
 use crate::proxy::Proxy;
@@ -27,7 +28,7 @@ const PASSES: usize = 2;
 
 /// What the roll waits for before it takes the next node down.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Gate {
+pub(crate) enum Gate {
     /// `/readyz` 200: the restarted node can vote again (what the README asks for).
     Ready,
     /// Only that the restarted node answers HTTP and that some node leads (no handover is
@@ -44,6 +45,25 @@ async fn roll(nodes: &mut [App], label: &str) -> Report {
 }
 
 async fn roll_gated(nodes: &mut [App], label: &str, gate: Gate) -> Report {
+    roll_changing(nodes, label, gate, READY_WITHIN, &|_, n| {
+        (n.args.clone(), n.binary.clone())
+    })
+    .await
+}
+
+/// What a roll restarts a node with, by pass (1, 2) and node: its arguments and its binary
+/// (`None`: this build's).
+pub(crate) type Change<'a> = &'a dyn Fn(usize, &App) -> (Vec<String>, Option<PathBuf>);
+
+/// `PASSES` passes over `nodes` in order, each restart with what `change` says (new flags, a
+/// new binary); the next node goes only once `gate` holds, within `ready_within`.
+pub(crate) async fn roll_changing(
+    nodes: &mut [App],
+    label: &str,
+    gate: Gate,
+    ready_within: Duration,
+    change: Change<'_>,
+) -> Report {
     let started = pilot_election::clock::now();
     {
         let all: Vec<&App> = nodes.iter().collect();
@@ -59,8 +79,8 @@ async fn roll_gated(nodes: &mut [App], label: &str, gate: Gate) -> Report {
             let id = nodes[i].id.clone();
             w.mark(format!("pass {pass}: restart {id}"));
             let sent = pilot_election::clock::now();
-            let args = nodes[i].args.clone();
-            restart_with(&mut nodes[i], args).await;
+            let (args, binary) = change(pass, &nodes[i]);
+            restart_as(&mut nodes[i], args, binary).await;
             if gate == Gate::Up {
                 wait_up(&nodes[i]).await;
                 let led = wait_for(FAILOVER_BOUND, || leading(nodes.iter())).await;
@@ -69,19 +89,19 @@ async fn roll_gated(nodes: &mut [App], label: &str, gate: Gate) -> Report {
                     "{label}: nobody led after {id}'s restart\n{}",
                     logs(nodes.iter())
                 );
-                ready_after.push(sent.elapsed());
+                ready_after.push(pilot_election::clock::since(sent));
                 continue;
             }
-            if let Err(body) = wait_ready(&nodes[i].url(), READY_WITHIN).await {
+            if let Err(body) = wait_ready(&nodes[i].url(), ready_within).await {
                 panic!(
-                    "{label}: {id} not ready within {READY_WITHIN:?} of its restart: {body}\n{}",
+                    "{label}: {id} not ready within {ready_within:?} of its restart: {body}\n{}",
                     logs(nodes.iter())
                 );
             }
-            ready_after.push(sent.elapsed());
+            ready_after.push(pilot_election::clock::since(sent));
             println!(
                 "{label}: pass {pass}: {id} ready {:?} after its SIGTERM",
-                sent.elapsed()
+                pilot_election::clock::since(sent)
             );
         }
     }
@@ -99,7 +119,7 @@ async fn roll_gated(nodes: &mut [App], label: &str, gate: Gate) -> Report {
     println!(
         "{label}: {} restarts in {:?}; ready after SIGTERM: min {:?}, median {:?}, max {:?}",
         ready_after.len(),
-        started.elapsed(),
+        pilot_election::clock::since(started),
         ready_after[0],
         ready_after[ready_after.len() / 2],
         ready_after[ready_after.len() - 1]

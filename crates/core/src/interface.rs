@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::membership::MemberSet;
-use super::message::{Candidacy, Message};
+use super::message::{Announced, Candidacy, Message, Versions};
 use super::timings::Timings;
 
 /// Static configuration of one node.
@@ -43,6 +43,11 @@ pub struct Persistent {
     pub term: u64,
     /// Whom this node voted for in `term`, if anyone; durable before the `vote` leaves (rule 3).
     pub voted_for: Option<String>,
+    /// The longest promise (rule 5) that may still be running; the start-up guard lasts at
+    /// least this long (rule 8), whatever `T` the next run has. Durable before a longer
+    /// promise leaves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promised: Option<std::time::Duration>,
 }
 
 /// A node's role in the protocol, as the API shows it.
@@ -137,6 +142,10 @@ pub struct View {
     pub voted_for: Option<String>,
     /// For a leader: the end of its lease. It is leader only before this instant.
     pub lease_until: Option<Instant>,
+    /// Until when this node vouches for `leader`: for a leader its lease, for a follower the
+    /// end of the promise it made its leader (heard within that, rule 5). See
+    /// [`View::leader_at`].
+    pub leader_until: Option<Instant>,
     /// Last time the leader was heard (for a leader: the send time its lease was last renewed
     /// from).
     pub leader_heard_at: Option<Instant>,
@@ -158,12 +167,82 @@ pub struct View {
     pub config_conflicts: Vec<String>,
     /// Shutdown has begun: it advertises `stopping` and never campaigns again (rule 13).
     pub shutting_down: bool,
+    /// The promise this node keeps now (rule 5): it votes for nobody but this member until
+    /// this instant.
+    pub promise: Option<(String, Instant)>,
+    /// The protocol version this node writes now: the newest every member it heard speaks
+    /// (rule 15).
+    pub writes_version: u32,
 }
 
+/// The one judgement of "who leads, as of now" that everything answering for a node makes (the
+/// API's `/leader`, `/role/*`, `/status`, `/events`, `/metrics`, the page, `--exec`, and the
+/// simulator's checker): a view is taken at one instant, and read at a later one.
 impl View {
     /// Leadership as a client may rely on it: the role and an unexpired lease.
     pub fn is_leader_at(&self, now: Instant) -> bool {
         self.role == Role::Leader && self.lease_until.is_some_and(|l| now < l)
+    }
+
+    /// The role as of `now`: a leader whose lease ran out since the view was taken (its loop is
+    /// stuck) is no leader any more.
+    pub fn role_at(&self, now: Instant) -> Role {
+        match self.role {
+            Role::Leader if !self.is_leader_at(now) => Role::Follower,
+            role => role,
+        }
+    }
+
+    /// The leader this node vouches for at `now`: itself only under an unexpired lease, another
+    /// node only within the promise it made it (heard within that leader's `T`, or ours).
+    pub fn leader_at(&self, now: Instant) -> Option<&str> {
+        let leader = self.leader.as_deref()?;
+        if leader == self.node_id {
+            return self.is_leader_at(now).then_some(leader);
+        }
+        self.leader_until.is_some_and(|u| now < u).then_some(leader)
+    }
+}
+
+/// Whether a node's vote counts towards a quorum now, as `/readyz` reports it (the shell adds
+/// its transport's health) and the simulator's rolling restarts wait for it: it can vote (past
+/// its start-up guard, rule 8; no member set two ids away heard, rule 1), it is not stopping,
+/// and it hears a quorum of members with its own member set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// It may vote (see [`View::can_vote`]).
+    pub can_vote: bool,
+    /// Shutdown has begun.
+    pub shutting_down: bool,
+    /// Live members with this node's member set, this node included.
+    pub voters_heard: usize,
+    /// How many a quorum needs.
+    pub quorum: usize,
+    /// Live members whose member set differs (their votes do not count here).
+    pub mismatched: Vec<String>,
+}
+
+impl Readiness {
+    /// Judged from a view and the members as the same node knows them.
+    pub fn of(view: &View, members: &[Member], set: &MemberSet) -> Readiness {
+        let own = set.fingerprint();
+        let heard = |same: bool| {
+            members
+                .iter()
+                .filter(move |m| m.live && m.matches(own) == Some(same))
+        };
+        Readiness {
+            can_vote: view.can_vote,
+            shutting_down: view.shutting_down,
+            voters_heard: 1 + heard(true).count(),
+            quorum: set.quorum(),
+            mismatched: heard(false).map(|m| m.id.clone()).collect(),
+        }
+    }
+
+    /// Ready, as far as the election goes.
+    pub fn ready(&self) -> bool {
+        self.can_vote && !self.shutting_down && self.voters_heard >= self.quorum
     }
 }
 
@@ -188,6 +267,11 @@ pub struct Member {
     pub viable: bool,
     /// Ids by which its member set differs from ours (empty when the same or not yet known).
     pub member_difference: Vec<String>,
+    /// The timings its latest message announced (`None` from a version-2 build or before it
+    /// was heard).
+    pub timings: Option<Announced>,
+    /// The protocol versions its latest message says it speaks (rule 15).
+    pub speaks: Option<Versions>,
 }
 
 impl Member {
@@ -226,6 +310,9 @@ pub enum Input {
 }
 
 /// What the core asks the shell to do, in order.
+// A message is the common action and is executed at once; boxing it would cost an allocation
+// per message to save a few hundred bytes (the same trade as `Input`).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Write durably before executing any later action.

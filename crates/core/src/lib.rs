@@ -28,13 +28,13 @@ mod rng;
 mod timings;
 
 pub use interface::{
-    Action, CommandError, Config, Input, Member, Outcome, Persistent, Reason, Role, Transition,
-    View,
+    Action, CommandError, Config, Input, Member, Outcome, Persistent, Readiness, Reason, Role,
+    Transition, View,
 };
 pub use membership::{quorum_of, MemberSet, MembershipError};
 pub use message::{
-    Advert, Body, Candidacy, Message, WireError, MAX_HEARS, MAX_ID_BYTES, MAX_MESSAGE_BYTES,
-    PROTOCOL_VERSION,
+    Advert, Announced, Body, Candidacy, Message, Versions, WireError, MAX_ANNOUNCED_MS, MAX_HEARS,
+    MAX_ID_BYTES, MAX_MESSAGE_BYTES, PREVIOUS_VERSION, PROTOCOL_VERSION,
 };
 pub use node::Node;
 pub use priority::{cksum, default_priority};

@@ -5,13 +5,23 @@
 //! `heartbeat` keep the field names of the bash script this project replaces (docs/pilot.md) (`leader`, `term`,
 //! `timestamp`), so a jq observer written for it still works. Unknown fields are ignored so that
 //! newer nodes can add fields without breaking older ones; a change of meaning bumps
-//! [`PROTOCOL_VERSION`].
+//! [`PROTOCOL_VERSION`], and a build reads and writes its version and the one before
+//! ([`Versions::OURS`], docs/protocol.md rule 15).
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// The protocol version this build speaks. Version 2 added the member fingerprint, the
-/// advertised candidacy and the `hears` list; nodes of different versions ignore each other.
-pub const PROTOCOL_VERSION: u32 = 2;
+use super::timings::Timings;
+
+/// The protocol version this build prefers. Version 3 added the sender's timings and protocol
+/// versions to every message and the promise to acks and votes (docs/protocol.md, rules 5, 6
+/// and 15).
+pub const PROTOCOL_VERSION: u32 = 3;
+/// The oldest version this build still speaks and reads: the one before, so that a cluster can
+/// be upgraded one node at a time (rule 15). Version 2 added the member fingerprint, the
+/// advertised candidacy and the `hears` list.
+pub const PREVIOUS_VERSION: u32 = 2;
 /// Most ids a `hears` list may hold (a member set is bounded far below this by its byte size).
 pub const MAX_HEARS: usize = 1024;
 /// Messages larger than this are dropped before parsing.
@@ -22,7 +32,8 @@ pub const MAX_ID_BYTES: usize = 256;
 /// One wire message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
-    /// [`PROTOCOL_VERSION`] of the sender; a message of another version is dropped unread.
+    /// The protocol version it is written in: the newest one every member speaks (rule 15). A
+    /// version this build does not speak is dropped unread.
     pub v: u32,
     /// The election group; a message of another group is dropped before anything else is read.
     pub group: String,
@@ -39,6 +50,14 @@ pub struct Message {
     /// defaulted only so that a message of another version is refused for its version.
     #[serde(default)]
     pub members: String,
+    /// The versions the sender speaks (rule 15). Required from version 3 on; a message without
+    /// it comes from a build that speaks only its `v`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speaks: Option<Versions>,
+    /// The sender's `h`, `L`, `T` and `r`, which its voters' promises must cover (rules 5 and 6).
+    /// Required from version 3 on; a version-2 sender runs on the receiver's own timings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Announced>,
     /// The type-specific fields, flattened into the same JSON object and named by `type`.
     #[serde(flatten)]
     pub body: Body,
@@ -48,6 +67,126 @@ pub struct Message {
     /// HMAC-SHA256 signature over the message without `sig`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
+}
+
+/// The range of protocol versions a build speaks, both ends included (rule 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Versions {
+    /// The oldest version it still reads and writes.
+    pub oldest: u32,
+    /// The newest, which it writes once every member speaks it.
+    pub newest: u32,
+}
+
+impl Versions {
+    /// What this build speaks.
+    pub const OURS: Versions = Versions {
+        oldest: PREVIOUS_VERSION,
+        newest: PROTOCOL_VERSION,
+    };
+
+    /// What a sender that does not say speaks: only the version it wrote in.
+    pub fn only(v: u32) -> Versions {
+        Versions {
+            oldest: v,
+            newest: v,
+        }
+    }
+
+    /// Whether `v` is in the range.
+    pub fn speaks(&self, v: u32) -> bool {
+        (self.oldest..=self.newest).contains(&v)
+    }
+}
+
+/// A node's timings as it announces them: whole milliseconds rounded up and the drift in parts
+/// per million rounded up, so that a promise computed from them covers the real values (rule 5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Announced {
+    /// `h`.
+    pub heartbeat_ms: u64,
+    /// `L`.
+    pub lease_ms: u64,
+    /// `T`.
+    pub election_timeout_ms: u64,
+    /// `r`, in parts per million.
+    pub max_drift_ppm: u32,
+}
+
+/// Longest duration a node may announce (and [`Timings::validate`] accepts): a day. Anything
+/// longer is a mistake, and bounding it keeps every instant the core computes from it finite.
+pub const MAX_ANNOUNCED_MS: u64 = 24 * 3600 * 1000;
+
+fn ceil_ms(d: Duration) -> u64 {
+    d.as_nanos().div_ceil(1_000_000) as u64
+}
+
+impl Announced {
+    /// What a node with timings `t` announces.
+    pub fn of(t: &Timings) -> Announced {
+        Announced {
+            heartbeat_ms: ceil_ms(t.heartbeat),
+            lease_ms: ceil_ms(t.lease),
+            election_timeout_ms: ceil_ms(t.election_timeout),
+            max_drift_ppm: (t.max_drift * 1e6).ceil() as u32,
+        }
+    }
+
+    /// `h`.
+    pub fn heartbeat(&self) -> Duration {
+        Duration::from_millis(self.heartbeat_ms)
+    }
+
+    /// `L`.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// `T`.
+    pub fn election_timeout(&self) -> Duration {
+        Duration::from_millis(self.election_timeout_ms)
+    }
+
+    /// `r` as a fraction.
+    pub fn max_drift(&self) -> f64 {
+        f64::from(self.max_drift_ppm) / 1e6
+    }
+
+    /// What a receiver can rely on: every duration non-zero and at most a day, `h < L`, and
+    /// `r` below 50 %. (Whether `T` is safe for `L` is the sender's own start-up check, rule 7;
+    /// a promise covers the announced `T` whatever it is.)
+    fn check(&self) -> Result<(), WireError> {
+        let ms = [self.heartbeat_ms, self.lease_ms, self.election_timeout_ms];
+        if ms.iter().any(|&m| m == 0 || m > MAX_ANNOUNCED_MS)
+            || self.heartbeat_ms >= self.lease_ms
+            || self.max_drift_ppm >= 500_000
+        {
+            return Err(WireError::Invalid(
+                "`timings` must be durations of 1 ms to a day with h < L, and a drift below 50 %",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What a node says about itself in heartbeats, acks and presences: rank, candidacy, the
+/// members it heard lately (the two-way evidence of rule 11), its whole member set (so that a
+/// change of more than one member at a time is seen, rule 1) and its own flap judgement
+/// (rule 12). One type, flattened into each of the three bodies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advert {
+    /// The first part of the sender's rank (rule 11).
+    pub priority: u32,
+    /// Whether the sender would campaign and lead now; only `Eligible` can veto (rule 11).
+    pub candidacy: Candidacy,
+    /// Members the sender heard lately: makes it two-way and viable or not (rule 11).
+    pub hears: Vec<String>,
+    /// The sender's member set, compared with ours for the one-id-at-a-time rule (rule 1).
+    pub member_ids: Vec<String>,
+    /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
+    /// lost quorum within its flap window. Absent means no.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub flapped: bool,
 }
 
 /// The type-specific part of a message; `type` on the wire.
@@ -61,20 +200,12 @@ pub enum Body {
         /// Wall-clock unix seconds, as the bash script sent it (docs/pilot.md).
         #[serde(default)]
         timestamp: u64,
-        /// The leader's `L` in milliseconds, for observers; followers guard for their own `T`.
+        /// The leader's `L` in milliseconds (also in `timings`; kept for observers and for
+        /// version-2 receivers, which read only this).
         lease_ms: u64,
-        /// The leader's priority, so the others rank it against better members (rule 11).
-        priority: u32,
-        /// Whether the leader would still lead by choice (rule 11).
-        candidacy: Candidacy,
-        /// Members the leader heard within `T`: its two-way evidence (rule 11).
-        hears: Vec<String>,
-        /// The leader's whole member set, so a change of two ids at once is seen (rule 1).
-        member_ids: Vec<String>,
-        /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
-        /// lost quorum within its flap window. Absent means no.
-        #[serde(default, skip_serializing_if = "is_false")]
-        flapped: bool,
+        /// The leader's rank, candidacy and evidence (rules 1, 11, 12).
+        #[serde(flatten)]
+        advert: Advert,
     },
     /// A follower's answer to one heartbeat; a quorum of them renews the lease.
     Ack {
@@ -82,33 +213,20 @@ pub enum Body {
         leader: String,
         /// `seq` of that heartbeat: a quorum renews the lease from its send time (rule 6).
         hb_seq: u64,
-        /// The follower's priority, for the leader's preemption check (rule 12).
-        priority: u32,
-        /// Whether the follower would campaign and lead now (rule 11).
-        candidacy: Candidacy,
-        /// Members the follower heard within `T`: its two-way evidence (rule 11).
-        hears: Vec<String>,
-        /// The follower's whole member set, so a change of two ids at once is seen (rule 1).
-        member_ids: Vec<String>,
-        /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
-        /// lost quorum within its flap window. Absent means no.
-        #[serde(default, skip_serializing_if = "is_false")]
-        flapped: bool,
+        /// How long, on the follower's clock, it refuses other votes after sending this ack
+        /// (rule 5; rounded down). Required from version 3 on; a version-2 follower promises
+        /// the leader's own `T`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        guard_ms: Option<u64>,
+        /// The follower's rank, candidacy and evidence (rules 1, 11, 12).
+        #[serde(flatten)]
+        advert: Advert,
     },
     /// From a node that knows no leader, whose candidacy changed, or whose acks are late.
     Presence {
-        /// The sender's priority, so the others rank it (rule 11).
-        priority: u32,
-        /// Whether the sender would campaign and lead now (rule 11).
-        candidacy: Candidacy,
-        /// Members the sender heard within `T`: its two-way evidence (rule 11).
-        hears: Vec<String>,
-        /// The sender's whole member set, so a change of two ids at once is seen (rule 1).
-        member_ids: Vec<String>,
-        /// The sender counts itself as flapped (rule 12): back from a restart or resigned for a
-        /// lost quorum within its flap window. Absent means no.
-        #[serde(default, skip_serializing_if = "is_false")]
-        flapped: bool,
+        /// The sender's rank, candidacy and evidence (rules 1, 11, 12).
+        #[serde(flatten)]
+        advert: Advert,
     },
     /// A candidacy: a pre-vote round asks for `term` without anyone changing state.
     Election {
@@ -127,6 +245,10 @@ pub enum Body {
         granted: bool,
         /// Answers a pre-vote: it only lets the candidate raise its term (rule 4).
         pre_vote: bool,
+        /// For a real grant: how long, on the voter's clock, it refuses other votes (rule 5;
+        /// rounded down). Required on a granted real vote from version 3 on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        guard_ms: Option<u64>,
     },
     /// A victory declaration.
     Leader {
@@ -178,56 +300,13 @@ impl Candidacy {
     }
 }
 
-/// What a node says about itself in heartbeats, acks and presences: rank, candidacy, the
-/// members it heard within `T` (the two-way evidence of rule 11) and its whole member set (so
-/// that a change of more than one member at a time is seen, rule 1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Advert<'a> {
-    /// The first part of the sender's rank (rule 11).
-    pub priority: u32,
-    /// Whether the sender would campaign and lead now; only `Eligible` can veto (rule 11).
-    pub candidacy: Candidacy,
-    /// Members the sender heard within `T`: makes it two-way and viable or not (rule 11).
-    pub hears: &'a [String],
-    /// The sender's member set, compared with ours for the one-id-at-a-time rule (rule 1).
-    pub member_ids: &'a [String],
-    /// The sender ranks itself as flapped, below every steady member (rule 12).
-    pub flapped: bool,
-}
-
 impl Body {
     /// The sender's advertisement, for the types that carry one.
-    pub fn advert(&self) -> Option<Advert<'_>> {
+    pub fn advert(&self) -> Option<&Advert> {
         match self {
-            Body::Heartbeat {
-                priority,
-                candidacy,
-                hears,
-                member_ids,
-                flapped,
-                ..
-            }
-            | Body::Ack {
-                priority,
-                candidacy,
-                hears,
-                member_ids,
-                flapped,
-                ..
-            }
-            | Body::Presence {
-                priority,
-                candidacy,
-                hears,
-                member_ids,
-                flapped,
-            } => Some(Advert {
-                priority: *priority,
-                candidacy: *candidacy,
-                hears,
-                member_ids,
-                flapped: *flapped,
-            }),
+            Body::Heartbeat { advert, .. }
+            | Body::Ack { advert, .. }
+            | Body::Presence { advert } => Some(advert),
             _ => None,
         }
     }
@@ -255,8 +334,8 @@ pub enum WireError {
     /// Not JSON of a known message type (the parser's explanation).
     #[error("malformed message: {0}")]
     Malformed(String),
-    /// Another protocol version (the one it speaks): nodes of different versions ignore each other.
-    #[error("unsupported protocol version {0} (this node speaks {PROTOCOL_VERSION})")]
+    /// A protocol version this build does not speak (the one it is written in).
+    #[error("unsupported protocol version {0} (this node speaks {PREVIOUS_VERSION} to {PROTOCOL_VERSION})")]
     Version(u32),
     /// Well-formed but breaks a bound or names someone other than its sender (which check).
     #[error("invalid message: {0}")]
@@ -276,7 +355,7 @@ impl Message {
             v: u32,
         }
         if let Ok(Version { v }) = serde_json::from_slice::<Version>(bytes) {
-            if v != PROTOCOL_VERSION {
+            if !Versions::OURS.speaks(v) {
                 return Err(WireError::Version(v));
             }
         }
@@ -288,8 +367,45 @@ impl Message {
 
     /// The structural rules serde cannot express.
     pub fn check(&self) -> Result<(), WireError> {
-        if self.v != PROTOCOL_VERSION {
+        if !Versions::OURS.speaks(self.v) {
             return Err(WireError::Version(self.v));
+        }
+        // Version 3 on: every message says what its sender speaks and runs on.
+        if self.v >= 3 && (self.speaks.is_none() || self.timings.is_none()) {
+            return Err(WireError::Invalid(
+                "`speaks` and `timings` are required from version 3 on",
+            ));
+        }
+        if let Some(s) = &self.speaks {
+            if !s.speaks(self.v) {
+                return Err(WireError::Invalid(
+                    "`speaks` must include the version the message is written in",
+                ));
+            }
+        }
+        if let Some(t) = &self.timings {
+            t.check()?;
+        }
+        let promise = match &self.body {
+            Body::Ack { guard_ms, .. } => Some(*guard_ms),
+            Body::Vote {
+                granted: true,
+                pre_vote: false,
+                guard_ms,
+                ..
+            } => Some(*guard_ms),
+            _ => None,
+        };
+        match promise {
+            Some(None) if self.v >= 3 => {
+                return Err(WireError::Invalid(
+                    "acks and granted votes carry `guard_ms` from version 3 on",
+                ))
+            }
+            Some(Some(ms)) if ms > MAX_ANNOUNCED_MS * 4 => {
+                return Err(WireError::Invalid("`guard_ms` must be at most four days"))
+            }
+            _ => {}
         }
         let id_ok = |s: &str| !s.is_empty() && s.len() <= MAX_ID_BYTES;
         if !id_ok(&self.from) {
@@ -305,7 +421,7 @@ impl Message {
             return Err(WireError::Invalid("`members` must be 1 to 64 bytes"));
         }
         if let Some(a) = self.body.advert() {
-            for list in [a.hears, a.member_ids] {
+            for list in [&a.hears, &a.member_ids] {
                 if list.len() > MAX_HEARS || !list.iter().all(|h| id_ok(h)) {
                     return Err(WireError::Invalid(
                         "`hears` and `member_ids` must be at most 1024 ids of 1 to 256 bytes",
@@ -363,6 +479,16 @@ fn is_false(b: &bool) -> bool {
 mod tests {
     use super::*;
 
+    fn advert() -> Advert {
+        Advert {
+            priority: 7,
+            candidacy: Candidacy::Eligible,
+            hears: vec!["b".into(), "c".into()],
+            member_ids: vec!["a".into(), "b".into(), "c".into()],
+            flapped: false,
+        }
+    }
+
     fn heartbeat() -> Message {
         Message {
             v: PROTOCOL_VERSION,
@@ -372,53 +498,51 @@ mod tests {
             seq: 9,
             ts: 0,
             members: "0badf00d".into(),
+            speaks: Some(Versions::OURS),
+            timings: Some(Announced::of(&Timings::default())),
             body: Body::Heartbeat {
                 leader: "a".into(),
                 timestamp: 0,
                 lease_ms: 2000,
-                priority: 7,
-                candidacy: Candidacy::Eligible,
-                hears: vec!["b".into(), "c".into()],
-                member_ids: vec!["a".into(), "b".into(), "c".into()],
-                flapped: false,
+                advert: advert(),
             },
             kid: None,
             sig: None,
         }
     }
 
-    #[test]
-    fn reference_field_names_on_the_wire() {
-        let mut m = heartbeat();
-        m.stamp(1_700_000_000_123);
-        let v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
-        assert_eq!(v["type"], "heartbeat");
-        assert_eq!(v["leader"], "a");
-        assert_eq!(v["term"], 3);
-        assert_eq!(v["timestamp"], 1_700_000_000u64);
-        assert_eq!(v["ts"], 1_700_000_000_123u64);
-        assert!(v.get("sig").is_none());
+    /// The same message as a version-2 build writes it: no `speaks`, `timings` or promises.
+    fn v2(mut m: Message) -> Message {
+        m.v = 2;
+        m.speaks = None;
+        m.timings = None;
+        match &mut m.body {
+            Body::Ack { guard_ms, .. } | Body::Vote { guard_ms, .. } => *guard_ms = None,
+            _ => {}
+        }
+        m
     }
 
-    #[test]
-    fn round_trip_every_type() {
-        let bodies = [
+    fn bodies() -> Vec<Body> {
+        vec![
             heartbeat().body,
             Body::Ack {
                 leader: "a".into(),
                 hb_seq: 4,
-                priority: 1,
-                candidacy: Candidacy::Cooling,
-                hears: vec![],
-                member_ids: vec!["a".into()],
-                flapped: false,
+                guard_ms: Some(3000),
+                advert: Advert {
+                    candidacy: Candidacy::Cooling,
+                    hears: vec![],
+                    member_ids: vec!["a".into()],
+                    ..advert()
+                },
             },
             Body::Presence {
-                priority: 2,
-                candidacy: Candidacy::Booting,
-                hears: vec!["a".into()],
-                member_ids: vec!["a".into(), "x".into()],
-                flapped: false,
+                advert: Advert {
+                    candidacy: Candidacy::Booting,
+                    flapped: true,
+                    ..advert()
+                },
             },
             Body::Election {
                 candidate: "a".into(),
@@ -429,6 +553,7 @@ mod tests {
                 candidate: "b".into(),
                 granted: true,
                 pre_vote: false,
+                guard_ms: Some(16_000),
             },
             Body::Leader {
                 leader: "a".into(),
@@ -444,14 +569,157 @@ mod tests {
                 successor: None,
                 lost_quorum: true,
             },
-        ];
-        for body in bodies {
+        ]
+    }
+
+    #[test]
+    fn reference_field_names_on_the_wire() {
+        let mut m = heartbeat();
+        m.stamp(1_700_000_000_123);
+        let v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(v["type"], "heartbeat");
+        assert_eq!(v["leader"], "a");
+        assert_eq!(v["term"], 3);
+        assert_eq!(v["timestamp"], 1_700_000_000u64);
+        assert_eq!(v["ts"], 1_700_000_000_123u64);
+        assert_eq!(v["priority"], 7, "the advert is flattened into the body");
+        assert_eq!(v["timings"]["election_timeout_ms"], 3000);
+        assert_eq!(v["speaks"]["newest"], PROTOCOL_VERSION);
+        assert!(v.get("sig").is_none());
+    }
+
+    #[test]
+    fn round_trip_every_type_in_both_versions() {
+        for body in bodies() {
             let m = Message {
                 body,
                 ..heartbeat()
             };
-            let back = Message::parse(m.to_json().as_bytes()).unwrap();
-            assert_eq!(back, m);
+            for m in [m.clone(), v2(m)] {
+                let back = Message::parse(m.to_json().as_bytes()).unwrap();
+                assert_eq!(back, m);
+            }
+        }
+    }
+
+    /// Bytes a version-2 build (main at d9ce58b) wrote: they parse, and a message of version 2
+    /// serializes to exactly these bytes again, so both builds read each other (rule 15).
+    #[test]
+    fn version_2_bytes_are_read_and_written_unchanged() {
+        let written = [
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"heartbeat","leader":"a","timestamp":0,"lease_ms":2000,"priority":7,"candidacy":"eligible","hears":["b","c"],"member_ids":["a","b","c"]}"#,
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"ack","leader":"a","hb_seq":4,"priority":7,"candidacy":"cooling","hears":[],"member_ids":["a"]}"#,
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"presence","priority":7,"candidacy":"booting","hears":["b","c"],"member_ids":["a","b","c"],"flapped":true}"#,
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"election","candidate":"a","priority":3,"pre_vote":true}"#,
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"vote","candidate":"b","granted":true,"pre_vote":false}"#,
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"leader","leader":"a","elected_at":5}"#,
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"resign","leader":"a","successor":"b","lost_quorum":false}"#,
+            r#"{"v":2,"group":"g1","from":"a","term":3,"seq":9,"ts":0,"members":"0badf00d","type":"resign","leader":"a","lost_quorum":true}"#,
+        ];
+        for (text, body) in written.iter().zip(bodies()) {
+            let m = Message::parse(text.as_bytes()).unwrap();
+            assert_eq!(
+                m,
+                v2(Message {
+                    body,
+                    ..heartbeat()
+                })
+            );
+            assert_eq!(m.to_json(), *text);
+        }
+    }
+
+    #[test]
+    fn version_3_requires_what_the_rules_read() {
+        let missing = [
+            Message {
+                speaks: None,
+                ..heartbeat()
+            },
+            Message {
+                timings: None,
+                ..heartbeat()
+            },
+            Message {
+                body: Body::Ack {
+                    leader: "a".into(),
+                    hb_seq: 1,
+                    guard_ms: None,
+                    advert: advert(),
+                },
+                ..heartbeat()
+            },
+            Message {
+                body: Body::Vote {
+                    candidate: "b".into(),
+                    granted: true,
+                    pre_vote: false,
+                    guard_ms: None,
+                },
+                ..heartbeat()
+            },
+            Message {
+                speaks: Some(Versions::only(2)),
+                ..heartbeat()
+            },
+        ];
+        for m in missing {
+            assert!(
+                matches!(
+                    Message::parse(m.to_json().as_bytes()),
+                    Err(WireError::Invalid(_))
+                ),
+                "{}",
+                m.to_json()
+            );
+        }
+        // A refused pre-vote or a pre-vote grant promises nothing.
+        let pre = Message {
+            body: Body::Vote {
+                candidate: "b".into(),
+                granted: true,
+                pre_vote: true,
+                guard_ms: None,
+            },
+            ..heartbeat()
+        };
+        Message::parse(pre.to_json().as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn announced_timings_are_bounded_and_round_up() {
+        let t = Timings {
+            election_timeout: Duration::from_nanos(2_710_526_317),
+            max_drift: 0.05,
+            ..Timings::default()
+        };
+        let a = Announced::of(&t);
+        assert_eq!(a.election_timeout_ms, 2711, "rounded up");
+        assert_eq!(a.max_drift_ppm, 50_000);
+        assert!(a.election_timeout() >= t.election_timeout);
+        for bad in [
+            Announced {
+                heartbeat_ms: 0,
+                ..a
+            },
+            Announced {
+                heartbeat_ms: 2000,
+                ..a
+            },
+            Announced {
+                election_timeout_ms: MAX_ANNOUNCED_MS + 1,
+                ..a
+            },
+            Announced {
+                max_drift_ppm: 500_000,
+                ..a
+            },
+        ] {
+            let m = Message {
+                timings: Some(bad),
+                ..heartbeat()
+            };
+            assert!(Message::parse(m.to_json().as_bytes()).is_err(), "{bad:?}");
         }
     }
 
@@ -463,11 +731,13 @@ mod tests {
         assert_eq!(
             m.body,
             Body::Presence {
-                priority: 5,
-                candidacy: Candidacy::Eligible,
-                hears: vec!["y".into()],
-                member_ids: vec!["x".into(), "y".into()],
-                flapped: false,
+                advert: Advert {
+                    priority: 5,
+                    candidacy: Candidacy::Eligible,
+                    hears: vec!["y".into()],
+                    member_ids: vec!["x".into(), "y".into()],
+                    flapped: false,
+                }
             }
         );
     }
@@ -493,8 +763,12 @@ mod tests {
                 String::from_utf8_lossy(c)
             );
         }
-        let v1 = br#"{"v":1,"type":"presence","group":"g","from":"x","term":1,"seq":1,"priority":1,"eligible":true}"#;
-        assert_eq!(Message::parse(v1), Err(WireError::Version(1)));
+        for v in [1, 4] {
+            let text = format!(
+                r#"{{"v":{v},"type":"presence","group":"g","from":"x","term":1,"seq":1,"priority":1,"eligible":true}}"#
+            );
+            assert_eq!(Message::parse(text.as_bytes()), Err(WireError::Version(v)));
+        }
         let big = vec![b' '; MAX_MESSAGE_BYTES + 1];
         assert_eq!(
             Message::parse(&big),

@@ -5,7 +5,7 @@
 //! (the wire), then the command handlers. State that only exists in one role lives inside that
 //! role's variant of [`State`], so it cannot go stale when the role changes.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -15,7 +15,7 @@ use super::interface::{
     View,
 };
 use super::membership::MemberSet;
-use super::message::{Body, Candidacy, Message, PROTOCOL_VERSION};
+use super::message::{Advert, Announced, Body, Candidacy, Message, Versions};
 use super::peers::{Peer, Peers, Standing};
 use super::rank::Rank;
 use super::rng::Rng;
@@ -24,9 +24,7 @@ use super::timings::Timings;
 /// How many resign messages an ex-leader repeats (one per heartbeat interval) so that one lost
 /// message does not cost the successor a full election timeout (rule 10).
 const RESIGN_REPEATS: u8 = 3;
-/// Flap damping (rule 12): a member that lost its eligibility ranks below the steady ones for
-/// this many preemption waits.
-const FLAP_WINDOW: u32 = 10;
+use super::peers::FLAP_WINDOW;
 
 /// The leader a follower knows.
 #[derive(Debug, Clone)]
@@ -36,14 +34,18 @@ struct KnownLeader {
     heard_at: Instant,
     /// When this node learned of it.
     since: Instant,
+    /// Silent this long after `heard_at`, it is gone: the promise this node made it (rule 5),
+    /// which covers the leader's own `T` whatever ours is.
+    silence: Duration,
 }
 
 /// A pre-vote or vote round this node runs for itself.
 #[derive(Debug, Clone)]
 struct Round {
     term: u64,
-    /// Members with our member set that granted, this node included.
-    grants: BTreeSet<String>,
+    /// Members with our member set that granted, this node included, each with the lease its
+    /// promise supports (rule 6; this node's own vote supports the whole `L`).
+    grants: BTreeMap<String, Duration>,
     /// When the request left: a lease built on these votes runs from here (rule 6).
     started: Instant,
     deadline: Instant,
@@ -57,7 +59,16 @@ struct Round {
 struct PendingHeartbeat {
     seq: u64,
     sent_at: Instant,
-    acks: BTreeSet<String>,
+    /// Who acked it (this node included), each with the lease its promise supports (rule 6).
+    acks: BTreeMap<String, Duration>,
+}
+
+/// The lease a quorum of promises supports: the best quorum's weakest promise (rule 6). `None`
+/// until a quorum answered.
+fn quorum_lease(supports: &BTreeMap<String, Duration>, quorum: usize) -> Option<Duration> {
+    let mut all: Vec<Duration> = supports.values().copied().collect();
+    all.sort_unstable_by(|a, b| b.cmp(a));
+    quorum.checked_sub(1).and_then(|i| all.get(i).copied())
 }
 
 #[derive(Debug, Clone)]
@@ -125,15 +136,6 @@ struct DeferredPreVote {
     until: Instant,
 }
 
-/// What this node tells the others about itself.
-struct OwnAdvert {
-    priority: u32,
-    candidacy: Candidacy,
-    hears: Vec<String>,
-    member_ids: Vec<String>,
-    flapped: bool,
-}
-
 /// The resign an ex-leader repeats while nobody leads yet.
 #[derive(Debug, Clone)]
 struct PendingResign {
@@ -149,6 +151,11 @@ struct CampaignTimer {
     wait: Duration,
     jitter: Duration,
     at_once: Option<Instant>,
+}
+
+/// A promise in whole milliseconds, rounded down: the leader counts no more than was promised.
+fn floor_ms(d: Duration) -> u64 {
+    d.as_millis() as u64
 }
 
 /// The election state machine of one node.
@@ -180,6 +187,12 @@ pub struct Node {
     flap_window: Duration,
     shutting_down: bool,
     guard: Option<Guard>,
+    /// The promises this node made, by length, with the latest end of each: the start-up guard
+    /// after a crash must outlast them (rule 8), so the longest is persisted before a longer
+    /// one leaves. Every length counts, its own `T` too: the next run may have a shorter `T`.
+    promises: BTreeMap<Duration, Instant>,
+    /// The longest promise the latest `Persist` recorded (`None`: none that may still run).
+    promised: Option<Duration>,
     resigned: Option<Resigned>,
     favored: Option<Favored>,
     deferred: Option<DeferredPreVote>,
@@ -213,6 +226,9 @@ impl Node {
         seq_start: u64,
     ) -> Node {
         let t = config.timings;
+        // Rule 8: as long as the longest promise it may have made before (its own T at least).
+        let promised = persisted.promised.unwrap_or_default();
+        let boot_for = t.election_timeout.max(promised);
         let flap_window = t.preempt_after.max(t.election_timeout) * FLAP_WINDOW;
         let peers = Peers::new(
             &config.node_id,
@@ -229,11 +245,12 @@ impl Node {
             eligible: config.eligible,
             rng: Rng::new(seed),
             term: persisted.term,
-            voted_for: persisted.voted_for,
+            voted_for: persisted.voted_for.clone(),
             state: State::Follower { leader: None },
-            // Rule 8: an ack sent before a crash may still hold a lease.
+            // Rule 8: an ack sent before a crash may still hold a lease, for as long as the
+            // longest promise this node may have made.
             boot: Some(BootGuard {
-                until: now + t.election_timeout,
+                until: now + boot_for,
                 term: persisted.term,
             }),
             cooldown_until: None,
@@ -243,6 +260,8 @@ impl Node {
             flap_window,
             shutting_down: false,
             guard: None,
+            promises: BTreeMap::new(),
+            promised: persisted.promised,
             resigned: None,
             favored: None,
             deferred: None,
@@ -309,6 +328,7 @@ impl Node {
         Persistent {
             term: self.term,
             voted_for: self.voted_for.clone(),
+            promised: self.promised,
         }
     }
 
@@ -320,17 +340,22 @@ impl Node {
     /// What the shell publishes before it executes the step's actions (rule 9); `now` evaluates
     /// the lease, the guards and which members are live.
     pub fn view(&self, now: Instant) -> View {
-        let (leader, heard, since, lease) = match &self.state {
-            State::Follower { leader: Some(l) } => {
-                (Some(l.id.clone()), Some(l.heard_at), Some(l.since), None)
-            }
+        let (leader, heard, since, lease, until) = match &self.state {
+            State::Follower { leader: Some(l) } => (
+                Some(l.id.clone()),
+                Some(l.heard_at),
+                Some(l.since),
+                None,
+                Some(l.heard_at + l.silence),
+            ),
             State::Leader(l) => (
                 Some(self.id.clone()),
                 Some(l.renewed_at),
                 Some(l.since),
                 Some(l.lease_until),
+                Some(l.lease_until),
             ),
-            _ => (None, None, None, None),
+            _ => (None, None, None, None, None),
         };
         View {
             node_id: self.id.clone(),
@@ -339,6 +364,7 @@ impl Node {
             leader,
             voted_for: self.voted_for.clone(),
             lease_until: lease,
+            leader_until: until,
             leader_heard_at: heard,
             leader_since: since,
             priority: self.priority,
@@ -348,6 +374,12 @@ impl Node {
             can_vote: !self.booting(now) && self.peers.conflicts(now).is_empty(),
             config_conflicts: self.peers.conflicts(now),
             shutting_down: self.shutting_down,
+            promise: self
+                .guard
+                .as_ref()
+                .filter(|g| now < g.until)
+                .map(|g| (g.holder.clone(), g.until)),
+            writes_version: self.wire_version(),
         }
     }
 
@@ -369,7 +401,7 @@ impl Node {
             State::Candidate(r) if r.grants.len() >= self.members.quorum() => at(r.started),
             // (A round that won waits only for its step's actions; see `Round::durable`.)
             State::PreCandidate(r) | State::Candidate(r) => at(r.deadline),
-            State::Follower { leader: Some(l) } => at(l.heard_at + self.timings.election_timeout),
+            State::Follower { leader: Some(l) } => at(l.heard_at + l.silence),
             State::Follower { leader: None } => {
                 if let Some(d) = self.election_deadline() {
                     at(d);
@@ -421,10 +453,11 @@ impl Node {
     // ---- timers -------------------------------------------------------------------------
 
     fn on_time(&mut self, now: Instant) {
-        let t = self.timings.election_timeout;
         let lease_over = matches!(&self.state, State::Leader(l) if now >= l.lease_until);
-        let leader_silent =
-            matches!(&self.state, State::Follower { leader: Some(l) } if now >= l.heard_at + t);
+        let leader_silent = matches!(
+            &self.state,
+            State::Follower { leader: Some(l) } if now >= l.heard_at + l.silence
+        );
         let round_over = matches!(
             &self.state,
             State::PreCandidate(r) | State::Candidate(r) if now >= r.deadline
@@ -494,6 +527,9 @@ impl Node {
         }
         let mut again = p.message.clone();
         again.seq = self.take_seq();
+        // Written in what the members read now: a member may have been heard on another build
+        // since the first copy left (rule 15; simulator seed 2733, a downgrade).
+        again.v = self.wire_version();
         self.publish(now, again);
         self.pending_resign = Some(PendingResign {
             message: p.message,
@@ -627,14 +663,13 @@ impl Node {
         }
         let base = self.timer.base + self.timer.wait + self.timer.jitter;
         let me = self.me(self.last_input);
-        let t = self.timings.election_timeout;
         let mut expiries: Vec<Instant> = self
             .peers
             .iter()
             .filter(|p| {
                 self.stagger_rival(p) && self.peers.standing(p, self.last_input).outranks(&me)
             })
-            .filter_map(|p| p.last_seen.map(|s| s + t))
+            .filter_map(|p| self.peers.live_until(p))
             .filter(|e| *e > base)
             .collect();
         expiries.sort();
@@ -660,17 +695,35 @@ impl Node {
 
     fn message_for_term(&mut self, term: u64, body: Body) -> Message {
         Message {
-            v: PROTOCOL_VERSION,
+            v: self.wire_version(),
             group: self.group.clone(),
             from: self.id.clone(),
             term,
             seq: self.take_seq(),
             ts: 0,
             members: self.members.fingerprint().to_string(),
+            // Also in a version-2 message: older builds ignore fields they do not know, and
+            // newer ones read them whatever the version (rule 15).
+            speaks: Some(Versions::OURS),
+            timings: Some(Announced::of(&self.timings)),
             body,
             kid: None,
             sig: None,
         }
+    }
+
+    /// Rule 15: the newest version every member speaks. A member not heard yet may be of the
+    /// previous build, so it counts as speaking only our oldest version: writing the oldest
+    /// costs nothing (this build's messages of either version carry the same fields, and it
+    /// reads both), while writing a version a member cannot read makes it deaf to us. A member
+    /// that speaks nothing we do cannot read us either way and is left out.
+    fn wire_version(&self) -> u32 {
+        let ours = Versions::OURS;
+        self.peers
+            .iter()
+            .map(|p| p.speaks.map_or(ours.oldest, |v| v.newest))
+            .filter(|&v| v >= ours.oldest)
+            .fold(ours.newest, u32::min)
     }
 
     fn message(&mut self, body: Body) -> Message {
@@ -688,10 +741,10 @@ impl Node {
 
     /// Our rank, candidacy, the members we hear and our member set, for the next heartbeat,
     /// ack or presence.
-    fn advert(&mut self, now: Instant) -> OwnAdvert {
+    fn advert(&mut self, now: Instant) -> Advert {
         let candidacy = self.candidacy(now);
         self.advertised = Some(candidacy);
-        OwnAdvert {
+        Advert {
             priority: self.priority,
             candidacy,
             hears: self.peers.hearing(now),
@@ -701,34 +754,23 @@ impl Node {
     }
 
     fn send_presence(&mut self, now: Instant) {
-        let a = self.advert(now);
-        let m = self.message(Body::Presence {
-            priority: a.priority,
-            candidacy: a.candidacy,
-            hears: a.hears,
-            member_ids: a.member_ids,
-            flapped: a.flapped,
-        });
+        let advert = self.advert(now);
+        let m = self.message(Body::Presence { advert });
         self.publish(now, m);
     }
 
     fn send_heartbeat(&mut self, now: Instant) {
-        let a = self.advert(now);
         let body = Body::Heartbeat {
             leader: self.id.clone(),
             timestamp: 0,
             lease_ms: self.timings.lease.as_millis() as u64,
-            priority: a.priority,
-            candidacy: a.candidacy,
-            hears: a.hears,
-            member_ids: a.member_ids,
-            flapped: a.flapped,
+            advert: self.advert(now),
         };
         let m = self.message(body);
         let quorum = self.members.quorum();
         let (lease, interval) = (self.timings.lease, self.timings.heartbeat);
         if let State::Leader(l) = &mut self.state {
-            let acks = BTreeSet::from([self.id.clone()]);
+            let acks = BTreeMap::from([(self.id.clone(), lease)]);
             if acks.len() >= quorum {
                 // A cluster of one is its own quorum.
                 l.lease_until = l.lease_until.max(now + lease);
@@ -751,18 +793,37 @@ impl Node {
         self.publish(now, m);
     }
 
-    fn send_ack(&mut self, now: Instant, leader: &str, hb_seq: u64) {
-        let a = self.advert(now);
-        let m = self.message(Body::Ack {
+    /// An ack that promises `guard` (rule 5); the guard itself was set by [`Node::follow`].
+    fn send_ack(&mut self, now: Instant, leader: &str, hb_seq: u64, guard: Duration) {
+        let _ = self.record_promise(now, guard);
+        let body = Body::Ack {
             leader: leader.to_string(),
             hb_seq,
-            priority: a.priority,
-            candidacy: a.candidacy,
-            hears: a.hears,
-            member_ids: a.member_ids,
-            flapped: a.flapped,
-        });
+            guard_ms: Some(floor_ms(guard)),
+            advert: self.advert(now),
+        };
+        let m = self.message(body);
         self.publish(now, m);
+    }
+
+    /// Rule 8: before a promise leaves, the longest promise still running is on disk, so that
+    /// the start-up guard after a crash outlasts it, even when the node comes back with a
+    /// shorter `T` (a rolling timing change: simulator seed 4493 voted 262 ms after a restart
+    /// while its 3 s promise of the run before still held). Promises that ended no longer count,
+    /// so the recorded length comes down again once the long ones are over (written with the
+    /// next promise: writing it late errs on the long side). In steady state every promise has
+    /// the same length, so this writes once per run.
+    fn record_promise(&mut self, now: Instant, guard: Duration) -> bool {
+        self.promises.retain(|_, until| *until > now);
+        let until = self.promises.entry(guard).or_insert(now);
+        *until = (*until).max(now + guard);
+        let longest = self.promises.keys().next_back().copied();
+        if longest == self.promised {
+            return false;
+        }
+        self.promised = longest;
+        self.persist();
+        true
     }
 
     // ---- state changes ----------------------------------------------------------------
@@ -801,6 +862,7 @@ impl Node {
                 id,
                 heard_at: now,
                 since: now,
+                silence: self.timings.election_timeout,
             }),
         };
         self.state = State::Follower { leader: known };
@@ -836,7 +898,7 @@ impl Node {
         let term = self.term + 1;
         self.state = State::PreCandidate(Round {
             term,
-            grants: BTreeSet::from([self.id.clone()]),
+            grants: BTreeMap::from([(self.id.clone(), self.timings.lease)]),
             started: now,
             deadline: now + self.timings.heartbeat * 2,
             durable: false,
@@ -861,7 +923,7 @@ impl Node {
         self.persist();
         self.state = State::Candidate(Round {
             term: self.term,
-            grants: BTreeSet::from([self.id.clone()]),
+            grants: BTreeMap::from([(self.id.clone(), self.timings.lease)]),
             started: now,
             deadline: now + self.timings.election_timeout / 2,
             durable: false,
@@ -885,8 +947,10 @@ impl Node {
             return;
         };
         // Rule 6: the lease runs from when the election left this node; every vote came after.
+        // It lasts as long as the quorum's promises support.
         let started = round.started;
-        let lease_until = started + self.timings.lease;
+        let lease = quorum_lease(&round.grants, self.members.quorum()).unwrap_or_default();
+        let lease_until = started + lease;
         if now >= lease_until {
             self.state = State::Follower { leader: None };
             self.reset_timer(now, self.retry_wait());
@@ -917,7 +981,7 @@ impl Node {
     // ---- receiving --------------------------------------------------------------------
 
     fn on_message(&mut self, now: Instant, m: Message) -> Outcome {
-        if m.group != self.group || m.from == self.id || m.v != PROTOCOL_VERSION {
+        if m.group != self.group || m.from == self.id || !Versions::OURS.speaks(m.v) {
             return Outcome::Ignored;
         }
         // Rule 1: a node outside our member set changes nothing, not even our term.
@@ -950,11 +1014,13 @@ impl Node {
                 pre_vote: true,
                 candidate,
                 granted,
+                ..
             } => {
                 if *candidate != self.id || !*granted {
                     return Outcome::Ignored;
                 }
-                return self.on_grant(now, m.term, &m.from, Role::PreCandidate);
+                let lease = self.timings.lease;
+                return self.on_grant(now, m.term, &m.from, Role::PreCandidate, lease);
             }
             _ => {}
         }
@@ -967,34 +1033,53 @@ impl Node {
         } else if m.term < self.term {
             return Outcome::Stale;
         }
+        let theirs = m.timings;
         match m.body {
-            Body::Heartbeat { .. } => {
-                let o = self.follow(now, &m.from, same_members);
+            Body::Heartbeat { lease_ms, .. } => {
+                let lease = Duration::from_millis(lease_ms);
+                let promise = self.timings.promise_to(theirs.as_ref(), Some(lease));
+                let o = self.follow(now, &m.from, same_members, promise);
                 if o == Outcome::Accepted {
-                    self.send_ack(now, &m.from, m.seq);
+                    self.send_ack(now, &m.from, m.seq, promise);
                 }
                 o
             }
-            Body::Leader { .. } => self.follow(now, &m.from, same_members),
-            Body::Ack { leader, hb_seq, .. } => {
+            Body::Leader { .. } => {
+                let promise = self.timings.promise_to(theirs.as_ref(), None);
+                self.follow(now, &m.from, same_members, promise)
+            }
+            Body::Ack {
+                leader,
+                hb_seq,
+                guard_ms,
+                ..
+            } => {
                 if leader != self.id {
                     return Outcome::Ignored;
                 }
-                self.on_ack(now, &m.from, hb_seq)
+                let support = self.support(guard_ms, theirs.as_ref());
+                self.on_ack(now, &m.from, hb_seq, support)
             }
             Body::Presence { .. } => Outcome::Accepted,
             Body::Election {
                 candidate,
                 priority,
                 ..
-            } => self.on_vote_request(now, &candidate, priority),
+            } => {
+                let promise = self.timings.promise_to(theirs.as_ref(), None);
+                self.on_vote_request(now, &candidate, priority, promise)
+            }
             Body::Vote {
-                candidate, granted, ..
+                candidate,
+                granted,
+                guard_ms,
+                ..
             } => {
                 if candidate != self.id || !granted {
                     return Outcome::Ignored;
                 }
-                self.on_grant(now, m.term, &m.from, Role::Candidate)
+                let support = self.support(guard_ms, theirs.as_ref());
+                self.on_grant(now, m.term, &m.from, Role::Candidate, support)
             }
             Body::Resign {
                 successor,
@@ -1020,9 +1105,23 @@ impl Node {
         }
     }
 
+    /// Rule 6: the lease a voter's promise supports. A promise of version 2, which does not say
+    /// how long it is, is the leader's own `T`: that build runs on the timings of the cluster.
+    fn support(&self, guard_ms: Option<u64>, theirs: Option<&Announced>) -> Duration {
+        let guard = guard_ms.map_or(self.timings.election_timeout, Duration::from_millis);
+        let drift = theirs.map_or(self.timings.max_drift, Announced::max_drift);
+        self.timings.lease_on(guard, drift)
+    }
+
     /// A heartbeat or victory declaration from `from` in our term; `same_members` when its
-    /// member set is ours.
-    fn follow(&mut self, now: Instant, from: &str, same_members: bool) -> Outcome {
+    /// member set is ours; `promise` what following it promises (rule 5).
+    fn follow(
+        &mut self,
+        now: Instant,
+        from: &str,
+        same_members: bool,
+        promise: Duration,
+    ) -> Outcome {
         if matches!(self.state, State::Leader(_)) {
             // Two leaders in one term cannot happen; never yield to an impostor of our term.
             return Outcome::Ignored;
@@ -1042,10 +1141,14 @@ impl Node {
         self.favored = None;
         self.vetoes.clear();
         self.set_leader(now, Some(from.to_string()), Reason::Elected);
-        // Rule 5: our ack (sent by the caller) may renew its lease; no other vote for T.
+        if let State::Follower { leader: Some(l) } = &mut self.state {
+            l.silence = promise;
+        }
+        // Rule 5: our ack (sent by the caller) may renew its lease; no other vote while the
+        // promise lasts: our T, or the leader's if that is longer.
         self.guard = Some(Guard {
             holder: from.to_string(),
-            until: now + self.timings.election_timeout,
+            until: now + promise,
         });
         // Rule 8: this leader's term is at least the one persisted at start, so every lease of
         // an earlier term is over, and a promise made before the restart to this leader (the
@@ -1058,9 +1161,8 @@ impl Node {
         Outcome::Accepted
     }
 
-    fn on_ack(&mut self, now: Instant, from: &str, hb_seq: u64) -> Outcome {
+    fn on_ack(&mut self, now: Instant, from: &str, hb_seq: u64, support: Duration) -> Outcome {
         let quorum = self.members.quorum();
-        let lease = self.timings.lease;
         let State::Leader(l) = &mut self.state else {
             return Outcome::Stale;
         };
@@ -1068,9 +1170,10 @@ impl Node {
             return Outcome::Stale;
         };
         debug_assert!(p.sent_at <= now, "an ack cannot come before its heartbeat");
-        p.acks.insert(from.to_string());
-        if p.acks.len() >= quorum {
-            // Rule 6: from the heartbeat's send time, which every ack came after.
+        p.acks.insert(from.to_string(), support);
+        if let Some(lease) = quorum_lease(&p.acks, quorum) {
+            // Rule 6: from the heartbeat's send time, which every ack came after, for as long
+            // as the quorum's promises support.
             let until = p.sent_at + lease;
             if until > l.lease_until {
                 l.lease_until = until;
@@ -1080,7 +1183,14 @@ impl Node {
         Outcome::Accepted
     }
 
-    fn on_grant(&mut self, now: Instant, term: u64, from: &str, stage: Role) -> Outcome {
+    fn on_grant(
+        &mut self,
+        now: Instant,
+        term: u64,
+        from: &str,
+        stage: Role,
+        support: Duration,
+    ) -> Outcome {
         if self.role() != stage {
             return Outcome::Stale;
         }
@@ -1091,7 +1201,7 @@ impl Node {
         if r.term != term {
             return Outcome::Stale;
         }
-        r.grants.insert(from.to_string());
+        r.grants.insert(from.to_string(), support);
         if r.grants.len() >= quorum && (r.durable || stage == Role::PreCandidate) {
             match stage {
                 Role::PreCandidate => self.start_election(now),
@@ -1217,6 +1327,7 @@ impl Node {
             candidate: candidate.to_string(),
             granted: true,
             pre_vote: true,
+            guard_ms: None,
         };
         let reply = self.message_for_term(term, body);
         self.publish(now, reply);
@@ -1237,7 +1348,13 @@ impl Node {
         }
     }
 
-    fn on_vote_request(&mut self, now: Instant, candidate: &str, priority: u32) -> Outcome {
+    fn on_vote_request(
+        &mut self,
+        now: Instant,
+        candidate: &str,
+        priority: u32,
+        promise: Duration,
+    ) -> Outcome {
         // Terms are equal here (a higher one was adopted by the caller).
         let already = self.voted_for.clone();
         let granted = match &already {
@@ -1255,21 +1372,26 @@ impl Node {
         if matches!(self.state, State::PreCandidate(_)) {
             self.state = State::Follower { leader: None };
         }
-        if already.is_none() {
-            // Rule 3: durable before the vote leaves (the shell executes actions in order).
-            self.voted_for = Some(candidate.to_string());
-            self.persist();
-        }
-        // Rule 5: until T passes, the lease the candidate may build on our vote is protected.
+        // Rule 5: while the promise lasts (our T, or the candidate's if longer), the lease the
+        // candidate may build on our vote is protected.
         self.guard = Some(Guard {
             holder: candidate.to_string(),
-            until: now + self.timings.election_timeout,
+            until: now + promise,
         });
+        if already.is_none() {
+            self.voted_for = Some(candidate.to_string());
+        }
+        // Rule 3: the vote (and rule 8: the promise) durable before the vote leaves (the shell
+        // executes actions in order); one write for both.
+        if !self.record_promise(now, promise) && already.is_none() {
+            self.persist();
+        }
         self.reset_timer(now, self.timings.election_timeout);
         let body = Body::Vote {
             candidate: candidate.to_string(),
             granted: true,
             pre_vote: false,
+            guard_ms: Some(floor_ms(promise)),
         };
         let reply = self.message(body);
         self.publish(now, reply);

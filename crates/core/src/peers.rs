@@ -14,11 +14,14 @@ use tokio::time::Instant;
 
 use super::interface::Member;
 use super::membership::MemberSet;
-use super::message::{Advert, Candidacy, Message};
+use super::message::{Advert, Announced, Candidacy, Message, Versions};
 use super::rank::Rank;
 
 /// How many losses of eligibility are remembered per member (rule 12).
 const FLAPS_REMEMBERED: usize = 8;
+/// Flap damping (rule 12): a member that lost its eligibility ranks below the steady ones for
+/// this many preemption waits (or of its own election timeout, if that is longer).
+pub(crate) const FLAP_WINDOW: u32 = 10;
 
 /// One other member, as heard.
 #[derive(Debug, Clone)]
@@ -42,6 +45,13 @@ pub(crate) struct Peer {
     flaps: VecDeque<Instant>,
     /// Its latest advertisement says it counts itself as flapped (rule 12).
     says_flapped: bool,
+    /// The protocol versions its latest message says it speaks (rule 15); `None` until heard.
+    pub(crate) speaks: Option<Versions>,
+    /// `seq` of the message `speaks` and `announced` come from: a message of an earlier run
+    /// that arrives late must not undo what a later run said.
+    about_seq: Option<u64>,
+    /// The timings its latest message announced; `None` from a version-2 sender.
+    pub(crate) announced: Option<Announced>,
 }
 
 impl Peer {
@@ -108,6 +118,9 @@ impl Peers {
                         eligible_since: None,
                         flaps: VecDeque::new(),
                         says_flapped: false,
+                        speaks: None,
+                        about_seq: None,
+                        announced: None,
                     },
                 )
             })
@@ -129,9 +142,16 @@ impl Peers {
         self.table.values()
     }
 
+    /// How long after its last message a member still counts as live: our `T`, or its own if
+    /// that is longer (a node sends something at least every `2h`, always below its `T`).
+    fn window(&self, p: &Peer) -> Duration {
+        p.announced
+            .map_or(self.timeout, |a| self.timeout.max(a.election_timeout()))
+    }
+
     /// Records a message from member `m.from` (the caller has checked membership).
     pub(crate) fn heard(&mut self, now: Instant, m: &Message) {
-        let timeout = self.timeout;
+        let own_timeout = self.timeout;
         let difference = m.body.advert().map(|a| {
             let theirs: BTreeSet<String> = a.member_ids.iter().cloned().collect();
             self.members
@@ -143,25 +163,37 @@ impl Peers {
         let Some(p) = self.table.get_mut(&m.from) else {
             return;
         };
-        let silent = p.last_seen.is_none_or(|s| now >= s + timeout);
+        let timeout = p
+            .announced
+            .map_or(own_timeout, |a| own_timeout.max(a.election_timeout()));
+        // Silent for twice its window: a node that is merely slow to send (it announces itself
+        // every `2h`, under its `T`, but on a clock that may run slower than ours) is no flap
+        // (simulator seed 8035: r = 20 %, T = 2.6h, every node took the best one for a flapper
+        // and vetoed it, so the cluster stayed leaderless). A restart is seen sooner, by its
+        // `booting` advert.
+        let silent = p.last_seen.is_none_or(|s| now >= s + timeout * 2);
         p.last_seen = Some(now);
         p.fingerprint = Some(m.members.clone());
+        // What it speaks and runs on goes with the process: any message says it, and one from a
+        // restarted node may say something else (an upgrade, a timing change).
+        if p.about_seq.is_none_or(|s| m.seq > s) {
+            p.about_seq = Some(m.seq);
+            p.speaks = Some(m.speaks.unwrap_or(Versions::only(m.v)));
+            p.announced = m.timings;
+        }
         let newer = p.advert_seq.is_none_or(|s| m.seq > s);
-        if let (
-            true,
-            Some(Advert {
+        if let (true, Some(a)) = (newer, m.body.advert()) {
+            let Advert {
                 priority,
                 candidacy,
                 hears,
                 flapped,
                 ..
-            }),
-        ) = (newer, m.body.advert())
-        {
-            p.says_flapped = flapped;
+            } = a;
+            p.says_flapped = *flapped;
             p.advert_seq = Some(m.seq);
-            p.priority = priority;
-            p.candidacy = Some(candidacy);
+            p.priority = *priority;
+            p.candidacy = Some(*candidacy);
             p.hears = hears.iter().cloned().collect();
             p.difference = difference.unwrap_or_default();
         } else if let super::message::Body::Election { priority, .. } = &m.body {
@@ -190,9 +222,14 @@ impl Peers {
         }
     }
 
-    /// Heard within `T`.
+    /// Heard within its window (our `T`, or its own if longer).
     pub(crate) fn live(&self, p: &Peer, now: Instant) -> bool {
-        p.last_seen.is_some_and(|s| now < s + self.timeout)
+        self.live_until(p).is_some_and(|u| now < u)
+    }
+
+    /// When it stops counting as live unless heard again; `None` if never heard.
+    pub(crate) fn live_until(&self, p: &Peer) -> Option<Instant> {
+        p.last_seen.map(|s| s + self.window(p))
     }
 
     /// Live, and its latest advertisement says it hears us.
@@ -239,7 +276,7 @@ impl Peers {
         self.table
             .values()
             .filter(|p| self.difference(p).len() > 1)
-            .filter_map(|p| p.last_seen.map(|s| s + self.timeout))
+            .filter_map(|p| self.live_until(p))
             .max()
     }
 
@@ -253,9 +290,16 @@ impl Peers {
     }
 
     /// Whether `p` lost its eligibility within the flap window, as seen from here or as it
-    /// says itself (rule 12).
+    /// says itself (rule 12). The window is ours or ten of its own election timeouts, whichever
+    /// is longer: a node with a long `T` costs the others that long each time it fails as
+    /// leader (they keep their promise to it, rule 5), so a node with a short `T` must not forget
+    /// its flaps sooner than the flapper itself does (simulator seed 1580: a 50 s node that
+    /// crash-looped was elected again after every restart by nodes with 4 s windows).
     pub(crate) fn flapped(&self, p: &Peer, now: Instant) -> bool {
-        p.says_flapped || p.flaps.iter().any(|f| now < *f + self.flap_window)
+        let window = p.announced.map_or(self.flap_window, |a| {
+            self.flap_window.max(a.election_timeout() * FLAP_WINDOW)
+        });
+        p.says_flapped || p.flaps.iter().any(|f| now < *f + window)
     }
 
     pub(crate) fn rank<'a>(&self, p: &'a Peer) -> Rank<'a> {
@@ -281,6 +325,8 @@ impl Peers {
             two_way: self.two_way(p, now),
             viable: self.viable(p, now),
             member_difference: p.difference.clone(),
+            timings: p.announced,
+            speaks: p.speaks,
         }
     }
 }

@@ -64,6 +64,8 @@ impl Bench {
             seq: self.seq,
             ts: 0,
             members: self.fingerprint.clone(),
+            speaks: Some(Versions::OURS),
+            timings: Some(Announced::of(&Timings::default())),
             body,
             kid: None,
             sig: None,
@@ -83,11 +85,13 @@ impl Bench {
             from,
             term,
             Body::Presence {
-                priority,
-                candidacy: c,
-                hears: hears.iter().map(|s| s.to_string()).collect(),
-                member_ids: members,
-                flapped: false,
+                advert: Advert {
+                    priority,
+                    candidacy: c,
+                    hears: hears.iter().map(|s| s.to_string()).collect(),
+                    member_ids: members,
+                    flapped: false,
+                },
             },
         )
     }
@@ -102,11 +106,13 @@ impl Bench {
                 leader: "b".into(),
                 timestamp: 0,
                 lease_ms: 2000,
-                priority: 5,
-                candidacy: Candidacy::Eligible,
-                hears: vec!["a".into(), "c".into()],
-                member_ids,
-                flapped: false,
+                advert: Advert {
+                    priority: 5,
+                    candidacy: Candidacy::Eligible,
+                    hears: vec!["a".into(), "c".into()],
+                    member_ids,
+                    flapped: false,
+                },
             },
         )
     }
@@ -160,7 +166,7 @@ fn pre_vote(b: &mut Bench, candidate: &str, term: u64, priority: u32) -> Input {
 
 fn grants_pre_vote(actions: &[Action], candidate: &str) -> bool {
     published(actions).iter().any(|b| {
-        matches!(b, Body::Vote { candidate: c, granted: true, pre_vote: true } if c == candidate)
+        matches!(b, Body::Vote { candidate: c, granted: true, pre_vote: true, .. } if c == candidate)
     })
 }
 
@@ -201,6 +207,7 @@ fn grant(b: &mut Bench, term: u64, pre_vote: bool) -> Input {
             candidate: "a".into(),
             granted: true,
             pre_vote,
+            guard_ms: (!pre_vote).then_some(T.as_millis() as u64),
         },
     )
 }
@@ -386,8 +393,10 @@ fn a_booting_node_says_so_then_becomes_eligible() {
     assert!(published(&first).iter().any(|x| matches!(
         x,
         Body::Presence {
-            candidacy: Candidacy::Booting,
-            ..
+            advert: Advert {
+                candidacy: Candidacy::Booting,
+                ..
+            }
         }
     )));
     assert!(!a.view(b.t0).can_vote);
@@ -396,8 +405,10 @@ fn a_booting_node_says_so_then_becomes_eligible() {
     assert!(published(&after).iter().any(|x| matches!(
         x,
         Body::Presence {
-            candidacy: Candidacy::Eligible,
-            ..
+            advert: Advert {
+                candidacy: Candidacy::Eligible,
+                ..
+            }
         }
     )));
     assert!(a.view(b.at(T)).can_vote);
@@ -409,6 +420,7 @@ fn the_start_up_guard_ends_on_a_resign_of_its_term_not_an_older_one() {
     let persisted = Persistent {
         term: 5,
         voted_for: None,
+        promised: None,
     };
     let mut a = node_at("a", false, persisted, b.t0);
     let now = b.at(Duration::from_millis(100));
@@ -427,6 +439,7 @@ fn following_a_leader_ends_the_start_up_guard_with_a_guard_for_that_leader() {
     let persisted = Persistent {
         term: 5,
         voted_for: None,
+        promised: None,
     };
     let mut a = node_at("a", false, persisted, b.t0);
     let now = b.at(Duration::from_millis(100));
@@ -504,14 +517,16 @@ fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
         "b",
         0,
         Body::Presence {
-            priority: 5,
-            candidacy: Candidacy::Eligible,
-            hears: vec!["a".into()],
-            member_ids: ["a", "b", "c", "d", "e"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            flapped: false,
+            advert: Advert {
+                priority: 5,
+                candidacy: Candidacy::Eligible,
+                hears: vec!["a".into()],
+                member_ids: ["a", "b", "c", "d", "e"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+                flapped: false,
+            },
         },
     );
     let _ = a.handle(now, p);
@@ -527,11 +542,13 @@ fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
         "b",
         0,
         Body::Presence {
-            priority: 5,
-            candidacy: Candidacy::Eligible,
-            hears: vec!["a".into()],
-            member_ids: ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect(),
-            flapped: false,
+            advert: Advert {
+                priority: 5,
+                candidacy: Candidacy::Eligible,
+                hears: vec!["a".into()],
+                member_ids: ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect(),
+                flapped: false,
+            },
         },
     );
     let _ = a.handle(now, p);
@@ -577,11 +594,14 @@ fn a_lease_is_renewed_from_the_heartbeats_send_time_not_from_the_acks() {
         Body::Ack {
             leader: "a".into(),
             hb_seq,
-            priority: 2,
-            candidacy: Candidacy::Eligible,
-            hears: vec!["a".into(), "c".into()],
-            member_ids: members,
-            flapped: false,
+            guard_ms: Some(T.as_millis() as u64),
+            advert: Advert {
+                priority: 2,
+                candidacy: Candidacy::Eligible,
+                hears: vec!["a".into(), "c".into()],
+                member_ids: members,
+                flapped: false,
+            },
         },
     );
     assert_eq!(a.handle(acked, ack), Ok(Outcome::Accepted));
@@ -610,6 +630,7 @@ fn a_node_back_from_a_restart_does_not_veto_a_steady_lower_ranked_candidate() {
     let back = Persistent {
         term: 3,
         voted_for: None,
+        promised: None,
     };
     let mut restarted = node_at("a", true, back, b.t0);
     let _ = restarted.handle(now, Input::Tick);
@@ -632,6 +653,7 @@ fn a_peer_that_says_it_flapped_ranks_as_flapped() {
     let back = Persistent {
         term: 3,
         voted_for: None,
+        promised: None,
     };
     // c (priority 1) outranks a (priority 0); both come back from restarts with term 3 on disk.
     let mut c = node_at("c", true, back, b.t0);
@@ -641,11 +663,13 @@ fn a_peer_that_says_it_flapped_ranks_as_flapped() {
             "a",
             3,
             Body::Presence {
-                priority: 0,
-                candidacy: c,
-                hears: vec!["a".into(), "c".into()],
-                member_ids,
-                flapped: true,
+                advert: Advert {
+                    priority: 0,
+                    candidacy: c,
+                    hears: vec!["a".into(), "c".into()],
+                    member_ids,
+                    flapped: true,
+                },
             },
         )
     };
@@ -772,6 +796,7 @@ fn a_stale_heartbeat_does_not_end_the_start_up_guard() {
     let back = Persistent {
         term: 5,
         voted_for: None,
+        promised: None,
     };
     let mut a = node_at("a", false, back, b.t0);
     let now = b.at(Duration::from_secs(1));
@@ -799,6 +824,7 @@ fn only_a_leader_with_our_member_set_ends_the_start_up_guard() {
     let back = Persistent {
         term: 5,
         voted_for: None,
+        promised: None,
     };
     let mut a = node_at("a", false, back, b.t0);
     let now = b.at(Duration::from_millis(100));
@@ -898,4 +924,522 @@ fn a_pre_vote_that_overtakes_the_resign_of_a_better_ranked_leader_is_kept() {
         grants_pre_vote(&drain(&mut a), "c"),
         "answered as the resign lands"
     );
+}
+
+// ---- mixed timings and versions (rules 5, 6, 8 and 15) --------------------------------------
+
+/// A node's timings after a rolling change among 2 s / 3 s peers: a 10 s lease, a 16 s timeout.
+fn long() -> Timings {
+    Timings {
+        lease: Duration::from_secs(10),
+        election_timeout: Duration::from_secs(16),
+        ..Timings::default()
+    }
+}
+
+fn node_with(id: &str, eligible: bool, persisted: Persistent, now: Instant, t: Timings) -> Node {
+    Node::new(
+        Config {
+            node_id: id.into(),
+            group: "g".into(),
+            members: MemberSet::new(id, MEMBERS.iter().copied()).unwrap(),
+            priority: 1,
+            eligible,
+            timings: t,
+        },
+        persisted,
+        now,
+        7,
+        1 << 32,
+    )
+}
+
+/// The same message from a sender running on `t`.
+fn timed(input: Input, t: &Timings) -> Input {
+    let Input::Message(mut m) = input else {
+        unreachable!("a message")
+    };
+    m.timings = Some(Announced::of(t));
+    Input::Message(m)
+}
+
+/// The same message as the version-2 build on main before rule 15 writes it.
+fn as_v2(input: Input) -> Input {
+    let Input::Message(mut m) = input else {
+        unreachable!("a message")
+    };
+    m.v = 2;
+    m.speaks = None;
+    m.timings = None;
+    if let Body::Ack { guard_ms, .. } | Body::Vote { guard_ms, .. } = &mut m.body {
+        *guard_ms = None;
+    }
+    Input::Message(m)
+}
+
+fn position(actions: &[Action], what: impl Fn(&Action) -> bool) -> Option<usize> {
+    actions.iter().position(what)
+}
+
+fn persists_promise(x: &Action, promised: Option<Duration>) -> bool {
+    matches!(x, Action::Persist(p) if p.promised == promised)
+}
+
+/// Rule 5 across timings: a follower whose own `T` is 3 s acks a leader that announces a 16 s
+/// `T`: it promises 16 s (the ack says so), votes for nobody else for 16 s, and counts the
+/// leader as its leader that long; the promise is on disk before the ack leaves (rule 8).
+#[test]
+fn a_follower_promises_the_leaders_longer_timeout() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let hb = timed(b.heartbeat_from_b(1), &long());
+    let _ = a.handle(now, hb);
+    let sent = drain(&mut a);
+    let sixteen = Duration::from_secs(16);
+    let persist = position(&sent, |x| persists_promise(x, Some(sixteen))).expect("persisted");
+    let ack = position(&sent, |x| {
+        matches!(x, Action::Publish(m)
+            if matches!(m.body, Body::Ack { guard_ms: Some(16_000), .. }))
+    })
+    .expect("an ack promising 16 s");
+    assert!(persist < ack, "{sent:?}");
+    let later = now + T + H;
+    let _ = a.handle(later, pre_vote(&mut b, "c", 2, 9));
+    assert!(!grants_pre_vote(&drain(&mut a), "c"), "still promised to b");
+    assert_eq!(a.view(later).leader_at(later), Some("b"));
+    let after = now + sixteen + Duration::from_millis(1);
+    let _ = a.handle(after, pre_vote(&mut b, "c", 2, 9));
+    assert!(grants_pre_vote(&drain(&mut a), "c"), "the promise is over");
+    assert_eq!(a.view(after).leader_at(after), None);
+}
+
+/// Rule 5 for votes: the vote covers the candidate's announced `T`, and says how long.
+#[test]
+fn a_vote_promises_the_candidates_longer_timeout() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let ask = b.msg(
+        "c",
+        1,
+        Body::Election {
+            candidate: "c".into(),
+            priority: 9,
+            pre_vote: false,
+        },
+    );
+    let _ = a.handle(now, timed(ask, &long()));
+    let sent = drain(&mut a);
+    let persist = position(&sent, |x| {
+        matches!(x, Action::Persist(p)
+            if p.voted_for.as_deref() == Some("c") && p.promised == Some(Duration::from_secs(16)))
+    })
+    .expect("vote and promise in one write");
+    let vote = position(&sent, |x| {
+        matches!(x, Action::Publish(m)
+            if matches!(m.body, Body::Vote { granted: true, guard_ms: Some(16_000), .. }))
+    })
+    .expect("a vote promising 16 s");
+    assert!(persist < vote);
+    let _ = a.handle(now + Duration::from_secs(10), pre_vote(&mut b, "b", 2, 9));
+    assert!(!grants_pre_vote(&drain(&mut a), "b"));
+}
+
+/// Makes `a`, running on `t`, a candidate for term 1 and gives it b's pre-vote; then `vote`.
+fn elected_with(b: &mut Bench, t: Timings, vote: Input) -> (Node, Instant) {
+    let mut a = node_with("a", true, Persistent::default(), b.t0, t);
+    let now = b.at(t.election_timeout + t.heartbeat);
+    let _ = a.handle(now, Input::Tick);
+    assert_eq!(a.role(), Role::PreCandidate);
+    let _ = a.handle(now, grant(b, 1, true));
+    assert_eq!(a.role(), Role::Candidate);
+    drain(&mut a);
+    let _ = a.handle(now, vote);
+    (a, now)
+}
+
+fn vote_promising(b: &mut Bench, ms: Option<u64>) -> Input {
+    let v = b.msg(
+        "b",
+        1,
+        Body::Vote {
+            candidate: "a".into(),
+            granted: true,
+            pre_vote: false,
+            guard_ms: ms,
+        },
+    );
+    // b runs on the cluster's old timings.
+    timed(v, &Timings::default())
+}
+
+/// Rule 6 across timings: a leader never counts a lease longer than its voters promised. With a
+/// 10 s lease and a 16 s `T`, a vote that promises 16 s supports the whole lease; one that
+/// promises only 3 s (a voter of another build that does not honour announced timings) supports
+/// none of it, so the candidate does not lead on it.
+#[test]
+fn a_leader_counts_no_longer_lease_than_its_voters_promised() {
+    let mut b = Bench::new(&MEMBERS);
+    let (a, now) = elected_with(&mut b, long(), {
+        let mut bb = Bench::new(&MEMBERS);
+        bb.seq = 1000;
+        vote_promising(&mut bb, Some(16_000))
+    });
+    assert_eq!(a.role(), Role::Leader);
+    let lease = a.view(now).lease_until.expect("a lease") - now;
+    assert!(
+        lease > Duration::from_millis(9_999) && lease <= Duration::from_secs(10),
+        "{lease:?}"
+    );
+    let mut b = Bench::new(&MEMBERS);
+    let (a, now) = elected_with(&mut b, long(), {
+        let mut bb = Bench::new(&MEMBERS);
+        bb.seq = 1000;
+        vote_promising(&mut bb, Some(3_000))
+    });
+    assert!(!a.view(now).is_leader_at(now), "{:?}", a.view(now));
+}
+
+/// Rule 6 with an ack that promises less than the leader's `T`: the lease it supports is
+/// shorter by the difference (on the slowest clock), and a quorum's lease is its weakest
+/// member's; an ack of a version-2 build promises the leader's own `T`.
+#[test]
+fn an_ack_renews_the_lease_only_as_far_as_its_promise_reaches() {
+    let mut b = Bench::new(&MEMBERS);
+    let t = long();
+    let mut bb = Bench::new(&MEMBERS);
+    bb.seq = 1000;
+    let (mut a, now) = elected_with(&mut b, t, vote_promising(&mut bb, Some(16_000)));
+    drain(&mut a);
+    // Late enough in the first lease that a renewal reaches beyond it.
+    let sent = now + Duration::from_secs(3);
+    let _ = a.handle(sent, Input::Tick);
+    let hb_seq = drain(&mut a)
+        .iter()
+        .find_map(|x| match x {
+            Action::Publish(m) if matches!(m.body, Body::Heartbeat { .. }) => Some(m.seq),
+            _ => None,
+        })
+        .expect("a heartbeat");
+    let ack = |b: &mut Bench, ms: Option<u64>| {
+        let members = b.members_of_fingerprint();
+        let m = b.msg(
+            "b",
+            1,
+            Body::Ack {
+                leader: "a".into(),
+                hb_seq,
+                guard_ms: ms,
+                advert: Advert {
+                    priority: 2,
+                    candidacy: Candidacy::Eligible,
+                    hears: vec!["a".into(), "c".into()],
+                    member_ids: members,
+                    flapped: false,
+                },
+            },
+        );
+        timed(m, &Timings::default())
+    };
+    let before = a.view(sent).lease_until.unwrap();
+    let short = ack(&mut bb, Some(14_000));
+    let _ = a.handle(sent + H, short);
+    let until = a.view(sent + H).lease_until.unwrap();
+    // 2 s less on the voter's clock is 2 s·(1−r)/(1+r) less here.
+    let expected = sent + t.lease - Duration::from_secs(2).mul_f64(0.95 / 1.05);
+    assert!(until.max(before) == until, "never shortened");
+    let diff = if until > expected {
+        until - expected
+    } else {
+        expected - until
+    };
+    assert!(diff < Duration::from_millis(1), "{until:?} vs {expected:?}");
+    let old = as_v2(ack(&mut bb, Some(14_000)));
+    let _ = a.handle(sent + H, old);
+    let full = a.view(sent + H).lease_until.unwrap();
+    assert!(
+        full + Duration::from_micros(1) >= sent + t.lease,
+        "{:?}",
+        full - sent
+    );
+}
+
+/// Rule 8: the start-up guard lasts as long as the longest promise on disk, not only `T`.
+#[test]
+fn the_start_up_guard_outlasts_the_longest_promise_on_disk() {
+    let mut b = Bench::new(&MEMBERS);
+    let back = Persistent {
+        term: 1,
+        voted_for: None,
+        promised: Some(Duration::from_secs(16)),
+    };
+    let mut a = node_at("a", false, back, b.t0);
+    let _ = a.handle(b.at(T + H), pre_vote(&mut b, "c", 2, 9));
+    assert!(!grants_pre_vote(&drain(&mut a), "c"), "booting");
+    assert!(!a.view(b.at(T + H)).can_vote);
+    let after = b.at(Duration::from_secs(16) + Duration::from_millis(1));
+    let _ = a.handle(after, pre_vote(&mut b, "c", 2, 9));
+    assert!(grants_pre_vote(&drain(&mut a), "c"));
+}
+
+/// Rule 8: once the long promises are over, the next promise writes the shorter length, so a
+/// cluster that went back to short timings does not keep long start-up guards forever; while a
+/// long one still runs, it stays.
+#[test]
+fn the_recorded_promise_comes_down_once_the_long_ones_are_over() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let _ = a.handle(now, timed(b.heartbeat_from_b(1), &long()));
+    drain(&mut a);
+    // b restarted on the short timings and leads again in term 2, 5 s later: the 16 s promise
+    // of term 1 still runs.
+    let soon = now + Duration::from_secs(5);
+    let _ = a.handle(soon, b.heartbeat_from_b(2));
+    let sent = drain(&mut a);
+    assert!(
+        !sent.iter().any(|x| persists_promise(x, None)),
+        "still running: {sent:?}"
+    );
+    assert_eq!(a.persistent().promised, Some(Duration::from_secs(16)));
+    let late = now + Duration::from_secs(17);
+    let _ = a.handle(late, b.heartbeat_from_b(2));
+    let sent = drain(&mut a);
+    let persist = position(&sent, |x| persists_promise(x, Some(T))).expect("written down");
+    let ack = position(
+        &sent,
+        |x| matches!(x, Action::Publish(m) if matches!(m.body, Body::Ack { .. })),
+    )
+    .expect("an ack");
+    assert!(persist < ack);
+}
+
+/// Rule 15: a node writes the newest version every member speaks: version 2 until it has heard
+/// every member (one not heard yet may be of the old build) and while a member of the old build
+/// is heard, version 3 once every member says it speaks 3. It reads both all along, a
+/// version-2 message still carries the new fields, and a late message of a member's earlier run
+/// changes nothing.
+#[test]
+fn a_node_writes_the_newest_version_every_member_it_heard_speaks() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let written = |a: &mut Node, at: Instant| {
+        let _ = a.handle(at, Input::Tick);
+        drain(a)
+            .iter()
+            .find_map(|x| match x {
+                Action::Publish(m) => Some(m.clone()),
+                _ => None,
+            })
+            .expect("a presence")
+    };
+    let mut at = b.at(T + H * 2);
+    assert_eq!(written(&mut a, at).v, 2, "b and c may be of the old build");
+    let c = b.presence("c", 0, 4, Candidacy::Eligible, &["a"]);
+    let _ = a.handle(at, c);
+    let old = as_v2(b.presence("b", 0, 5, Candidacy::Eligible, &["a"]));
+    assert_eq!(a.handle(at, old), Ok(Outcome::Accepted), "read");
+    at += H;
+    let m = written(&mut a, at);
+    assert_eq!(m.v, 2);
+    assert_eq!(m.speaks, Some(Versions::OURS));
+    assert!(m.timings.is_some());
+    assert_eq!(a.view(at).writes_version, 2);
+    let upgraded = b.presence("b", 0, 5, Candidacy::Eligible, &["a"]);
+    let _ = a.handle(at, upgraded);
+    at += H;
+    assert_eq!(written(&mut a, at).v, 3, "b was upgraded");
+    // A message of b's earlier run, held up on the way, does not undo it.
+    let Input::Message(mut late) = as_v2(b.presence("b", 0, 5, Candidacy::Eligible, &["a"])) else {
+        unreachable!()
+    };
+    late.seq = 1;
+    let _ = a.handle(at, Input::Message(late));
+    at += H;
+    assert_eq!(written(&mut a, at).v, 3, "not undone by an old message");
+}
+
+/// Rule 5 with a version-2 leader: its heartbeat names only its lease; the promise covers that
+/// lease as rule 7 would (on our `h` and `r`), and at least our `T`.
+#[test]
+fn a_version_2_leaders_lease_is_covered() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let Input::Message(mut hb) = as_v2(b.heartbeat_from_b(1)) else {
+        unreachable!()
+    };
+    if let Body::Heartbeat { lease_ms, .. } = &mut hb.body {
+        *lease_ms = 10_000;
+    }
+    let _ = a.handle(now, Input::Message(hb));
+    let sent = drain(&mut a);
+    let expected = Duration::from_secs(10).mul_f64(1.05 / 0.95) + H;
+    let promised = sent
+        .iter()
+        .find_map(|x| match x {
+            Action::Publish(m) => match m.body {
+                Body::Ack { guard_ms, .. } => Some((m.v, guard_ms)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("an ack");
+    assert_eq!(promised, (2, Some(expected.as_millis() as u64)));
+}
+
+/// Rule 15 with rule 10: a resign repeated while nobody leads is written in the version the
+/// members read now, not in the one of its first copy (a member heard on the older build in
+/// between would drop it: simulator seed 2733, a rolling downgrade).
+#[test]
+fn a_repeated_resign_is_written_in_what_the_members_read_now() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = leader(&mut b);
+    let now = b.at(T + H + Duration::from_millis(10));
+    let c = b.presence("c", 1, 2, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(now, c);
+    drain(&mut a);
+    let out = a.handle(
+        now,
+        Input::StepDown {
+            successor: None,
+            expected_term: None,
+        },
+    );
+    assert!(matches!(out, Ok(Outcome::SteppedDown { .. })), "{out:?}");
+    let resigns = |actions: &[Action]| -> Vec<u32> {
+        actions
+            .iter()
+            .filter_map(|x| match x {
+                Action::Publish(m) if matches!(m.body, Body::Resign { .. }) => Some(m.v),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(resigns(&drain(&mut a)), vec![3]);
+    let downgraded = as_v2(b.presence("c", 1, 2, Candidacy::Eligible, &["a", "b"]));
+    let _ = a.handle(now + Duration::from_millis(1), downgraded);
+    drain(&mut a);
+    let _ = a.handle(now + H, Input::Tick);
+    assert_eq!(resigns(&drain(&mut a)), vec![2], "repeated in version 2");
+}
+
+/// Rule 8 across a timing change: a promise of the node's own `T` is recorded too (once per
+/// run), because the next run may have a shorter `T` and its start-up guard must still outlast
+/// it (simulator seed 4493: restarted with `T` = 262 ms, it voted while its 3 s promise held).
+#[test]
+fn a_promise_of_its_own_t_is_on_disk_before_the_ack_leaves() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H + H);
+    let _ = a.handle(now, b.heartbeat_from_b(1));
+    let sent = drain(&mut a);
+    let persist = position(&sent, |x| persists_promise(x, Some(T))).expect("recorded");
+    let ack = position(
+        &sent,
+        |x| matches!(x, Action::Publish(m) if matches!(m.body, Body::Ack { .. })),
+    )
+    .expect("an ack");
+    assert!(persist < ack);
+    // The next ack promises the same: nothing more is written.
+    let _ = a.handle(now + H, b.heartbeat_from_b(1));
+    let sent = drain(&mut a);
+    assert!(
+        !sent.iter().any(|x| matches!(x, Action::Persist(_))),
+        "{sent:?}"
+    );
+    // Restarted with a shorter T, it stays out of elections for the promise it recorded.
+    let short = Timings {
+        heartbeat: Duration::from_millis(50),
+        lease: Duration::from_millis(100),
+        election_timeout: Duration::from_millis(300),
+        ..Timings::default()
+    };
+    let back = a.persistent();
+    let mut again = node_with("a", false, back, now + H, short);
+    let ask = pre_vote(&mut b, "c", 2, 9);
+    let _ = again.handle(now + H + Duration::from_secs(1), ask);
+    assert!(
+        !grants_pre_vote(&drain(&mut again), "c"),
+        "still bound for T = 3 s"
+    );
+}
+
+/// A presence of `b` (priority 5, eligible) announcing `t`, as of its run `epoch` (the high
+/// half of `seq`, which a restart raises).
+fn b_presence(bench: &mut Bench, c: Candidacy, t: &Timings) -> Input {
+    timed(bench.presence("b", 0, 5, c, &["a", "c"]), t)
+}
+
+/// Rule 11 across timings: a member that announces a longer `T` than ours counts as live for
+/// its own `T` (it sends every `2h` of its own, which may be beyond our `T`).
+#[test]
+fn a_member_with_a_longer_timeout_stays_live_for_its_own_timeout() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let now = b.at(T + H);
+    let _ = a.handle(now, b_presence(&mut b, Candidacy::Eligible, &long()));
+    let later = now + Duration::from_secs(10);
+    let live = |a: &Node, at| a.peers(at).iter().any(|m| m.id == "b" && m.live);
+    assert!(live(&a, later), "within b's own 16 s");
+    assert!(!live(&a, now + Duration::from_secs(17)), "not after it");
+}
+
+/// Rule 12 across timings: the flaps of a member with a long `T` are remembered for ten of its
+/// own election timeouts, not only for our shorter window (simulator seed 1580: a 50 s node
+/// that crash-looped as leader was elected again after every restart by nodes with short
+/// windows, each time costing the others its 50 s). Seen through a's veto: a (steady, priority
+/// 1) vetoes b (priority 5) only while b counts as flapped.
+#[test]
+fn a_slow_members_flaps_are_remembered_for_ten_of_its_own_timeouts() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = node_at("a", true, Persistent::default(), b.t0);
+    let t0 = b.at(T + H);
+    let _ = a.handle(t0, b_presence(&mut b, Candidacy::Eligible, &long()));
+    // b restarts (booting): a flap.
+    let back = t0 + Duration::from_secs(1);
+    let _ = a.handle(back, b_presence(&mut b, Candidacy::Booting, &long()));
+    drain(&mut a);
+    // 100 s later: beyond a's own flap window (10 × max(P, T) = 50 s), within b's (160 s).
+    let at = back + Duration::from_secs(100);
+    let _ = a.handle(at, b_presence(&mut b, Candidacy::Eligible, &long()));
+    drain(&mut a);
+    let ask = timed(pre_vote(&mut b, "b", a.term() + 1, 5), &long());
+    let _ = a.handle(at, ask);
+    assert!(
+        !grants_pre_vote(&drain(&mut a), "b"),
+        "b still counts as flapped"
+    );
+}
+
+/// Rule 12: a member merely slow to announce itself (heard again a little after our `T`, its
+/// clock slower than ours) has not flapped; only silence for twice the window is one
+/// (simulator seed 8035: at r = 20 % and T = 2.6h every node took the best one for a flapper,
+/// vetoed it, and the cluster stayed leaderless).
+#[test]
+fn a_member_slow_to_announce_itself_has_not_flapped() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = node_at("a", true, Persistent::default(), b.t0);
+    let t0 = b.at(T + H);
+    let _ = a.handle(t0, b.presence("b", 0, 5, Candidacy::Eligible, &["a", "c"]));
+    let late = t0 + T + Duration::from_millis(500);
+    let _ = a.handle(
+        late,
+        b.presence("b", 0, 5, Candidacy::Eligible, &["a", "c"]),
+    );
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "b", a.term() + 1, 5);
+    let _ = a.handle(late, ask);
+    assert!(grants_pre_vote(&drain(&mut a), "b"), "b is steady");
+    // Silent for more than twice T, it has.
+    let gone = late + T * 2 + Duration::from_millis(10);
+    let _ = a.handle(
+        gone,
+        b.presence("b", 0, 5, Candidacy::Eligible, &["a", "c"]),
+    );
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "b", a.term() + 1, 5);
+    let _ = a.handle(gone, ask);
+    assert!(!grants_pre_vote(&drain(&mut a), "b"), "b flapped");
 }

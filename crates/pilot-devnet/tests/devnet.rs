@@ -22,13 +22,16 @@ fn sockets(net: &Devnet) -> Vec<PathBuf> {
 
 /// Waits for the emulator to exit on its own; a clean stop removes every node's socket.
 async fn stops_cleanly(net: &mut Devnet) {
-    let start = tokio::time::Instant::now();
+    let start = pilot_election::clock::now();
     loop {
         if let Some(status) = net.child.try_wait().expect("wait") {
             assert!(status.success(), "exit {status}");
             break;
         }
-        assert!(start.elapsed() < DEADLINE, "pilot-devnet did not stop");
+        assert!(
+            pilot_election::clock::since(start) < DEADLINE,
+            "pilot-devnet did not stop"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for s in sockets(net) {

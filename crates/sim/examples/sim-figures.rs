@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use pilot_election_core::Timings;
 use pilot_election_sim::scenario::{
-    failover_time, persistent_figure, rolling_figure, traffic_per_interval, Fault, RollingPlan,
-    Target,
+    failover_time, persistent_figure, rolling_figure, traffic_per_interval, Change, Fault,
+    RollingPlan, Target,
 };
 
 fn main() {
@@ -156,6 +156,7 @@ fn rolling(runs: u64) {
         ] {
             let plan = RollingPlan {
                 passes: 2,
+                change: Change::Nothing,
                 kill_share,
                 readiness,
                 loss: 0.0,

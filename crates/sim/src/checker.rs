@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use pilot_election_core::{Body, Config, Message, Persistent, Role, Timings, View};
+use pilot_election_core::{Body, Config, Message, Persistent, Role, View};
 
 /// One broken invariant, with the true time it was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +23,6 @@ impl fmt::Display for Violation {
 /// Records what nodes did and complains the moment an invariant breaks.
 #[derive(Debug)]
 pub struct Checker {
-    timings: Timings,
     leaders_by_term: HashMap<u64, String>,
     max_term: Vec<u64>,
     votes: HashMap<(usize, u64), String>,
@@ -40,9 +39,8 @@ pub struct Checker {
 const MAX_VIOLATIONS: usize = 8;
 
 impl Checker {
-    pub fn new(size: usize, timings: Timings) -> Checker {
+    pub fn new(size: usize) -> Checker {
         Checker {
-            timings,
             leaders_by_term: HashMap::new(),
             max_term: vec![0; size],
             votes: HashMap::new(),
@@ -50,10 +48,6 @@ impl Checker {
             claimless_since: Some(0),
             claim_gaps: Vec::new(),
         }
-    }
-
-    pub fn timings(&self) -> &Timings {
-        &self.timings
     }
 
     /// The first stretch without any claim that began at or after `from` (true ns): its
@@ -98,7 +92,9 @@ impl Checker {
     }
 
     /// At the moment a message leaves: a granted vote and a candidacy are already on disk
-    /// (rule 3), and a resign never leaves while the node still answers as leader (rule 9).
+    /// (rule 3); so is the term of every message but a pre-vote request or grant, which are for
+    /// a term nobody has adopted yet (rule 2); so is every promise an ack or vote makes
+    /// (rule 8); and a resign never leaves while the node still answers as leader (rule 9).
     pub fn on_send(
         &mut self,
         now: u64,
@@ -107,12 +103,42 @@ impl Checker {
         answers_leader: bool,
         m: &Message,
     ) {
+        let pre_vote = matches!(
+            m.body,
+            Body::Election { pre_vote: true, .. } | Body::Vote { pre_vote: true, .. }
+        );
+        if !pre_vote && m.term > disk.term {
+            let what = format!(
+                "{} sent a {} of term {} before the term was on disk ({disk:?})",
+                m.from,
+                m.body.kind(),
+                m.term
+            );
+            self.violate(now, what);
+        }
+        if let Body::Ack {
+            guard_ms: Some(g), ..
+        }
+        | Body::Vote {
+            guard_ms: Some(g), ..
+        } = &m.body
+        {
+            let promise = std::time::Duration::from_millis(*g);
+            if disk.promised.is_none_or(|p| p < promise) {
+                let what = format!(
+                    "{} promised {promise:?} before that was on disk ({disk:?})",
+                    m.from
+                );
+                self.violate(now, what);
+            }
+        }
         let on_disk = |who: &str| disk.term == m.term && disk.voted_for.as_deref() == Some(who);
         match &m.body {
             Body::Vote {
                 candidate,
                 granted: true,
                 pre_vote: false,
+                ..
             } if !on_disk(candidate) => {
                 let what = format!(
                     "{} sent its vote for {candidate} in term {} before it was on disk ({disk:?})",

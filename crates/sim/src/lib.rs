@@ -10,9 +10,10 @@
 //! through the same harness to show that it does catch split brain.
 
 pub mod checker;
+pub mod previous;
 pub mod scenario;
 pub mod world;
 
 pub use checker::Violation;
 pub use scenario::{run_scenario, run_seed, Family, Scenario, SeedReport};
-pub use world::{Protocol, World, WorldConfig};
+pub use world::{Build, Protocol, World, WorldConfig};

@@ -21,7 +21,9 @@
 use std::time::Duration;
 
 use super::checker::Violation;
-use super::world::{core_factory, Factory, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig};
+use super::world::{
+    core_factory, Build, Factory, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig,
+};
 use pilot_election_core::{default_priority, quorum_of, Input, Rng, Timings};
 
 /// What one seed runs.
@@ -38,6 +40,10 @@ pub enum Family {
 pub enum Fault {
     /// Hears nobody, still sends (a dead subscriber).
     Deaf,
+    /// Hears nobody, and what it sends stops arriving `drain` (a multiple of `L`) later: an
+    /// inbound firewall rule under TCP, whose established connections go on delivering until
+    /// their requests time out, after which no new connection can be made.
+    KernelDeaf { drain: f64 },
     /// Sends to nobody, still hears.
     Mute,
     /// Hears one other member only one way: that member does not hear it.
@@ -57,6 +63,7 @@ impl Fault {
     pub fn name(&self) -> String {
         match self {
             Fault::Deaf => "deaf".into(),
+            Fault::KernelDeaf { drain } => format!("deaf, its sends drained after {drain:.2}L"),
             Fault::Mute => "mute".into(),
             Fault::OneWayOut => "one-way".into(),
             Fault::Flapping { up, down } => format!("flapping {up:.2}T up / {down:.2}T down"),
@@ -77,8 +84,11 @@ impl Fault {
 
 /// A fault of a single node, drawn from every kind but the minority cut.
 fn draw_node_fault(rng: &mut Rng) -> Fault {
-    match rng.below(8) {
+    match rng.below(9) {
         0 => Fault::Deaf,
+        8 => Fault::KernelDeaf {
+            drain: rng.unit() * 1.2,
+        },
         1 => Fault::Mute,
         2 => Fault::OneWayOut,
         3 => Fault::Flapping {
@@ -106,9 +116,23 @@ pub enum Target {
     Follower,
 }
 
+/// What a rolling restart changes, one node at a time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Nothing: the same build and flags.
+    Nothing,
+    /// Each restarted node comes back with these timings; a second pass brings the old ones
+    /// back (both directions of a timing change).
+    Timings(Timings),
+    /// Every node starts on the previous build (protocol version 2 only) and comes back on this
+    /// one; a second pass goes back to the previous build when `downgrade`.
+    Upgrade { downgrade: bool },
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct RollingPlan {
     pub passes: usize,
+    pub change: Change,
     /// Share of restarts that are `kill -9` instead of SIGTERM.
     pub kill_share: f64,
     /// Wait for the restarted node to be ready (`/readyz`) before the next one.
@@ -149,6 +173,8 @@ pub struct Scenario {
     /// Persistent faults: a second node's fault, in clusters of five and more (the rest is
     /// still a quorum).
     pub second: Option<Fault>,
+    /// Each node's own timings, drawn independently (empty: every node runs `timings`).
+    pub node_timings: Vec<Timings>,
 }
 
 /// Draws timings across the range validation accepts: `L/h` from just above 1 (the leader
@@ -213,6 +239,13 @@ impl Scenario {
             }),
             5 | 6 => Family::Rolling(RollingPlan {
                 passes: 1 + rng.below(2) as usize,
+                change: match rng.below(6) {
+                    0 | 1 => Change::Timings(draw_timings(&mut rng)),
+                    2 => Change::Upgrade {
+                        downgrade: rng.chance(0.5),
+                    },
+                    _ => Change::Nothing,
+                },
                 kill_share: [0.0, 0.0, 0.2, 0.5][rng.below(4) as usize],
                 readiness: rng.chance(0.7),
                 loss: [0.0, 0.0, 0.02, 0.05][rng.below(4) as usize],
@@ -233,10 +266,34 @@ impl Scenario {
             Family::Membership(MemberPlan::Shrink) => 5,
             Family::Membership(_) => pick(&mut rng, &[3, 3, 5]),
         };
+        // Nodes on timings of their own, each drawn alone: what a configuration mistake on one
+        // node, or a timing change stopped half way, leaves running (rules 5 and 6 make any mix
+        // safe). Rolling restarts change timings by their plan instead.
+        let mixed = !matches!(family, Family::Rolling(_)) && rng.chance(0.3);
+        // Each binary fixes `r`, so nodes of one build differ in `h`, `L`, `T`, `S` and `P`
+        // only; chaos seeds draw `r` per node too (a later build may change it), which only
+        // safety is judged on: a node whose clock may drift more stretches its promises (rule
+        // 5), and the persistent family's leaderless shares are not calibrated for that.
+        let same_drift = !matches!(family, Family::Chaos);
+        let node_timings = if mixed {
+            (0..size)
+                .map(|_| {
+                    let mut t = draw_timings(&mut rng);
+                    if same_drift && t.max_drift != timings.max_drift {
+                        t.max_drift = timings.max_drift;
+                        t.election_timeout = t.election_timeout.max(t.min_election_timeout());
+                    }
+                    t
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Scenario {
             seed,
             size,
             timings,
+            node_timings,
             faults_until: t.mul_f64(7.0 + rng.unit() * 7.0),
             quiet: seed % 16 == 0,
             target: match rng.below(3) {
@@ -252,6 +309,39 @@ impl Scenario {
             },
             family,
         }
+    }
+
+    /// The slowest of the timings any node may run, field by field: what time bounds are made
+    /// of (a rolling timing change counts its new timings too).
+    pub fn envelope(&self) -> Timings {
+        let mut all = if self.node_timings.is_empty() {
+            vec![self.timings]
+        } else {
+            self.node_timings.clone()
+        };
+        if let Family::Rolling(RollingPlan {
+            change: Change::Timings(t),
+            ..
+        }) = &self.family
+        {
+            all.push(*t);
+        }
+        let mut e = all[0];
+        for o in &all[1..] {
+            e.heartbeat = e.heartbeat.max(o.heartbeat);
+            e.lease = e.lease.max(o.lease);
+            e.election_timeout = e.election_timeout.max(o.election_timeout);
+            e.stagger = e.stagger.max(o.stagger);
+            e.preempt_after = e.preempt_after.max(o.preempt_after);
+            e.max_drift = e.max_drift.max(o.max_drift);
+        }
+        e
+    }
+
+    /// Whether every node hands over to a better-ranked one (`P > 0` everywhere).
+    pub fn every_node_preempts(&self) -> bool {
+        !self.timings.preempt_after.is_zero()
+            && self.node_timings.iter().all(|t| !t.preempt_after.is_zero())
     }
 
     /// The command that replays this seed alone.
@@ -276,8 +366,19 @@ impl Scenario {
                     .unwrap_or_default()
             ),
             Family::Rolling(p) => format!(
-                "rolling x{} kill {:.0}% {} loss {:.0}%{}",
+                "rolling x{}{} kill {:.0}% {} loss {:.0}%{}",
                 p.passes,
+                match &p.change {
+                    Change::Nothing => String::new(),
+                    Change::Timings(t) => format!(
+                        " to h={:?} L={:?} T={:?} S={:?} r={}",
+                        t.heartbeat, t.lease, t.election_timeout, t.stagger, t.max_drift
+                    ),
+                    Change::Upgrade { downgrade } => format!(
+                        " upgrading from protocol version 2{}",
+                        if *downgrade { " and back" } else { "" }
+                    ),
+                },
                 p.kill_share * 100.0,
                 if p.readiness {
                     "ready-gated"
@@ -289,8 +390,28 @@ impl Scenario {
             ),
             Family::Membership(p) => format!("membership {p:?}"),
         };
+        let mixed = if self.node_timings.is_empty() {
+            String::new()
+        } else {
+            let each: Vec<String> = self
+                .node_timings
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{:?}/{:?}/{:?}/{:?}/{:?}/r{}",
+                        t.heartbeat,
+                        t.lease,
+                        t.election_timeout,
+                        t.stagger,
+                        t.preempt_after,
+                        t.max_drift
+                    )
+                })
+                .collect();
+            format!(", per node h/L/T/S/P/r: {}", each.join(" "))
+        };
         format!(
-            "{family}, {} nodes, h={:?} L={:?} T={:?} S={:?} P={:?} r={}",
+            "{family}, {} nodes, h={:?} L={:?} T={:?} S={:?} P={:?} r={}{mixed}",
             self.size,
             t.heartbeat,
             t.lease,
@@ -360,10 +481,12 @@ fn draw_rate(drift: f64, rng: &mut Rng) -> f64 {
     }
 }
 
-/// Builds a world of `specs` for `scenario` with the given protocol.
+/// Builds a world of `specs` for `scenario` with the given protocol. Each clock drifts within
+/// its own node's `r`.
 fn world_of(scenario: &Scenario, specs: Vec<NodeSpec>, factory: Factory, rng: &mut Rng) -> World {
-    let rates = (0..specs.len())
-        .map(|_| draw_rate(scenario.timings.max_drift, rng))
+    let rates = specs
+        .iter()
+        .map(|s| draw_rate(s.timings.unwrap_or(scenario.timings).max_drift, rng))
         .collect();
     World::new(
         WorldConfig {
@@ -380,9 +503,25 @@ fn world_of(scenario: &Scenario, specs: Vec<NodeSpec>, factory: Factory, rng: &m
 /// Builds the plain world of `scenario.size` nodes, all members of one set.
 pub fn world_for(scenario: &Scenario, factory: Factory) -> (World, Rng) {
     let mut rng = Rng::new(scenario.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xC0FFEE);
+    let upgrade = matches!(
+        &scenario.family,
+        Family::Rolling(RollingPlan {
+            change: Change::Upgrade { .. },
+            ..
+        })
+    );
     let specs = node_ids(scenario.size, &mut rng)
         .into_iter()
-        .map(|(id, p)| NodeSpec::new(id, p))
+        .enumerate()
+        .map(|(k, (id, p))| NodeSpec {
+            timings: scenario.node_timings.get(k).copied(),
+            build: if upgrade {
+                Build::Previous
+            } else {
+                Build::Current
+            },
+            ..NodeSpec::new(id, p)
+        })
         .collect();
     let w = world_of(scenario, specs, factory, &mut rng);
     (w, rng)
@@ -484,7 +623,7 @@ impl Calm {
     /// Looks at the world now; `touched` was just given an operator command.
     fn update(&mut self, w: &World, touched: Option<usize>) {
         let now = w.now();
-        let timely = NetConfig::timely(w.timings());
+        let timely = w.timely_net();
         let net_ok = w.net.loss == 0.0
             && w.net.long_delay_chance == 0.0
             && w.net.max_delay <= timely.max_delay;
@@ -542,7 +681,7 @@ impl Calm {
 
 /// Chaos, then healing, then the liveness and steady-state checks.
 pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
-    let t = scenario.timings;
+    let t = scenario.envelope();
     let te = t.election_timeout;
     let (mut w, mut rng) = world_for(&scenario, factory);
     w.runtime = busy_runtime(&t, &mut rng);
@@ -821,7 +960,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     w.run_until(heal_at);
     restore_candidacy(&mut w);
     w.heal();
-    w.net = NetConfig::timely(w.timings());
+    w.net = w.timely_net();
     w.runtime.stall_chance = 0.0;
     w.bring_all_up();
     trace.log(&w, "healed");
@@ -844,7 +983,8 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     }
     // Steady state: after preemption has had its time (flap damping may have raised it), the
     // top-ranked node leads.
-    if !t.preempt_after.is_zero() {
+    // (Only when every node preempts: a leader with `P = 0` keeps leading by design.)
+    if scenario.every_node_preempts() {
         let wait = t.preempt_after.max(te);
         let settle = wait * (16 + 2) + te * 2;
         let top = run_until_cond(&mut w, settle, te / 4, |w| {
@@ -868,7 +1008,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
 /// Makes quorum `q` whole for a calm spell: every node of it up and a candidate, the links among
 /// them open both ways without extra loss or delay, the network timely and the loop unstalled.
 fn calm_spell(w: &mut World, q: &[usize]) {
-    let timely = NetConfig::timely(w.timings());
+    let timely = w.timely_net();
     w.net.loss = 0.0;
     w.net.long_delay_chance = 0.0;
     w.net.max_delay = w.net.max_delay.min(timely.max_delay);
@@ -988,7 +1128,7 @@ fn leader_seen_by(w: &World, group: &[usize]) -> Option<usize> {
 /// Faults that stay: one node's, a second node's in clusters of five and more, or a minority
 /// cut off. The rest, a quorum connected both ways, must elect within a bound and keep a leader.
 pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> SeedReport {
-    let t = scenario.timings;
+    let t = scenario.envelope();
     let te = t.election_timeout;
     let (mut w, mut rng) = world_for(&scenario, factory);
     w.runtime = RuntimeModel {
@@ -1041,7 +1181,7 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     }
     for &(i, f) in &faulty {
         match f {
-            Fault::Deaf => w.deafen(i),
+            Fault::Deaf | Fault::KernelDeaf { .. } => w.deafen(i),
             Fault::Mute => w.mute(i),
             Fault::OneWayOut => {
                 // It hears one member that does not hear it.
@@ -1086,7 +1226,21 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     // Per faulty node: when its flapping fault turns next, and whether it is whole now.
     let mut flips: Vec<(Duration, bool)> = faulty.iter().map(|_| (fault_at, true)).collect();
     let mut last_leader = None;
+    let mut drained = vec![false; faulty.len()];
+    // SIM_VERBOSE: the state every T/4 in the trace, for replays.
+    let verbose = std::env::var_os("SIM_VERBOSE").is_some();
+    let mut seen_transitions = w.transitions.len();
     while w.now() < fault_at + observe {
+        for (k, &(i, f)) in faulty.iter().enumerate() {
+            if let Fault::KernelDeaf { drain } = f {
+                if !drained[k] && w.now() >= fault_at + t.lease.mul_f64(drain) {
+                    // The connections it still sent on have timed out: nothing of it arrives.
+                    w.mute(i);
+                    drained[k] = true;
+                    trace.log(&w, format!("node {i}'s sends stop arriving"));
+                }
+            }
+        }
         for (k, &(i, f)) in faulty.iter().enumerate() {
             let (next_flip, whole) = flips[k];
             let (u, d) = match f {
@@ -1123,6 +1277,16 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
         }
         let next = w.now() + step;
         w.run_until(next);
+        if verbose {
+            if (w.now() - fault_at).as_nanos() % (te.as_nanos() / 4).max(1) < step.as_nanos() {
+                trace.log(&w, "(every T/4)");
+            }
+            for (at, i, tr) in &w.transitions[seen_transitions..] {
+                let what = format!("at {:.3}s node {i}: {tr:?}", *at as f64 / 1e9);
+                trace.0.push_str(&format!("           {what}\n"));
+            }
+            seen_transitions = w.transitions.len();
+        }
         let now_leader = quorum_leader(&w);
         if now_leader != last_leader {
             trace.log(&w, format!("leader now {now_leader:?}"));
@@ -1159,11 +1323,31 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     report.leaderless_share = Some(watch.share());
     let flapping = faulty.iter().any(|(_, f)| f.flaps());
     // A flapping node may cost the others one failover per flap window, not one per flap.
-    if flapping && watch.share() > 0.15 {
+    // With mixed timings a failover costs the slowest node's promise (rule 5) while faster
+    // nodes rank by their own windows, so there the bound is one failover of the slowest
+    // configuration per flap cycle (a node's `up + down`).
+    let share_bound = if scenario.node_timings.is_empty() {
+        0.15
+    } else {
+        let cycle = faulty
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Fault::Flapping { up, down } | Fault::FlappingLinks { up, down } => {
+                    Some(te.mul_f64(up + down))
+                }
+                _ => None,
+            })
+            .min()
+            .unwrap_or(te);
+        let failover = te + t.stagger * n as u32 + t.heartbeat * 2;
+        (failover.as_secs_f64() / cycle.as_secs_f64() + 0.05).max(0.15)
+    };
+    if flapping && watch.share() > share_bound {
         let what = format!(
-            "{}: the connected quorum was without a leader {:.0}% of the time",
+            "{}: the connected quorum was without a leader {:.0}% of the time (bound {:.0}%)",
             fault.name(),
-            watch.share() * 100.0
+            watch.share() * 100.0,
+            share_bound * 100.0
         );
         w.checker.violate(w.now().as_nanos() as u64, what);
     }
@@ -1206,7 +1390,7 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
 /// second voter is killed or stopped before the old leader is gone, and the operator names the
 /// node that just resigned (still cooling) as the next successor.
 pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> SeedReport {
-    let t = scenario.timings;
+    let t = scenario.envelope();
     let te = t.election_timeout;
     let (mut w, mut rng) = world_for(&scenario, factory);
     w.runtime = RuntimeModel {
@@ -1228,6 +1412,13 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
             w.now().as_nanos() as u64,
             "no first leader before the restarts",
         );
+    }
+    if let Change::Timings(new) = &plan.change {
+        // Timely for the new timings too.
+        let tight = NetConfig::timely(new);
+        if tight.max_delay < w.net.max_delay {
+            w.net = tight;
+        }
     }
     let fast = handover_bound(&w);
     w.net.loss = plan.loss;
@@ -1316,6 +1507,25 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
             );
             let down = te.mul_f64(rng.unit() * 0.3);
             roll_until(&mut w, down, step, &mut pending, |_| false);
+            // The change this roll makes, one node at a time: new flags or a new build.
+            let forth = pass % 2 == 0;
+            match &plan.change {
+                Change::Nothing => {}
+                Change::Timings(new) => {
+                    w.retime(i, if forth { *new } else { scenario.timings });
+                }
+                Change::Upgrade { downgrade } => {
+                    let back = !forth && *downgrade;
+                    w.rebuild(
+                        i,
+                        if back {
+                            Build::Previous
+                        } else {
+                            Build::Current
+                        },
+                    );
+                }
+            }
             w.restart(i);
             if plan.readiness {
                 // The orchestrator waits for /readyz of the node it restarted, and of any other
@@ -1377,7 +1587,7 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
             }
         }
     }
-    w.net = NetConfig::timely(w.timings());
+    w.net = w.timely_net();
     let budget = te * 3 + t.stagger * n as u32;
     report.leader_after_heal =
         run_until_cond(&mut w, budget, step, |w| w.agreed_leader().is_some());
@@ -1480,7 +1690,7 @@ fn roll_until(
 
 /// Membership changes one member at a time (and stray nodes) under partitions, loss and crashes.
 pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) -> SeedReport {
-    let t = scenario.timings;
+    let t = scenario.envelope();
     let te = t.election_timeout;
     let mut rng = Rng::new(scenario.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xC0FFEE);
     // Every node that will ever exist: the initial members first, then the ones added later.
@@ -1500,6 +1710,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
         .map(|(k, (id, p))| NodeSpec {
             members: Some(initial.clone()),
             starts: k < scenario.size,
+            timings: scenario.node_timings.get(k).copied(),
             ..NodeSpec::new(id.clone(), *p)
         })
         .collect();
@@ -1632,7 +1843,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
             noise(&mut w, &mut rng, &mut trace);
         }
         w.heal();
-        w.net = NetConfig::timely(w.timings());
+        w.net = w.timely_net();
     } else {
         for (k, pair) in sets.windows(2).enumerate() {
             let (old, new) = (&pair[0], &pair[1]);
@@ -1703,7 +1914,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
             w.run_until(w.now() + te.mul_f64(rng.unit() * 2.0));
         }
         w.heal();
-        w.net = NetConfig::timely(w.timings());
+        w.net = w.timely_net();
     }
     // Liveness among the final members, all of them up.
     let last = sets.last().unwrap().clone();
@@ -1731,7 +1942,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
 
 /// Under 2 % loss and no other fault, once a leader is agreed it must never change.
 pub fn quiet_violations(scenario: &Scenario, factory: Factory) -> Vec<Violation> {
-    let t = scenario.timings;
+    let t = scenario.envelope();
     let (mut w, _) = world_for(scenario, factory);
     w.net.loss = 0.02;
     let start = t.election_timeout * 4 + t.stagger * scenario.size as u32;
@@ -1745,7 +1956,9 @@ pub fn quiet_violations(scenario: &Scenario, factory: Factory) -> Vec<Violation>
         }];
     };
     let seen = w.transitions.len();
-    w.run_until(w.now() + t.election_timeout * 20);
+    // Twenty of the leader's own election timeouts (the same share of its heartbeats whatever
+    // the other nodes run).
+    w.run_until(w.now() + w.timings_of(leader).election_timeout * 20);
     let mut v = w.checker.violations.clone();
     if let Some((at, i, tr)) = w.transitions.get(seen) {
         v.push(Violation {
@@ -1772,6 +1985,7 @@ fn plain(seed: u64, size: usize, timings: Timings) -> Scenario {
         quiet: false,
         target: Target::Leader,
         second: None,
+        node_timings: Vec::new(),
     }
 }
 

@@ -16,9 +16,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::checker::Checker;
+use super::previous::Previous;
 use pilot_election_core::{
-    Action, CommandError, Config, Input, Member, MemberSet, Message, Node, Outcome, Persistent,
-    Rng, Role, Timings, Transition, View,
+    Action, Body, CommandError, Config, Input, Member, MemberSet, Message, Node, Outcome,
+    Persistent, Readiness, Rng, Role, Timings, Transition, Versions, View,
 };
 
 /// What the simulator needs from an election implementation.
@@ -66,6 +67,24 @@ pub fn core_factory() -> Factory {
     Box::new(|c, p, now, seed, seq| Box::new(Node::new(c, p, now, seed, seq)))
 }
 
+/// Which build a node runs: this one, or the one before it (protocol version 2 only, emulated
+/// by [`Previous`]), for rolling upgrades (docs/protocol.md, rule 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Build {
+    Current,
+    Previous,
+}
+
+impl Build {
+    /// The protocol versions it reads and writes.
+    pub fn speaks(self) -> Versions {
+        match self {
+            Build::Current => Versions::OURS,
+            Build::Previous => Versions::only(Versions::OURS.oldest),
+        }
+    }
+}
+
 /// One node of the world as configured.
 #[derive(Debug, Clone)]
 pub struct NodeSpec {
@@ -76,6 +95,9 @@ pub struct NodeSpec {
     pub members: Option<Vec<String>>,
     /// Started with the world; a node that is not starts on its first [`World::restart`].
     pub starts: bool,
+    /// Its own timings; `None`: the world's.
+    pub timings: Option<Timings>,
+    pub build: Build,
 }
 
 impl NodeSpec {
@@ -86,6 +108,8 @@ impl NodeSpec {
             eligible: true,
             members: None,
             starts: true,
+            timings: None,
+            build: Build::Current,
         }
     }
 }
@@ -94,6 +118,7 @@ impl NodeSpec {
 pub struct WorldConfig {
     pub seed: u64,
     pub group: String,
+    /// Every node's timings unless its [`NodeSpec`] has its own.
     pub timings: Timings,
     pub nodes: Vec<NodeSpec>,
     /// Clock rate per node; 1.0 is true time.
@@ -153,7 +178,12 @@ struct Stopping {
 
 /// One node's place in the world; survives crashes (the persisted state lives here).
 struct Slot {
+    /// Its configuration, timings included, as of its next start.
     config: Config,
+    /// The build it runs, as of its next start.
+    build: Build,
+    /// The build its running process was started with.
+    running_build: Build,
     node: Option<Box<dyn Protocol>>,
     persisted: Persistent,
     incarnation: u64,
@@ -279,12 +309,18 @@ pub struct World {
     slots: Vec<Slot>,
     queue: BinaryHeap<Reverse<Event>>,
     blocked: BTreeSet<(usize, usize)>,
+    /// `heard[to][from]`: the incarnation of `from` whose message `to` last took, if any (for
+    /// the version check at every send).
+    heard: Vec<Vec<Option<u64>>>,
     pub net: NetConfig,
     pub runtime: RuntimeModel,
     pub checker: Checker,
     pub stats: Stats,
     /// Every transition any node reported: (true time ns, node index, transition).
     pub transitions: Vec<(u64, usize, Transition)>,
+    /// `SIM_EVENTS=FROM-TO` (seconds of true time): every event in that window goes to stderr,
+    /// for a replay.
+    watch_window: Option<(u64, u64)>,
 }
 
 const MAX_EVENTS_PER_INSTANT: u32 = 10_000;
@@ -309,8 +345,10 @@ impl World {
                     members: member_set(&spec.id, spec.members.as_ref().unwrap_or(&everyone)),
                     priority: spec.priority,
                     eligible: spec.eligible,
-                    timings: config.timings,
+                    timings: spec.timings.unwrap_or(config.timings),
                 },
+                build: spec.build,
+                running_build: spec.build,
                 node: None,
                 persisted: Persistent::default(),
                 incarnation: 0,
@@ -344,18 +382,84 @@ impl World {
             slots,
             queue: BinaryHeap::new(),
             blocked: BTreeSet::new(),
-            net: NetConfig::timely(&config.timings),
+            heard: vec![vec![None; n]; n],
+            net: NetConfig::default(),
             runtime: RuntimeModel::default(),
-            checker: Checker::new(n, config.timings),
+            checker: Checker::new(n),
             stats: Stats::default(),
             transitions: Vec::new(),
+            watch_window: std::env::var("SIM_EVENTS").ok().and_then(|w| {
+                let (a, b) = w.split_once('-')?;
+                let s = |x: &str| x.parse::<f64>().ok().map(|v| (v * 1e9) as u64);
+                Some((s(a)?, s(b)?))
+            }),
         };
+        w.net = w.timely_net();
+        w.timings = w.envelope();
         for (i, spec) in config.nodes.iter().enumerate() {
             if spec.starts {
                 w.start(i);
             }
         }
         w
+    }
+
+    /// The slowest of every node's timings, field by field (the longest `h`, `L`, `T`, `S`,
+    /// `P` and `r`): what a scenario's time bounds are made of when nodes differ.
+    pub fn envelope(&self) -> Timings {
+        let mut t = self.slots[0].config.timings;
+        for s in &self.slots[1..] {
+            let o = s.config.timings;
+            t.heartbeat = t.heartbeat.max(o.heartbeat);
+            t.lease = t.lease.max(o.lease);
+            t.election_timeout = t.election_timeout.max(o.election_timeout);
+            t.stagger = t.stagger.max(o.stagger);
+            t.preempt_after = t.preempt_after.max(o.preempt_after);
+            t.max_drift = t.max_drift.max(o.max_drift);
+        }
+        t
+    }
+
+    /// The timely network for every node's timings: one-way delays that let a vote round and an
+    /// ack round fit in the shortest lease on the slowest clock (docs/protocol.md, "What it
+    /// promises").
+    pub fn timely_net(&self) -> NetConfig {
+        let shortest = self
+            .slots
+            .iter()
+            .map(|s| s.config.timings)
+            .min_by(|a, b| {
+                let cap = |t: &Timings| t.lease.mul_f64(1.0 - t.max_drift);
+                cap(a).cmp(&cap(b))
+            })
+            .expect("a world has nodes");
+        NetConfig::timely(&shortest)
+    }
+
+    /// Node `i`'s timings (as of its next start, if they were just changed).
+    pub fn timings_of(&self, i: usize) -> &Timings {
+        &self.slots[i].config.timings
+    }
+
+    /// Gives node `i` other timings, taking effect at its next start (a rolling timing change
+    /// restarts each node with its new flags); the world's bounds follow.
+    pub fn retime(&mut self, i: usize, t: Timings) {
+        self.slots[i].config.timings = t;
+        self.timings = self.envelope();
+    }
+
+    /// Makes node `i` run `build` from its next start (a rolling upgrade, or a downgrade).
+    pub fn rebuild(&mut self, i: usize, build: Build) {
+        self.slots[i].build = build;
+    }
+
+    /// The build node `i`'s running process has (or, when it is down, will have).
+    pub fn build(&self, i: usize) -> Build {
+        if self.is_up(i) {
+            self.slots[i].running_build
+        } else {
+            self.slots[i].build
+        }
     }
 
     pub fn size(&self) -> usize {
@@ -485,13 +589,7 @@ impl World {
         let Some(v) = self.view(i) else {
             return false;
         };
-        let own = self.slots[i].config.members.clone();
-        let heard = 1 + self
-            .peers(i)
-            .iter()
-            .filter(|m| m.live && m.matches(own.fingerprint()) == Some(true))
-            .count();
-        v.can_vote && !v.shutting_down && heard >= own.quorum()
+        Readiness::of(&v, &self.peers(i), &self.slots[i].config.members).ready()
     }
 
     /// Whether node `i` would answer "I am the leader" now: up, not frozen, and its API view
@@ -555,7 +653,11 @@ impl World {
             seed,
             slot.incarnation << 32,
         );
-        slot.node = Some(node);
+        slot.running_build = slot.build;
+        slot.node = Some(match slot.build {
+            Build::Current => node,
+            Build::Previous => Box::new(Previous::new(node)),
+        });
         slot.inbox.clear();
         slot.running.clear();
         slot.paused_until = None;
@@ -766,6 +868,17 @@ impl World {
     /// One step of the modelled runtime: `handle`, the API snapshot (rule 9), then the actions.
     fn step(&mut self, i: usize, input: Input) -> Result<Outcome, CommandError> {
         let now = self.local(i, self.now);
+        if let Input::Message(m) = &input {
+            // What the core takes, from the run that sent it (the high half of `seq` is the
+            // sender's incarnation); a build drops a version it cannot read unread, which
+            // teaches it nothing.
+            if let Some(from) = self.index_of(&m.from) {
+                if self.build(i).speaks().speaks(m.v) {
+                    let run = self.heard[i][from].max(Some(m.seq >> 32));
+                    self.heard[i][from] = run;
+                }
+            }
+        }
         let Some(node) = self.slots[i].node.as_mut() else {
             return Ok(Outcome::Ignored);
         };
@@ -851,7 +964,8 @@ impl World {
                 let claims = self.claims_leadership(i);
                 self.checker
                     .on_send(self.now, i, &self.slots[i].persisted, claims, &m);
-                if let pilot_election_core::Body::Resign { successor, .. } = &m.body {
+                self.check_version(i, &m);
+                if let Body::Resign { successor, .. } = &m.body {
                     self.slots[i].last_resign = Some((self.now, successor.clone()));
                 }
                 self.send(i, m);
@@ -966,6 +1080,80 @@ impl World {
             .collect();
         let ids: Vec<String> = claims.iter().map(|&i| self.id(i).to_string()).collect();
         self.checker.on_claims(self.now, &ids);
+        for &l in &claims {
+            self.check_bound_quorum(l);
+        }
+    }
+
+    fn index_of(&self, id: &str) -> Option<usize> {
+        self.slots.iter().position(|s| s.config.node_id == id)
+    }
+
+    /// Rules 5, 6 and 8 as one promise, checked at every event in true time: while node `l`
+    /// answers as leader, a quorum of its members refuses to vote for anyone else. A member
+    /// counts when it is `l`, when its promise (rule 5) is to `l`, when it cannot vote at all
+    /// (its start-up guard, rule 8), or when it is down or frozen (it votes for nobody, and a
+    /// restart brings up the start-up guard). Outcomes alone (two leaders) show a broken promise
+    /// only when a rare schedule turns it into a second leader; this sees it at once.
+    fn check_bound_quorum(&mut self, l: usize) {
+        let leader = self.slots[l].config.node_id.clone();
+        let members = self.slots[l].config.members.clone();
+        let bound = members
+            .ids()
+            .filter(|id| {
+                let Some(j) = self.index_of(id) else {
+                    return true;
+                };
+                if j == l || !self.is_up(j) || self.is_paused(j) {
+                    return true;
+                }
+                let v = self.view(j).expect("up");
+                !v.can_vote || v.promise.as_ref().is_some_and(|(h, _)| *h == leader)
+            })
+            .count();
+        if bound < members.quorum() {
+            let free: Vec<String> = members
+                .ids()
+                .filter_map(|id| {
+                    let j = self.index_of(id)?;
+                    let v = self.view(j)?;
+                    (j != l
+                        && !self.is_paused(j)
+                        && v.can_vote
+                        && v.promise.as_ref().is_none_or(|(h, _)| *h != leader))
+                    .then(|| format!("{id} (promise {:?})", v.promise.map(|p| p.0)))
+                })
+                .collect();
+            let what = format!(
+                "{leader} answers as leader while only {bound} of its members refuse other votes \
+                 (quorum {}; free to vote: {free:?}): {}",
+                members.quorum(),
+                self.describe()
+            );
+            self.checker.violate(self.now, what);
+        }
+    }
+
+    /// Rule 15: a node never writes a version that a member it has heard from (in that member's
+    /// current run) cannot read: it would be deaf to it.
+    fn check_version(&mut self, from: usize, m: &Message) {
+        for to in 0..self.size() {
+            let heard = self.heard[from][to];
+            if to == from || !self.is_up(to) || heard != Some(self.slots[to].incarnation) {
+                continue;
+            }
+            let reads = self.build(to).speaks();
+            if !reads.speaks(m.v) {
+                let what = format!(
+                    "{} wrote version {} though it heard {} (which reads {:?}) in its current run",
+                    self.id(from),
+                    m.v,
+                    self.id(to),
+                    reads
+                );
+                self.checker.violate(self.now, what);
+            }
+        }
     }
 
     /// Stopping nodes exit as the runtime does: once the successor leads, at once if they did
@@ -1010,6 +1198,11 @@ impl World {
             }
             self.now = ev.at;
             self.stats.events += 1;
+            if let Some((from, to)) = self.watch_window {
+                if ev.at >= from && ev.at <= to {
+                    eprintln!("{:>10.4}s {:?}", ev.at as f64 / 1e9, ev.kind);
+                }
+            }
             match ev.kind {
                 Kind::Deliver { to, msg } => {
                     if self.slots[to].node.is_none() {
@@ -1075,10 +1268,15 @@ impl World {
                 let state = match (&self.slots[i].view, self.is_up(i), self.is_paused(i)) {
                     (_, false, _) => "down".to_string(),
                     (Some(v), true, paused) => format!(
-                        "{:?} t{} leader={:?}{}{}",
+                        "{:?} t{} leader={:?} {}{}{}{}",
                         v.role,
                         v.term,
                         v.leader,
+                        self.view(i).map_or("", |v| v.candidacy.as_str()),
+                        self.view(i)
+                            .and_then(|v| v.promise)
+                            .map(|(h, _)| format!(" promised={h}"))
+                            .unwrap_or_default(),
                         if paused { " (paused)" } else { "" },
                         if self.is_stopping(i) {
                             " (stopping)"

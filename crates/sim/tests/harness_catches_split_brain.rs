@@ -16,10 +16,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use pilot_election_core::{
-    Action, Body, Candidacy, CommandError, Config, Input, MemberSet, Message, Node, Outcome,
-    Persistent, Role, Timings, View, PROTOCOL_VERSION,
+    Action, Advert, Body, Candidacy, CommandError, Config, Input, MemberSet, Message, Node,
+    Outcome, Persistent, Role, Timings, View, PROTOCOL_VERSION,
 };
-use pilot_election_sim::scenario::{run_chaos, Scenario};
+use pilot_election_sim::scenario::{run_chaos, run_scenario, Change, Scenario};
 use pilot_election_sim::world::{core_factory, Factory, NodeSpec, Protocol, World, WorldConfig};
 use pilot_election_sim::Family;
 use tokio::time::Instant;
@@ -60,13 +60,15 @@ impl NaiveBully {
     fn send(&mut self, body: Body) {
         self.seq += 1;
         self.out.push(Action::Publish(Message {
-            v: PROTOCOL_VERSION,
+            v: PROTOCOL_VERSION - 1,
             group: self.group.clone(),
             from: self.id.clone(),
             term: 0,
             seq: self.seq,
             ts: 0,
             members: "bully".into(),
+            speaks: None,
+            timings: None,
             body,
             kid: None,
             sig: None,
@@ -82,10 +84,7 @@ impl Protocol for NaiveBully {
     fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
         if let Input::Message(m) = input {
             if m.from != self.id {
-                let p = match m.body {
-                    Body::Heartbeat { priority, .. } | Body::Presence { priority, .. } => priority,
-                    _ => 0,
-                };
+                let p = m.body.advert().map_or(0, |a| a.priority);
                 self.peers.insert(m.from.clone(), (p, now));
                 if let Body::Heartbeat { leader, .. } = m.body {
                     if !self.is_leader() || p > self.priority {
@@ -109,25 +108,22 @@ impl Protocol for NaiveBully {
         }
         if now >= self.next_send {
             self.next_send = now + self.t.heartbeat;
+            let advert = Advert {
+                priority: self.priority,
+                candidacy: Candidacy::Eligible,
+                hears: Vec::new(),
+                member_ids: Vec::new(),
+                flapped: false,
+            };
             let body = if self.is_leader() {
                 Body::Heartbeat {
                     leader: self.id.clone(),
                     timestamp: 0,
                     lease_ms: 0,
-                    priority: self.priority,
-                    candidacy: Candidacy::Eligible,
-                    hears: Vec::new(),
-                    member_ids: Vec::new(),
-                    flapped: false,
+                    advert,
                 }
             } else {
-                Body::Presence {
-                    priority: self.priority,
-                    candidacy: Candidacy::Eligible,
-                    hears: Vec::new(),
-                    member_ids: Vec::new(),
-                    flapped: false,
-                }
+                Body::Presence { advert }
             };
             self.send(body);
         }
@@ -155,6 +151,7 @@ impl Protocol for NaiveBully {
             voted_for: None,
             // It believes in its leadership until told otherwise.
             lease_until: self.is_leader().then_some(now + Duration::from_secs(3600)),
+            leader_until: self.is_leader().then_some(now + Duration::from_secs(3600)),
             leader_heard_at: None,
             leader_since: None,
             priority: self.priority,
@@ -164,6 +161,8 @@ impl Protocol for NaiveBully {
             can_vote: true,
             config_conflicts: Vec::new(),
             shutting_down: false,
+            promise: None,
+            writes_version: PROTOCOL_VERSION - 1,
         }
     }
 }
@@ -202,9 +201,74 @@ fn the_naive_bully_splits_brain_and_the_simulator_sees_it() {
     );
 }
 
+/// The real core behind a filter on what it takes and what it sends: a way to bring back an
+/// old rule without a second copy of the core.
+struct Filtered {
+    inner: Node,
+    inbound: fn(&mut Message),
+    outbound: fn(&mut Message),
+}
+
+impl Protocol for Filtered {
+    fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
+        let input = match input {
+            Input::Message(mut m) => {
+                (self.inbound)(&mut m);
+                Input::Message(m)
+            }
+            other => other,
+        };
+        self.inner.handle(now, input)
+    }
+    fn poll_action(&mut self) -> Option<Action> {
+        match self.inner.poll_action()? {
+            Action::Publish(mut m) => {
+                (self.outbound)(&mut m);
+                Some(Action::Publish(m))
+            }
+            other => Some(other),
+        }
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+    fn view(&self, now: Instant) -> View {
+        self.inner.view(now)
+    }
+    fn has_successor(&self, now: Instant) -> bool {
+        self.inner.has_successor(now)
+    }
+    fn peers(&self, now: Instant) -> Vec<pilot_election_core::Member> {
+        self.inner.peers(now)
+    }
+}
+
+fn filtered(inbound: fn(&mut Message), outbound: fn(&mut Message)) -> Factory {
+    Box::new(move |c, p, now, seed, seq| {
+        Box::new(Filtered {
+            inner: Node::new(c, p, now, seed, seq),
+            inbound,
+            outbound,
+        })
+    })
+}
+
+fn keep(_: &mut Message) {}
+
+/// Rule 6 before it limited the lease to what the promises support: every ack and vote counts as
+/// a promise long enough for the whole `L`.
+fn any_promise_supports_the_lease(m: &mut Message) {
+    if let Body::Ack { guard_ms, .. } | Body::Vote { guard_ms, .. } = &mut m.body {
+        *guard_ms = Some(4 * 24 * 3600 * 1000);
+    }
+}
+
 #[test]
-fn the_core_with_unsafe_timings_is_caught_too() {
-    // T below L*(1+r)/(1-r) + h: a new leader can be elected while the old lease still runs.
+fn a_lease_longer_than_the_promises_under_unsafe_timings_is_caught() {
+    // T below L*(1+r)/(1-r) + h: a new leader can be elected while the old lease still runs,
+    // once the leader counts its whole L. (The real core with these timings stays safe: it
+    // counts only the lease its voters' promises support, rule 6; validation refuses them
+    // anyway.)
     let unsafe_timings = Timings {
         election_timeout: Duration::from_millis(1000),
         lease: Duration::from_secs(2),
@@ -213,18 +277,88 @@ fn the_core_with_unsafe_timings_is_caught_too() {
     assert!(unsafe_timings.validate().is_err());
     let scenarios = chaos_seeds(60).map(|s| Scenario {
         timings: unsafe_timings,
+        node_timings: Vec::new(),
         quiet: false,
         ..s
     });
-    let bad = caught(scenarios, core_factory);
+    let bad = caught(scenarios, || filtered(any_promise_supports_the_lease, keep));
     println!(
-        "core with unsafe timings: violations in {} seeds",
+        "a lease beyond the promises, unsafe timings: violations in {} seeds",
         bad.len()
     );
     assert!(
         !bad.is_empty(),
         "unsafe timings must show up as lease overlaps"
     );
+}
+
+/// Rule 5 before it covered the sender's timings, as the build on main before rule 15 ran it: a
+/// follower promises its own `T` whatever the leader announces, and says nothing of it, so the
+/// leader counts its own `T` as promised (item 1 of the mixed-timings issue: a node with a 10 s
+/// lease among 3 s peers led beside their new leader).
+fn announced_timings_ignored_in(m: &mut Message) {
+    m.timings = None;
+    if let Body::Heartbeat { lease_ms, .. } = &mut m.body {
+        *lease_ms = 0;
+    }
+}
+
+fn promise_unsaid(m: &mut Message) {
+    if let Body::Ack { guard_ms, .. } | Body::Vote { guard_ms, .. } = &mut m.body {
+        *guard_ms = None;
+    }
+}
+
+#[test]
+fn promises_that_ignore_the_announced_timings_are_caught_with_mixed_timings() {
+    let scenarios: Vec<Scenario> = (0..)
+        .map(Scenario::from_seed)
+        .filter(|s| s.family == Family::Chaos && s.size >= 3 && !s.node_timings.is_empty())
+        .take(40)
+        .map(|s| Scenario { quiet: false, ..s })
+        .collect();
+    let bad = caught(scenarios.into_iter(), || {
+        filtered(announced_timings_ignored_in, promise_unsaid)
+    });
+    println!(
+        "announced timings ignored: violations in {} of 40 mixed seeds",
+        bad.len()
+    );
+    assert!(!bad.is_empty(), "two leaders or a broken promise must show");
+}
+
+/// Rule 15 broken: a node writes its newest version whatever its members speak.
+fn newest_version_always(m: &mut Message) {
+    m.v = PROTOCOL_VERSION;
+}
+
+#[test]
+fn dropping_the_old_version_too_early_is_caught_during_an_upgrade() {
+    let scenarios: Vec<Scenario> = (0..)
+        .map(Scenario::from_seed)
+        .filter(|s| {
+            matches!(
+                &s.family,
+                Family::Rolling(p) if matches!(p.change, Change::Upgrade { .. })
+            )
+        })
+        .take(10)
+        .collect();
+    let total = scenarios.len();
+    let bad: Vec<u64> = scenarios
+        .into_iter()
+        .filter(|s| {
+            !run_scenario(s.clone(), &|| filtered(keep, newest_version_always))
+                .violations
+                .is_empty()
+        })
+        .map(|s| s.seed)
+        .collect();
+    println!(
+        "newest version always: violations in {} of {total} upgrade seeds",
+        bad.len()
+    );
+    assert!(bad.len() == total, "every upgrade must show it: {bad:?}");
 }
 
 /// The old membership rule: whoever sends counts towards a quorum of the configured size. The
@@ -301,37 +435,20 @@ impl AnySender {
                 me.known_slot(id)
             }
         };
-        let mapped: Vec<String>;
+        let remap = |me: &Self, a: &mut Advert| {
+            a.hears = a.hears.iter().map(|h| map(me, h)).collect();
+            a.member_ids = inner_ids.clone();
+        };
         match &mut m.body {
-            Body::Heartbeat {
-                leader,
-                hears,
-                member_ids,
-                ..
-            } => {
+            Body::Heartbeat { leader, advert, .. } => {
                 *leader = slot;
-                mapped = hears.iter().map(|h| map(self, h)).collect();
-                *hears = mapped;
-                *member_ids = inner_ids;
+                remap(self, advert);
             }
-            Body::Ack {
-                leader,
-                hears,
-                member_ids,
-                ..
-            } => {
+            Body::Ack { leader, advert, .. } => {
                 *leader = map(self, leader);
-                mapped = hears.iter().map(|h| map(self, h)).collect();
-                *hears = mapped;
-                *member_ids = inner_ids;
+                remap(self, advert);
             }
-            Body::Presence {
-                hears, member_ids, ..
-            } => {
-                mapped = hears.iter().map(|h| map(self, h)).collect();
-                *hears = mapped;
-                *member_ids = inner_ids;
-            }
+            Body::Presence { advert } => remap(self, advert),
             Body::Election { candidate, .. } => *candidate = slot,
             Body::Vote { candidate, .. } => *candidate = map(self, candidate),
             Body::Leader { leader, .. } => *leader = slot,
@@ -350,12 +467,12 @@ impl AnySender {
     fn outward(&self, mut m: Message) -> Message {
         match &mut m.body {
             Body::Vote { candidate, .. } => *candidate = self.real_of(candidate),
-            Body::Ack { leader, hears, .. } => {
+            Body::Ack { leader, advert, .. } => {
                 *leader = self.real_of(leader);
-                *hears = hears.iter().map(|h| self.real_of(h)).collect();
+                advert.hears = advert.hears.iter().map(|h| self.real_of(h)).collect();
             }
-            Body::Heartbeat { hears, .. } | Body::Presence { hears, .. } => {
-                *hears = hears.iter().map(|h| self.real_of(h)).collect();
+            Body::Heartbeat { advert, .. } | Body::Presence { advert } => {
+                advert.hears = advert.hears.iter().map(|h| self.real_of(h)).collect();
             }
             Body::Resign {
                 successor: Some(s), ..

@@ -39,6 +39,25 @@ pub fn built(name: &str) -> PathBuf {
             )
         })
 }
+
+/// The previous release's binary (protocol version 2 only: main at d9ce58b), which
+/// `scripts/build-previous.sh` builds from git history for the rolling-upgrade tests;
+/// `PILOT_ELECTION_PREVIOUS` overrides where it is.
+pub fn previous_bin() -> PathBuf {
+    let path = match std::env::var_os("PILOT_ELECTION_PREVIOUS") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(WORKSPACE).join(".tools/previous/pilot-election"),
+    };
+    assert!(
+        path.is_file(),
+        "the previous release's binary is missing at {}: run scripts/build-previous.sh \
+         (or set PILOT_ELECTION_PREVIOUS; {})",
+        path.display(),
+        crate::SET_UP
+    );
+    path
+}
+
 pub const TOKEN: &str = "s3cret-admin-token";
 /// Default election timeout `T` of the binary (checked against the core's default below).
 pub const T: Duration = Duration::from_secs(3);
@@ -155,11 +174,18 @@ pub struct App {
     /// Starts the process under this open-file limit, soft and hard (the node raises its soft
     /// limit to the hard one, so only a hard limit holds it).
     pub open_files: Option<u64>,
+    /// Another binary than this build's (a rolling upgrade starts the previous release).
+    pub binary: Option<PathBuf>,
+    /// Runs inside this network namespace (`ip netns exec`, which execs: the PID is the
+    /// node's), listening on `host` ([`crate::netns`]).
+    pub netns: Option<String>,
+    /// Where the node's API is reached: 127.0.0.1 unless it runs in a namespace.
+    pub host: String,
 }
 
 impl App {
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.host, self.port)
     }
 
     /// A node not started yet, with its own directory (data and log) and arguments.
@@ -172,6 +198,9 @@ impl App {
             env: Vec::new(),
             child: None,
             open_files: None,
+            binary: None,
+            netns: None,
+            host: "127.0.0.1".into(),
         }
     }
 
@@ -190,16 +219,24 @@ impl App {
             .append(true)
             .open(self.dir.0.join("node.log"))
             .expect("log file");
+        let binary = self.binary.clone().unwrap_or_else(|| bin().to_path_buf());
         let mut cmd = match self.open_files {
             // `exec` keeps the PID, so the node is still killed by the PID we hold.
             Some(n) => {
                 let mut c = Command::new("sh");
                 c.arg("-c")
                     .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(bin());
+                    .arg(&binary);
                 c
             }
-            None => Command::new(bin()),
+            None => match &self.netns {
+                Some(ns) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", ns]).arg(&binary);
+                    c
+                }
+                None => Command::new(&binary),
+            },
         };
         let child = cmd
             .args(&self.args)

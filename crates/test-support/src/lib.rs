@@ -13,6 +13,7 @@
 //! - [`watch`]: polls `/role/leader` on every node and reports two leaders and leaderless gaps.
 //! - [`devnet`]: a running pilot-devnet and the real pilotctl; [`pilot_cluster`]: nodes on it.
 //! - [`flood`]: hostile clients (half-open connections, event-stream and POST floods).
+//! - [`netns`]: nodes in network namespaces, with nftables rules for faults the kernel makes.
 //! - [`browser`]: headless Chromium over the DevTools pipe, for the status page.
 //! - [`contract`]: `openapi.yaml` as a checker of answers.
 #![forbid(unsafe_code)]
@@ -30,6 +31,7 @@ pub mod contract;
 pub mod devnet;
 pub mod faults;
 pub mod flood;
+pub mod netns;
 pub mod pilot_cluster;
 pub mod proxy;
 pub mod watch;

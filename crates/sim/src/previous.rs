@@ -1,0 +1,86 @@
+//! The build before rule 15, as the simulator runs it during rolling upgrades: protocol version
+//! 2 only. It is the real core behind a wire filter that does what the old parser and the old
+//! rules did (docs/protocol.md, rule 15 and "What the simulator checks"):
+//!
+//! - a message of another version is dropped unread, as the old `Message::parse` refused it;
+//! - the fields version 3 added are invisible, as unknown fields were ignored: the sender's
+//!   `speaks` and `timings`, the promise of acks and votes (`guard_ms`); and the old build
+//!   guarded for its own `T` whatever lease a heartbeat named, so `lease_ms` is hidden too;
+//! - what it sends is version 2 without those fields.
+//!
+//! With those inputs the core does what the old build did: its promises last its own `T`
+//! (nothing longer is ever recorded), a leader counts an ack of version 2 as a promise of its
+//! own `T`, members count as live within its own `T`, and it writes version 2 because every
+//! sender looks like a version-2 build.
+
+use tokio::time::Instant;
+
+use super::world::Protocol;
+use pilot_election_core::{
+    Action, Body, CommandError, Input, Member, Message, Outcome, View, PREVIOUS_VERSION,
+};
+
+/// A core that runs as the build that spoke only [`PREVIOUS_VERSION`].
+pub struct Previous {
+    inner: Box<dyn Protocol>,
+}
+
+impl Previous {
+    pub fn new(inner: Box<dyn Protocol>) -> Previous {
+        Previous { inner }
+    }
+}
+
+/// Leaves out what version 3 added, as the old build neither sent nor read it.
+fn strip(m: &mut Message) {
+    m.v = PREVIOUS_VERSION;
+    m.speaks = None;
+    m.timings = None;
+    match &mut m.body {
+        Body::Ack { guard_ms, .. } | Body::Vote { guard_ms, .. } => *guard_ms = None,
+        _ => {}
+    }
+}
+
+impl Protocol for Previous {
+    fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
+        let input = match input {
+            Input::Message(m) if m.v != PREVIOUS_VERSION => return Ok(Outcome::Ignored),
+            Input::Message(mut m) => {
+                strip(&mut m);
+                if let Body::Heartbeat { lease_ms, .. } = &mut m.body {
+                    *lease_ms = 0;
+                }
+                Input::Message(m)
+            }
+            other => other,
+        };
+        self.inner.handle(now, input)
+    }
+
+    fn poll_action(&mut self) -> Option<Action> {
+        match self.inner.poll_action()? {
+            Action::Publish(mut m) => {
+                strip(&mut m);
+                Some(Action::Publish(m))
+            }
+            other => Some(other),
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.inner.poll_timeout()
+    }
+
+    fn view(&self, now: Instant) -> View {
+        self.inner.view(now)
+    }
+
+    fn has_successor(&self, now: Instant) -> bool {
+        self.inner.has_successor(now)
+    }
+
+    fn peers(&self, now: Instant) -> Vec<Member> {
+        self.inner.peers(now)
+    }
+}

@@ -1,0 +1,29 @@
+//! A leader that drops, in its kernel, every packet its peers send (an inbound firewall rule, a
+//! broken NIC queue), while it still sends: three nodes in network namespaces of their own
+//! ([`support::netns`]), the fault an nftables rule. TCP keeps delivering what the leader sends
+//! on its established connections for a while, so its followers keep hearing heartbeats after
+//! their acks stopped reaching it. The other two must agree on a new leader within `2T` of the
+//! fault (docs/protocol.md, "What it promises"), and `/role/leader` polled every 20 ms on every
+//! node never shows two leaders.
+
+use crate::app::{serial, T};
+use crate::membership::assert_single_leader;
+use support::netns::deaf_leader;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_kernel_drops_its_peers_packets_is_replaced_within_two_election_timeouts() {
+    let _serial = serial().await;
+    let label = "kernel-deaf leader";
+    let run = deaf_leader(None).await;
+    assert_single_leader(&run.report, label, || run.logs.clone());
+    let Some(took) = run.took else {
+        panic!("{label}: n2, n3 did not elect within 4T\n{}", run.logs);
+    };
+    println!("{label}: a new leader {took:?} after the fault");
+    assert!(
+        took <= T * 2,
+        "{label}: the others agreed on a new leader {took:?} after the fault, beyond 2T = {:?}\n{}",
+        T * 2,
+        run.logs
+    );
+}
