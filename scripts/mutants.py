@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE = "crates/core/src/node.rs"
 PEERS = "crates/core/src/peers.rs"
 TIMINGS = "crates/core/src/timings.rs"
+STOP = "crates/core/src/stop.rs"
 RUNTIME = "src/runtime.rs"
 
 # name -> (rule, what it breaks, [(file, old, new, count)][, [extra cargo test args, ...]])
@@ -232,6 +233,30 @@ MUTANTS = {
         "a rival that cannot win vetoes lower-ranked candidates forever",
         [(NODE, "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);",
           "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t * 1000);", 1)],
+    ),
+    # Rules without a mutant before (issue 24): 4, 7 and 13.
+    "no-pre-vote": (
+        4,
+        "a node raises its term at once instead of asking for pre-votes first",
+        [(NODE, "        self.timer.at_once = None;\n        if self.members.quorum() <= 1 {\n            self.start_election(now);",
+          "        self.timer.at_once = None;\n        if true {\n            self.start_election(now);", 1)],
+    ),
+    "validation-without-drift": (
+        7,
+        "start-up validation leaves the drift out of T >= L(1+r)/(1-r) + h",
+        [(TIMINGS, "        self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat",
+          "        self.lease.mul_f64(1.0 + 0.0 * r) + self.heartbeat", 1)],
+    ),
+    "validation-without-h": (
+        7,
+        "start-up validation leaves h out of T >= L(1+r)/(1-r) + h (no gap for --exec)",
+        [(TIMINGS, "        self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat",
+          "        self.lease.mul_f64((1.0 + r) / (1.0 - r))", 1)],
+    ),
+    "stop-without-waiting": (
+        13,
+        "a stopping leader exits at once instead of waiting for its successor",
+        [(STOP, "    if !hand_over {\n", "    if !hand_over || true {\n", 1)],
     ),
     # Mixed timings, rolling upgrades (issue 23): rules 5, 6, 8, 11, 12 and 15.
     "announced-timeout-ignored": (

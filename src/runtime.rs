@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
+use crate::election::stop::{self, Exit};
 use crate::election::{
     Action, Body, CommandError, Input, Member, MemberSet, Message, Node, Outcome, Role, Timings,
     Transition, View,
@@ -41,9 +42,9 @@ pub mod exit_budget {
 
     /// How long a stopping node first waits for its `--exec` child to stop.
     pub const EXEC_DRAIN: Duration = crate::exec::DRAIN_GRACE;
-    /// How long a stopping leader waits for its successor before it leaves anyway (a handover
-    /// takes milliseconds; this covers a successor that has to retry once).
-    pub const HANDOVER: Duration = Duration::from_secs(4);
+    /// How long a stopping leader waits for its successor before it leaves anyway (the core's
+    /// stop policy, `election::stop`).
+    pub const HANDOVER: Duration = crate::election::stop::HANDOVER_GRACE;
     /// How long the exit waits for the last history and replay marks to reach the disk and the
     /// last messages to leave (a pilot publish is a child process: exiting at once killed a
     /// stopping leader's resign, and the followers waited out `T`).
@@ -264,27 +265,27 @@ impl Runtime {
         loop {
             let now = clock::now();
             *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
-            if let Some((since, was_leader)) = stopping {
+            if let Some((since, hand_over)) = stopping {
                 let view = self.node.view(now);
-                let successor = view.leader.filter(|l| *l != view.node_id);
-                if let (true, Some(s)) = (was_leader, &successor) {
-                    tracing::info!(
-                        successor = %s,
-                        term = view.term,
-                        handover_ms = (now - since).as_millis() as u64,
-                        "handed leadership over; exiting"
-                    );
-                    return Ok(());
-                }
-                if !was_leader {
-                    return Ok(());
-                }
-                if now >= since + SHUTDOWN_GRACE {
-                    tracing::warn!(
-                        grace_ms = SHUTDOWN_GRACE.as_millis() as u64,
-                        "no successor known within the grace period; exiting"
-                    );
-                    return Ok(());
+                match stop::exit_now(hand_over, &view, now.saturating_duration_since(since)) {
+                    None => {}
+                    Some(Exit::NothingToWaitFor) => return Ok(()),
+                    Some(Exit::HandedOver { successor }) => {
+                        tracing::info!(
+                            successor = %successor,
+                            term = view.term,
+                            handover_ms = (now - since).as_millis() as u64,
+                            "handed leadership over; exiting"
+                        );
+                        return Ok(());
+                    }
+                    Some(Exit::GraceOver) => {
+                        tracing::warn!(
+                            grace_ms = SHUTDOWN_GRACE.as_millis() as u64,
+                            "no successor known within the grace period; exiting"
+                        );
+                        return Ok(());
+                    }
                 }
             }
             let mut deadline = self.node.poll_timeout().unwrap_or(now + h);

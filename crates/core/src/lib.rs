@@ -25,6 +25,7 @@ mod peers;
 mod priority;
 pub mod rank;
 mod rng;
+pub mod stop;
 mod timings;
 
 pub use interface::{

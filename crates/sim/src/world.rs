@@ -163,7 +163,7 @@ impl Default for RuntimeModel {
             stall_chance: 0.0,
             stall_max: Duration::ZERO,
             snapshot_after_actions: false,
-            handover_grace: pilot_election::runtime::exit_budget::HANDOVER,
+            handover_grace: pilot_election_core::stop::HANDOVER_GRACE,
         }
     }
 }
@@ -331,7 +331,9 @@ fn member_set(id: &str, members: &[String]) -> MemberSet {
 
 impl World {
     pub fn new(config: WorldConfig, factory: Factory) -> World {
-        let base = pilot_election::clock::now();
+        // Any instant will do: every local time is an offset from it.
+        #[allow(clippy::disallowed_methods)]
+        let base = Instant::now();
         let n = config.nodes.len();
         let everyone: Vec<String> = config.nodes.iter().map(|s| s.id.clone()).collect();
         let slots = config
@@ -1166,12 +1168,15 @@ impl World {
             if !self.slots[i].running.is_empty() || self.slots[i].paused_until.is_some() {
                 continue;
             }
-            let successor_leads = self.slots[i]
-                .view
-                .as_ref()
-                .is_some_and(|v| v.leader.as_deref().is_some_and(|l| l != v.node_id));
-            let grace = self.runtime.handover_grace.as_nanos() as u64;
-            if !s.hand_over || successor_leads || self.now >= s.since + grace {
+            // The runtime's own policy (rule 13), on the view its loop last published.
+            let waited = Duration::from_nanos(self.now - s.since);
+            let exits = match self.slots[i].view.as_ref() {
+                Some(view) => {
+                    pilot_election_core::stop::exit_now(s.hand_over, view, waited).is_some()
+                }
+                None => !s.hand_over,
+            };
+            if exits || waited >= self.runtime.handover_grace {
                 self.crash(i);
             }
         }
