@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use pilot_election_core::{Body, Config, Message, Persistent, Role, View};
+use pilot_election_core::{Body, Config, Message, Persistent, Role, Timings, View};
 
 /// One broken invariant, with the true time it was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +65,23 @@ impl Checker {
                 at: Duration::from_nanos(now_ns),
                 what: what.into(),
             });
+        }
+    }
+
+    /// Rule 7, worked out here rather than by the core's validation (which a bug may weaken):
+    /// the timings a node starts with leave a gap of at least `h` after its lease, with its
+    /// clock at either end of its drift bound, `T ≥ L·(1+r)/(1−r) + h`. Every violation this
+    /// check reports starts with "rule 7".
+    pub fn on_start(&mut self, now: u64, id: &str, t: &Timings) {
+        let r = t.max_drift;
+        let floor = t.lease.as_secs_f64() * (1.0 + r) / (1.0 - r) + t.heartbeat.as_secs_f64();
+        // A microsecond of slack for the rounding of durations to nanoseconds.
+        if !(0.0..1.0).contains(&r) || t.election_timeout.as_secs_f64() + 1e-6 < floor {
+            let what = format!(
+                "rule 7: {id} started with T {:?} below L(1+r)/(1-r) + h = {floor:.6}s (L {:?}, h {:?}, r {r})",
+                t.election_timeout, t.lease, t.heartbeat
+            );
+            self.violate(now, what);
         }
     }
 

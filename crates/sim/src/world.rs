@@ -655,6 +655,8 @@ impl World {
             seed,
             slot.incarnation << 32,
         );
+        self.checker
+            .on_start(self.now, &slot.config.node_id, &slot.config.timings);
         slot.running_build = slot.build;
         slot.node = Some(match slot.build {
             Build::Current => node,
