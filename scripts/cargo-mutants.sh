@@ -48,4 +48,11 @@ if [ "${1:-}" = "--since" ]; then
     echo "cargo-mutants: core lines changed since $base ($(grep -c '^+[^+]' "$diff") added or changed)"
     args=(--in-diff "$diff")
 fi
-exec cargo mutants --package pilot-election-core --output target "${args[@]}" "$@"
+# The tests of both packages run against every mutant. No baseline run: cargo-mutants 27.1 runs
+# the baseline with the mutated package's tests only, where the simulator's targets do not
+# exist (scripts/test has run the unmutated tests by then anyway); so the timeouts are fixed:
+# a mutant's tests take 5-30 s here, a build up to a minute.
+exec cargo mutants --package pilot-election-core \
+    --test-package pilot-election-core --test-package pilot-election-sim \
+    --baseline skip --timeout 240 --build-timeout 600 \
+    --output target "${args[@]}" "$@"

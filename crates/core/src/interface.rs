@@ -387,3 +387,162 @@ pub enum CommandError {
         reason: String,
     },
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A view of node `a` in term 3: `role`, knowing `leader`; no lease, no promise.
+    pub(crate) fn view(role: Role, leader: Option<&str>) -> View {
+        View {
+            node_id: "a".into(),
+            role,
+            term: 3,
+            leader: leader.map(str::to_string),
+            voted_for: None,
+            lease_until: None,
+            leader_until: None,
+            leader_heard_at: None,
+            leader_since: None,
+            priority: 1,
+            eligible: true,
+            candidacy: Candidacy::Eligible,
+            can_campaign: true,
+            can_vote: true,
+            config_conflicts: Vec::new(),
+            shutting_down: false,
+            promise: None,
+            writes_version: 3,
+        }
+    }
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_leader_answers_as_leader_only_before_its_lease_ends() {
+        let t0 = Instant::now();
+        let leader = View {
+            lease_until: Some(at(t0, 100)),
+            ..view(Role::Leader, Some("a"))
+        };
+        assert!(leader.is_leader_at(at(t0, 99)));
+        assert!(
+            !leader.is_leader_at(at(t0, 100)),
+            "the lease's end is outside it"
+        );
+        assert_eq!(leader.role_at(at(t0, 99)), Role::Leader);
+        assert_eq!(
+            leader.role_at(at(t0, 100)),
+            Role::Follower,
+            "a stuck leader"
+        );
+        assert_eq!(leader.leader_at(at(t0, 99)), Some("a"));
+        assert_eq!(leader.leader_at(at(t0, 100)), None);
+        // Without a lease, or with a lease left over in a view that no longer leads: no leader.
+        let no_lease = view(Role::Leader, Some("a"));
+        assert!(!no_lease.is_leader_at(t0));
+        let stepped_down = View {
+            lease_until: Some(at(t0, 100)),
+            ..view(Role::Follower, Some("a"))
+        };
+        assert!(!stepped_down.is_leader_at(at(t0, 50)));
+        assert_eq!(stepped_down.role_at(at(t0, 50)), Role::Follower);
+        assert_eq!(stepped_down.leader_at(at(t0, 50)), None);
+        // Roles other than leader are what they are, at any time.
+        for role in [Role::Follower, Role::PreCandidate, Role::Candidate] {
+            assert_eq!(view(role, None).role_at(at(t0, 1_000)), role);
+        }
+    }
+
+    #[test]
+    fn another_leader_is_vouched_for_only_within_the_promise_to_it() {
+        let t0 = Instant::now();
+        let follower = View {
+            leader_until: Some(at(t0, 100)),
+            ..view(Role::Follower, Some("b"))
+        };
+        assert_eq!(follower.leader_at(at(t0, 99)), Some("b"));
+        assert_eq!(follower.leader_at(at(t0, 100)), None);
+        assert_eq!(view(Role::Follower, Some("b")).leader_at(t0), None);
+        assert_eq!(view(Role::Follower, None).leader_at(t0), None);
+    }
+
+    #[test]
+    fn reasons_are_named_as_they_are_serialized() {
+        for r in Reason::ALL {
+            let json = serde_json::to_value(r).expect("serializes");
+            assert_eq!(json.as_str(), Some(r.as_str()), "{r:?}");
+        }
+        assert_eq!(Reason::LeaseExpired.as_str(), "lease_expired");
+    }
+
+    #[test]
+    fn outcomes_are_counted_under_their_documented_labels() {
+        let labels = [
+            (Outcome::Accepted, "accepted"),
+            (
+                Outcome::SteppedDown {
+                    term: 1,
+                    successor: None,
+                },
+                "accepted",
+            ),
+            (Outcome::Stale, "stale"),
+            (Outcome::Ignored, "ignored"),
+            (Outcome::NotMember, "not_member"),
+            (Outcome::OtherMembers, "other_members"),
+        ];
+        for (outcome, label) in labels {
+            assert_eq!(outcome.label(), label, "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn readiness_counts_live_members_of_our_set_only() {
+        let set = MemberSet::new("a", ["a", "b", "c", "d", "e"]).expect("valid");
+        let own = set.fingerprint().to_string();
+        let member = |id: &str, live: bool, fingerprint: Option<&str>| Member {
+            id: id.into(),
+            priority: 1,
+            candidacy: Some(Candidacy::Eligible),
+            fingerprint: fingerprint.map(str::to_string),
+            last_seen: None,
+            live,
+            two_way: live,
+            viable: live,
+            member_difference: Vec::new(),
+            timings: None,
+            speaks: None,
+        };
+        let members = [
+            member("b", true, Some(&own)),
+            member("c", false, Some(&own)),
+            member("d", true, Some("other")),
+            member("e", false, Some("other")),
+        ];
+        let r = Readiness::of(&view(Role::Follower, None), &members, &set);
+        assert_eq!(r.voters_heard, 2, "itself and b; c is not live");
+        assert_eq!(r.quorum, 3);
+        assert_eq!(r.mismatched, vec!["d".to_string()], "e is not live");
+        assert!(!r.ready());
+        let r = Readiness {
+            voters_heard: 3,
+            ..r
+        };
+        assert!(r.ready());
+        assert!(!Readiness {
+            can_vote: false,
+            ..r.clone()
+        }
+        .ready());
+        assert!(!Readiness {
+            shutting_down: true,
+            ..r
+        }
+        .ready());
+    }
+}

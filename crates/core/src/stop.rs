@@ -45,24 +45,10 @@ mod tests {
 
     fn view(leader: Option<&str>) -> View {
         View {
-            node_id: "a".into(),
-            role: Role::Follower,
-            term: 3,
-            leader: leader.map(str::to_string),
-            voted_for: None,
-            lease_until: None,
-            leader_until: None,
-            leader_heard_at: None,
-            leader_since: None,
-            priority: 1,
-            eligible: true,
             candidacy: Candidacy::Stopping,
             can_campaign: false,
-            can_vote: true,
-            config_conflicts: Vec::new(),
             shutting_down: true,
-            promise: None,
-            writes_version: 3,
+            ..crate::interface::tests::view(Role::Follower, leader)
         }
     }
 
