@@ -422,9 +422,15 @@ pub(crate) mod tests {
         base + Duration::from_millis(ms)
     }
 
+    /// Any instant: every time in these tests is an offset from it.
+    fn origin() -> Instant {
+        #[allow(clippy::disallowed_methods)]
+        Instant::now()
+    }
+
     #[test]
     fn a_leader_answers_as_leader_only_before_its_lease_ends() {
-        let t0 = Instant::now();
+        let t0 = origin();
         let leader = View {
             lease_until: Some(at(t0, 100)),
             ..view(Role::Leader, Some("a"))
@@ -460,7 +466,7 @@ pub(crate) mod tests {
 
     #[test]
     fn another_leader_is_vouched_for_only_within_the_promise_to_it() {
-        let t0 = Instant::now();
+        let t0 = origin();
         let follower = View {
             leader_until: Some(at(t0, 100)),
             ..view(Role::Follower, Some("b"))
