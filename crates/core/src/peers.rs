@@ -330,3 +330,81 @@ impl Peers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::message::{Body, Message, PROTOCOL_VERSION};
+    use super::super::timings::Timings;
+    use super::*;
+
+    const IDS: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+    fn five() -> (MemberSet, Peers) {
+        let set = MemberSet::new("a", IDS).expect("valid");
+        let t = Timings::default();
+        let peers = Peers::new("a", &set, t.election_timeout, t.election_timeout * 10);
+        (set, peers)
+    }
+
+    /// A presence of `from` with our member set (unless `members` says otherwise), hearing
+    /// `hears`.
+    fn presence(set: &MemberSet, from: &str, seq: u64, hears: &[&str]) -> Message {
+        Message {
+            v: PROTOCOL_VERSION,
+            group: "g".into(),
+            from: from.into(),
+            term: 1,
+            seq,
+            ts: 0,
+            members: set.fingerprint().to_string(),
+            speaks: Some(Versions::OURS),
+            timings: Some(Announced::of(&Timings::default())),
+            body: Body::Presence {
+                advert: Advert {
+                    priority: 9,
+                    candidacy: Candidacy::Eligible,
+                    hears: hears.iter().map(|s| s.to_string()).collect(),
+                    member_ids: IDS.iter().map(|s| s.to_string()).collect(),
+                    flapped: false,
+                },
+            },
+            kid: None,
+            sig: None,
+        }
+    }
+
+    fn origin() -> Instant {
+        #[allow(clippy::disallowed_methods)]
+        Instant::now()
+    }
+
+    #[test]
+    fn a_member_is_live_until_exactly_its_window_after_it_was_heard() {
+        let (set, mut peers) = five();
+        let t0 = origin();
+        peers.heard(t0, &presence(&set, "c", 1, &["a", "b", "d"]));
+        let c = peers.get("c").expect("a member");
+        let t = Timings::default().election_timeout;
+        assert!(peers.live(c, t0 + t - Duration::from_nanos(1)));
+        assert!(!peers.live(c, t0 + t), "the window's end is outside it");
+    }
+
+    #[test]
+    fn only_a_member_that_hears_us_and_a_quorum_of_other_members_could_win() {
+        let (set, mut peers) = five();
+        let t0 = origin();
+        let mut seq = 0;
+        let mut viable_with = |hears: &[&str]| {
+            seq += 1;
+            peers.heard(t0, &presence(&set, "c", seq, hears));
+            let c = peers.get("c").expect("a member");
+            peers.viable(c, t0)
+        };
+        // A quorum of 5 is 3: c itself and two others it hears, one of them us.
+        assert!(viable_with(&["a", "b"]));
+        assert!(!viable_with(&["a"]), "hears us, but no quorum");
+        assert!(!viable_with(&["b", "d", "e"]), "a quorum, but not us");
+        // Neither itself nor ids outside our member set count towards its quorum.
+        assert!(!viable_with(&["a", "c", "x", "y"]));
+    }
+}
