@@ -390,6 +390,24 @@ mod tests {
     }
 
     #[test]
+    fn a_flap_ranks_a_member_down_until_exactly_the_flap_window_after_it() {
+        let (set, mut peers) = five();
+        let t0 = origin();
+        let t = Timings::default().election_timeout;
+        peers.heard(t0, &presence(&set, "c", 1, &["a", "b"]));
+        // Silent for twice its T, then heard again: it went away, a flap.
+        let back = t0 + t * 2;
+        peers.heard(back, &presence(&set, "c", 2, &["a", "b"]));
+        let c = peers.get("c").expect("a member");
+        let window = t * FLAP_WINDOW;
+        assert!(peers.flapped(c, back + window - Duration::from_nanos(1)));
+        assert!(
+            !peers.flapped(c, back + window),
+            "the window's end is outside it"
+        );
+    }
+
+    #[test]
     fn only_a_member_that_hears_us_and_a_quorum_of_other_members_could_win() {
         let (set, mut peers) = five();
         let t0 = origin();
