@@ -118,6 +118,12 @@ MUTANTS = {
         "votes and acks of members with another member set count",
         [(NODE, "        if counted && !same_members {", "        if counted && same_members && !counted {", 1)],
     ),
+    "one-id-away-stops-campaigns": (
+        1,
+        "a member set one id away (a member being added or removed) stops this node's campaigns",
+        [(PEERS, "            .filter(|p| self.difference(p).len() > 1)\n            .filter_map(|p| self.live_until(p))",
+          "            .filter(|p| self.difference(p).len() >= 1)\n            .filter_map(|p| self.live_until(p))", 1)],
+    ),
     "no-config-conflict-check": (
         1,
         "a node votes while a member more than one id away is heard",

@@ -555,6 +555,45 @@ fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
     assert!(a.view(now).can_vote);
 }
 
+/// A presence of `b` listing `ids` as its member set.
+fn presence_with_set(ids: &[&str], seq: u64) -> Input {
+    let mut other = Bench::new(ids);
+    other.seq = seq;
+    other.msg(
+        "b",
+        0,
+        Body::Presence {
+            advert: Advert {
+                priority: 5,
+                candidacy: Candidacy::Eligible,
+                hears: vec!["a".into()],
+                member_ids: ids.iter().map(|s| s.to_string()).collect(),
+                flapped: false,
+            },
+        },
+    )
+}
+
+#[test]
+fn a_member_set_one_id_away_does_not_stop_campaigns_two_ids_away_does() {
+    let b = Bench::new(&MEMBERS);
+    let mut a = node_at("a", true, Persistent::default(), b.t0);
+    let now = b.at(T * 3);
+    let _ = a.handle(now, Input::Tick);
+    assert!(a.view(now).can_campaign, "past its start-up guard");
+    // One id away (a member being added) is a safe change: campaigns go on.
+    let _ = a.handle(now, presence_with_set(&["a", "b", "c", "d"], 50));
+    assert!(a.view(now).can_campaign);
+    assert!(a.view(now).config_conflicts.is_empty());
+    // Two ids away: neither votes nor campaigns while it is heard, and again once it is not.
+    let _ = a.handle(now, presence_with_set(&["a", "b", "c", "d", "e"], 60));
+    let v = a.view(now);
+    assert!(!v.can_campaign && !v.can_vote);
+    let later = now + T;
+    let _ = a.handle(later, Input::Tick);
+    assert!(a.view(later).can_campaign, "b unheard for T");
+}
+
 #[test]
 fn the_first_lease_runs_from_when_the_election_left_not_from_the_victory() {
     let mut b = Bench::new(&MEMBERS);
