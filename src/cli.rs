@@ -289,7 +289,7 @@ pub fn main() -> i32 {
     };
     // Dropping the runtime would wait for any blocking write still in flight (a stuck disk),
     // which would break the bounded exit Docker's stop timeout relies on.
-    rt.shutdown_timeout(crate::runtime::exit_budget::LEFTOVER_BLOCKING);
+    rt.shutdown_timeout(crate::exit_budget::LEFTOVER_BLOCKING);
     code
 }
 

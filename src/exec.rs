@@ -60,8 +60,9 @@ use crate::runtime::{Command, ReleaseGuard, Snapshot};
 /// The longest a planned handover (API step-down or candidacy withdrawal, the node's own stop)
 /// waits for the child after SIGTERM before SIGKILL. Short enough that the API answers well
 /// within its 5 s and that a stopping node still exits within Docker's 10 s: this, the
-/// handover's 4 s, the final writes' 1 s, the server's 2 s and the CLI's 0.5 s make 8.5 s.
-pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// handover's 4 s, the final writes' 1 s, the server's 2 s and the CLI's 0.5 s make 8.5 s
+/// (`exit_budget`, which keeps the sum).
+pub const DRAIN_GRACE: Duration = crate::exit_budget::EXEC_DRAIN;
 /// First wait before restarting a child that exited while this node still leads.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// Restart waits double up to this; a child that ran at least this long starts over at

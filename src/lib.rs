@@ -32,6 +32,7 @@ pub mod cli;
 pub mod clock;
 pub use pilot_election_core as election;
 pub mod exec;
+pub mod exit_budget;
 pub mod metrics;
 pub mod open_files;
 pub mod pilotctl;

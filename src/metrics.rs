@@ -14,8 +14,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::transport::pilot::LinkState;
-
 type Labels = Vec<(&'static str, String)>;
 
 pub struct Metrics {
@@ -204,17 +202,15 @@ impl Metrics {
         count(&self.elections, "result", result);
     }
 
-    /// Sets the one state a broker is in to 1 and its other states to 0, so that a query can
-    /// both select by state and alert on a broker that is not `subscribed`.
-    pub fn set_broker_state(&self, broker: &str, state: LinkState) {
-        for s in LinkState::ALL {
-            let labels = vec![
-                ("broker", broker.to_string()),
-                ("state", s.as_str().to_string()),
-            ];
+    /// Sets the one state a broker is in to 1 and its other `states` to 0, so that a query can
+    /// both select by state and alert on a broker that is not `subscribed`. The states are the
+    /// transport's to name (its `LinkState`); this module only labels them.
+    pub fn set_broker_state(&self, broker: &str, state: &str, states: &[&str]) {
+        for s in states {
+            let labels = vec![("broker", broker.to_string()), ("state", s.to_string())];
             self.broker_state
                 .get_or_create(&labels)
-                .set(i64::from(s == state));
+                .set(i64::from(*s == state));
         }
     }
 

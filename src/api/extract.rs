@@ -13,6 +13,27 @@ use tokio::time::Instant;
 
 use super::{ApiError, AppState};
 
+/// The request body did not arrive within `--body-timeout`: the server's body deadline fails the
+/// read with it, and [`read_body`] answers 408.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the request body did not arrive within {0:?}")]
+pub struct BodyTimedOut(pub Duration);
+
+impl BodyTimedOut {
+    /// Whether `e`, or anything it was caused by, is a body deadline (the framework wraps body
+    /// errors in its own, once per layer).
+    pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimedOut> {
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(t) = err.downcast_ref::<BodyTimedOut>() {
+                return Some(*t);
+            }
+            cur = err.source();
+        }
+        None
+    }
+}
+
 /// Largest request body the API reads.
 pub const BODY_LIMIT: usize = 64 * 1024;
 
@@ -21,7 +42,7 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
-            if let Some(t) = crate::server::BodyTimedOut::caused(&e) {
+            if let Some(t) = BodyTimedOut::caused(&e) {
                 return ApiError::RequestTimeout {
                     after_ms: t.0.as_millis() as u64,
                 };

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 pub use error::ApiError;
 pub use events::Subscribers;
-pub use extract::{Auth, BODY_LIMIT};
+pub use extract::{Auth, BodyTimedOut, BODY_LIMIT};
 pub use openapi::OPENAPI_YAML;
 pub use page::PAGE_HTML;
 

@@ -14,29 +14,10 @@ use http_body::{Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::conn::Exchange;
+use crate::api::BodyTimedOut;
 use crate::metrics::Metrics;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// The request body did not arrive within `--body-timeout`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the request body did not arrive within {0:?}")]
-pub struct BodyTimedOut(pub Duration);
-
-impl BodyTimedOut {
-    /// Whether `e`, or anything it was caused by, is a body deadline (the framework wraps body
-    /// errors in its own, once per layer).
-    pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimedOut> {
-        let mut cur = Some(e);
-        while let Some(err) = cur {
-            if let Some(t) = err.downcast_ref::<BodyTimedOut>() {
-                return Some(*t);
-            }
-            cur = err.source();
-        }
-        None
-    }
-}
 
 /// A request body that fails once its deadline has passed, whatever arrived before. The
 /// deadline is counted from the end of the head, for the whole body (not between chunks: one

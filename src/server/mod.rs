@@ -44,7 +44,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
-pub use body::BodyTimedOut;
 use body::{Deadline, Tracked};
 use conn::{Conn, Watched};
 

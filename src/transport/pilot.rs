@@ -101,6 +101,14 @@ struct Links {
     metrics: Arc<Metrics>,
 }
 
+/// The broker-state gauge: this link's state at 1, every other state at 0.
+fn report_state(metrics: &Metrics, broker: &str, state: LinkState) {
+    metrics.set_broker_state(
+        broker,
+        state.as_str(),
+        &LinkState::ALL.map(LinkState::as_str),
+    );
+}
 impl Links {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<BrokerLink>> {
         self.brokers.lock().unwrap_or_else(|e| e.into_inner())
@@ -116,7 +124,7 @@ impl Links {
         let broker = link.ctx.broker.clone();
         drop(g);
         if before != after {
-            self.metrics.set_broker_state(&broker, after);
+            report_state(&self.metrics, &broker, after);
         }
         out
     }
@@ -204,7 +212,7 @@ impl PilotTransport {
             .brokers
             .iter()
             .map(|b| {
-                metrics.set_broker_state(b, LinkState::Starting);
+                report_state(&metrics, b, LinkState::Starting);
                 BrokerLink::new(Context {
                     broker: b.clone(),
                     topic: config.topic.clone(),
