@@ -511,47 +511,14 @@ fn a_member_set_two_ids_away_stops_all_voting_while_it_is_heard() {
     let mut a = voter(&mut b);
     let now = b.at(T * 3);
     // b lists a, b, c, d, e: two more than a's set.
-    let mut far = Bench::new(&["a", "b", "c", "d", "e"]);
-    far.seq = 50;
-    let p = far.msg(
-        "b",
-        0,
-        Body::Presence {
-            advert: Advert {
-                priority: 5,
-                candidacy: Candidacy::Eligible,
-                hears: vec!["a".into()],
-                member_ids: ["a", "b", "c", "d", "e"]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect(),
-                flapped: false,
-            },
-        },
-    );
-    let _ = a.handle(now, p);
+    let _ = a.handle(now, presence_with_set(&["a", "b", "c", "d", "e"], 50));
     let v = a.view(now);
     assert!(!v.can_vote);
     assert_eq!(v.config_conflicts, vec!["b".to_string()]);
     let _ = a.handle(now, pre_vote(&mut b, "c", 1, 9));
     assert!(!grants_pre_vote(&drain(&mut a), "c"));
     // One id away (a, b, c, d) is a safe change: it votes again once b says so.
-    let mut near = Bench::new(&["a", "b", "c", "d"]);
-    near.seq = 60;
-    let p = near.msg(
-        "b",
-        0,
-        Body::Presence {
-            advert: Advert {
-                priority: 5,
-                candidacy: Candidacy::Eligible,
-                hears: vec!["a".into()],
-                member_ids: ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect(),
-                flapped: false,
-            },
-        },
-    );
-    let _ = a.handle(now, p);
+    let _ = a.handle(now, presence_with_set(&["a", "b", "c", "d"], 60));
     assert!(a.view(now).can_vote);
 }
 

@@ -326,16 +326,7 @@ impl Scenario {
         {
             all.push(*t);
         }
-        let mut e = all[0];
-        for o in &all[1..] {
-            e.heartbeat = e.heartbeat.max(o.heartbeat);
-            e.lease = e.lease.max(o.lease);
-            e.election_timeout = e.election_timeout.max(o.election_timeout);
-            e.stagger = e.stagger.max(o.stagger);
-            e.preempt_after = e.preempt_after.max(o.preempt_after);
-            e.max_drift = e.max_drift.max(o.max_drift);
-        }
-        e
+        super::world::slowest(&all)
     }
 
     /// Whether every node hands over to a better-ranked one (`P > 0` everywhere).

@@ -325,6 +325,21 @@ pub struct World {
 
 const MAX_EVENTS_PER_INSTANT: u32 = 10_000;
 
+/// The slowest of `all`, field by field (the longest `h`, `L`, `T`, `S`, `P` and `r`).
+pub fn slowest<'a>(all: impl IntoIterator<Item = &'a Timings>) -> Timings {
+    let mut all = all.into_iter();
+    let mut t = *all.next().expect("at least one set of timings");
+    for o in all {
+        t.heartbeat = t.heartbeat.max(o.heartbeat);
+        t.lease = t.lease.max(o.lease);
+        t.election_timeout = t.election_timeout.max(o.election_timeout);
+        t.stagger = t.stagger.max(o.stagger);
+        t.preempt_after = t.preempt_after.max(o.preempt_after);
+        t.max_drift = t.max_drift.max(o.max_drift);
+    }
+    t
+}
+
 fn member_set(id: &str, members: &[String]) -> MemberSet {
     MemberSet::new(id, members.iter().cloned()).expect("simulated member sets are valid")
 }
@@ -409,17 +424,7 @@ impl World {
     /// The slowest of every node's timings, field by field (the longest `h`, `L`, `T`, `S`,
     /// `P` and `r`): what a scenario's time bounds are made of when nodes differ.
     pub fn envelope(&self) -> Timings {
-        let mut t = self.slots[0].config.timings;
-        for s in &self.slots[1..] {
-            let o = s.config.timings;
-            t.heartbeat = t.heartbeat.max(o.heartbeat);
-            t.lease = t.lease.max(o.lease);
-            t.election_timeout = t.election_timeout.max(o.election_timeout);
-            t.stagger = t.stagger.max(o.stagger);
-            t.preempt_after = t.preempt_after.max(o.preempt_after);
-            t.max_drift = t.max_drift.max(o.max_drift);
-        }
-        t
+        slowest(self.slots.iter().map(|s| &s.config.timings))
     }
 
     /// The timely network for every node's timings: one-way delays that let a vote round and an
