@@ -20,14 +20,37 @@ use pilot_election_core::{
     Action, Body, CommandError, Input, Member, Message, Outcome, View, PREVIOUS_VERSION,
 };
 
-/// A core that runs as the build that spoke only [`PREVIOUS_VERSION`].
-pub struct Previous {
+/// A core behind a filter on what it reads and what it sends: the way an older rule or build
+/// is brought back without a second copy of the core (the previous build here; the broken
+/// variants of the harness self-tests).
+pub struct Filtered {
     inner: Box<dyn Protocol>,
+    /// Messages it reads at all; the others are dropped unread.
+    reads: fn(&Message) -> bool,
+    /// Applied to every message it reads, before the core sees it.
+    inbound: fn(&mut Message),
+    /// Applied to every message it sends.
+    outbound: fn(&mut Message),
 }
 
-impl Previous {
-    pub fn new(inner: Box<dyn Protocol>) -> Previous {
-        Previous { inner }
+impl Filtered {
+    pub fn new(
+        inner: Box<dyn Protocol>,
+        reads: fn(&Message) -> bool,
+        inbound: fn(&mut Message),
+        outbound: fn(&mut Message),
+    ) -> Filtered {
+        Filtered {
+            inner,
+            reads,
+            inbound,
+            outbound,
+        }
+    }
+
+    /// The build that spoke only [`PREVIOUS_VERSION`].
+    pub fn previous(inner: Box<dyn Protocol>) -> Filtered {
+        Filtered::new(inner, |m| m.v == PREVIOUS_VERSION, read_as_previous, strip)
     }
 }
 
@@ -42,15 +65,20 @@ fn strip(m: &mut Message) {
     }
 }
 
-impl Protocol for Previous {
+/// What the old build saw of a message: no version-3 fields, and no lease in a heartbeat.
+fn read_as_previous(m: &mut Message) {
+    strip(m);
+    if let Body::Heartbeat { lease_ms, .. } = &mut m.body {
+        *lease_ms = 0;
+    }
+}
+
+impl Protocol for Filtered {
     fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
         let input = match input {
-            Input::Message(m) if m.v != PREVIOUS_VERSION => return Ok(Outcome::Ignored),
+            Input::Message(m) if !(self.reads)(&m) => return Ok(Outcome::Ignored),
             Input::Message(mut m) => {
-                strip(&mut m);
-                if let Body::Heartbeat { lease_ms, .. } = &mut m.body {
-                    *lease_ms = 0;
-                }
+                (self.inbound)(&mut m);
                 Input::Message(m)
             }
             other => other,
@@ -61,7 +89,7 @@ impl Protocol for Previous {
     fn poll_action(&mut self) -> Option<Action> {
         match self.inner.poll_action()? {
             Action::Publish(mut m) => {
-                strip(&mut m);
+                (self.outbound)(&mut m);
                 Some(Action::Publish(m))
             }
             other => Some(other),

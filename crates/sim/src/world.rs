@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::checker::Checker;
-use super::previous::Previous;
+use super::previous::Filtered;
 use pilot_election_core::{
     Action, Body, CommandError, Config, Input, Member, MemberSet, Message, Node, Outcome,
     Persistent, Readiness, Rng, Role, Timings, Transition, Versions, View,
@@ -665,7 +665,7 @@ impl World {
         slot.running_build = slot.build;
         slot.node = Some(match slot.build {
             Build::Current => node,
-            Build::Previous => Box::new(Previous::new(node)),
+            Build::Previous => Box::new(Filtered::previous(node)),
         });
         slot.inbox.clear();
         slot.running.clear();

@@ -19,6 +19,7 @@ use pilot_election_core::{
     Action, Advert, Body, Candidacy, CommandError, Config, Input, MemberSet, Message, Node,
     Outcome, Persistent, Role, Timings, View, PROTOCOL_VERSION,
 };
+use pilot_election_sim::previous::Filtered;
 use pilot_election_sim::scenario::{run_chaos, run_scenario, Change, Scenario};
 use pilot_election_sim::world::{core_factory, Factory, NodeSpec, Protocol, World, WorldConfig};
 use pilot_election_sim::Family;
@@ -208,55 +209,14 @@ fn the_naive_bully_splits_brain_and_the_simulator_sees_it() {
     );
 }
 
-/// The real core behind a filter on what it takes and what it sends: a way to bring back an
-/// old rule without a second copy of the core.
-struct Filtered {
-    inner: Node,
-    inbound: fn(&mut Message),
-    outbound: fn(&mut Message),
-}
-
-impl Protocol for Filtered {
-    fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
-        let input = match input {
-            Input::Message(mut m) => {
-                (self.inbound)(&mut m);
-                Input::Message(m)
-            }
-            other => other,
-        };
-        self.inner.handle(now, input)
-    }
-    fn poll_action(&mut self) -> Option<Action> {
-        match self.inner.poll_action()? {
-            Action::Publish(mut m) => {
-                (self.outbound)(&mut m);
-                Some(Action::Publish(m))
-            }
-            other => Some(other),
-        }
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.inner.poll_timeout()
-    }
-    fn view(&self, now: Instant) -> View {
-        self.inner.view(now)
-    }
-    fn has_successor(&self, now: Instant) -> bool {
-        self.inner.has_successor(now)
-    }
-    fn peers(&self, now: Instant) -> Vec<pilot_election_core::Member> {
-        self.inner.peers(now)
-    }
-}
-
 fn filtered(inbound: fn(&mut Message), outbound: fn(&mut Message)) -> Factory {
     Box::new(move |c, p, now, seed, seq| {
-        Box::new(Filtered {
-            inner: Node::new(c, p, now, seed, seq),
+        Box::new(Filtered::new(
+            Box::new(Node::new(c, p, now, seed, seq)),
+            |_| true,
             inbound,
             outbound,
-        })
+        ))
     })
 }
 
