@@ -1449,3 +1449,6 @@ fn a_member_slow_to_announce_itself_has_not_flapped() {
     let _ = a.handle(gone, ask);
     assert!(!grants_pre_vote(&drain(&mut a), "b"), "b flapped");
 }
+
+mod handlers;
+mod timers;
