@@ -1,0 +1,31 @@
+"""A client of pilot-election: who leads, watching changes of leader, running work only while
+this service's node leads, and fencing writes by term.
+
+See ``clients/python/README.md`` and the repository's ``docs/clients.md``.
+"""
+
+from ._client import Client, Watch
+from ._errors import PilotElectionError, ProtocolError, StaleTerm, Unavailable
+from ._fence import Fence
+from ._lead import Tenure
+from ._model import Leader, LeaderChange
+from ._sse import SseEvent, SseParser
+from ._tracker import ChangeTracker
+
+__all__ = [
+    "ChangeTracker",
+    "Client",
+    "Fence",
+    "Leader",
+    "LeaderChange",
+    "PilotElectionError",
+    "ProtocolError",
+    "SseEvent",
+    "SseParser",
+    "StaleTerm",
+    "Tenure",
+    "Unavailable",
+    "Watch",
+]
+
+__version__ = "0.1.0"

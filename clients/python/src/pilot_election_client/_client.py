@@ -1,0 +1,672 @@
+"""The client: who leads (with failover between members), watching, leading."""
+
+from __future__ import annotations
+
+import codecs
+import collections
+import http.client
+import json
+import random
+import socket
+import ssl
+import threading
+import time
+from typing import (
+    Any,
+    Deque,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+    TypeVar,
+    Union,
+)
+from types import MappingProxyType, TracebackType
+
+from ._errors import ProtocolError, Unavailable
+from ._http import Connection, Member, Response, parse_member, request
+from ._lead import Tenure, WorkFn, _WorkThread, lease_end
+from ._model import Leader, LeaderChange
+from ._sse import SseEvent, SseParser
+from ._tracker import ChangeTracker, change_of_event, changes_of_history, changes_of_snapshot
+
+T = TypeVar("T")
+
+
+class Client:
+    """A client of a pilot-election cluster, given the URLs of its members.
+
+    Every call asks the member that answered last first, and fails over to the next one when a
+    member does not answer: connection refused or reset, a timeout, or a 5xx other than ``503
+    no_leader`` (which is an answer: that member knows no leader). Anything else it does not
+    understand (a 4xx, a body that is not the API's) also counts as that member failing, and is
+    named in the :class:`Unavailable` raised when no member answers.
+
+    ``timeout`` (seconds) bounds each connection attempt and each read of one request. The
+    client is thread-safe; :meth:`close` (or ``with Client(...) as c:``) ends every watch and
+    :meth:`lead` it started.
+    """
+
+    def __init__(
+        self,
+        member_urls: Union[str, Iterable[str]],
+        timeout: float = 2.0,
+        *,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        if isinstance(member_urls, str):
+            urls: List[object] = [member_urls]
+        else:
+            try:
+                urls = list(member_urls)
+            except TypeError:
+                raise ValueError(
+                    f"member_urls must be a list of URLs such as ['http://10.0.0.1:7070'], "
+                    f"got {member_urls!r}"
+                ) from None
+        if not urls:
+            raise ValueError(
+                "member_urls is empty: give the URL of at least one member "
+                "(such as ['http://10.0.0.1:7070', 'http://10.0.0.2:7070'])"
+            )
+        members = [parse_member(u) for u in urls]
+        seen = set()
+        for m in members:
+            if m.url in seen:
+                raise ValueError(f"member URL {m.url!r} is given twice")
+            seen.add(m.url)
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self._members: Tuple[Member, ...] = tuple(members)
+        self.timeout = float(timeout)
+        self._ssl = ssl_context
+        self._lock = threading.Lock()
+        self._current = 0
+        self._closed = threading.Event()
+        self._watches: "set[Watch]" = set()
+
+    # -- members -------------------------------------------------------------------------
+
+    @property
+    def members(self) -> Tuple[str, ...]:
+        """The members' URLs, normalised (``http://host:port[/prefix]``)."""
+        return tuple(m.url for m in self._members)
+
+    @property
+    def current(self) -> str:
+        """The URL of the member that answered last (the first one asked next)."""
+        with self._lock:
+            return self._members[self._current].url
+
+    def _order(self) -> List[int]:
+        with self._lock:
+            start = self._current
+        n = len(self._members)
+        return [(start + i) % n for i in range(n)]
+
+    def _answered(self, index: int) -> None:
+        with self._lock:
+            self._current = index
+
+    # -- GET /leader ---------------------------------------------------------------------
+
+    def leader(self) -> Optional[Leader]:
+        """The leader, as the first member that answers vouches for it; ``None`` when that
+        member knows no leader (``503 no_leader``: an election is under way, or no quorum).
+
+        Raises :class:`Unavailable` when no member answers.
+        """
+        attempts: List[Tuple[str, str]] = []
+        for i in self._order():
+            member = self._members[i]
+            try:
+                answer, _sent = self._leader_of(member, self.timeout)
+            except _Failed as e:
+                attempts.append((member.url, str(e)))
+                continue
+            self._answered(i)
+            return answer
+        raise Unavailable(attempts)
+
+    def _leader_of(self, member: Member, timeout: float) -> Tuple[Optional[Leader], float]:
+        """One ``GET /leader`` of one member, and the ``time.monotonic()`` it was sent at."""
+        sent = time.monotonic()
+        resp = self._request(member, "/leader", timeout)
+        received = time.monotonic()
+        if resp.status == 503 and resp.error_code() == "no_leader":
+            return None, sent
+        if resp.status != 200:
+            raise _Failed(_describe(resp))
+        try:
+            return _parse_leader(resp.json(), member.url, received), sent
+        except (ValueError, KeyError, TypeError) as e:
+            raise _Failed(f"not a leader answer ({e}): {resp.body[:200]!r}") from None
+
+    def _request(self, member: Member, path: str, timeout: float) -> Response:
+        try:
+            return request(member, path, timeout, self._ssl)
+        except (OSError, http.client.HTTPException) as e:
+            raise _Failed(_describe_exc(e)) from None
+
+    def history(self) -> List[LeaderChange]:
+        """The recent transitions (``GET /history``) of the first member that answers, oldest
+        first, as changes (``missed`` is ``True``: they are history)."""
+        attempts: List[Tuple[str, str]] = []
+        for i in self._order():
+            member = self._members[i]
+            try:
+                resp = self._request(member, "/history", self.timeout)
+                if resp.status != 200:
+                    raise _Failed(_describe(resp))
+                doc = resp.json()
+                changes = changes_of_history(
+                    doc["transitions"], str(doc["node"]), member.url, time.monotonic()
+                )
+            except _Failed as e:
+                attempts.append((member.url, str(e)))
+                continue
+            except (ValueError, KeyError, TypeError) as e:
+                attempts.append((member.url, f"not a history answer ({e})"))
+                continue
+            self._answered(i)
+            return changes
+        raise Unavailable(attempts)
+
+    # -- GET /events ---------------------------------------------------------------------
+
+    def watch(
+        self,
+        *,
+        include_leaderless: bool = False,
+        idle_timeout: float = 25.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 2.0,
+    ) -> "Watch":
+        """An iterator of leader changes (:class:`LeaderChange`), from ``GET /events``.
+
+        The first change is the leader the stream starts with (if it knows one); then one per
+        change. Each ``(term, leader)`` is yielded once, in term order, never a term lower than
+        one yielded already, across reconnections: when a stream ends or fails the watch
+        reconnects (at once to the next member, then with a backoff from ``backoff_initial``
+        doubling to ``backoff_max`` seconds while none answers), sends the last event id in
+        ``Last-Event-ID``, and turns a ``snapshot`` event's ``missed`` history into the changes
+        it stands for. A member of an older build, which sends no event ids, is asked for its
+        ``/history`` after a reconnection instead, to the same effect.
+
+        ``idle_timeout``: a stream silent this long is dropped (the nodes send a keep-alive
+        comment every 10 s). Stop it with :meth:`Watch.close` (from any thread) or ``with``;
+        :meth:`Client.close` stops every watch.
+        """
+        if idle_timeout <= 0 or backoff_initial < 0 or backoff_max < backoff_initial:
+            raise ValueError("idle_timeout must be positive and 0 <= backoff_initial <= backoff_max")
+        w = Watch(self, include_leaderless, idle_timeout, backoff_initial, backoff_max)
+        with self._lock:
+            self._watches.add(w)
+        return w
+
+    # -- leading -------------------------------------------------------------------------
+
+    def lead(
+        self,
+        work: WorkFn[T],
+        *,
+        node: Optional[str] = None,
+        poll_interval: float = 0.2,
+        margin: float = 0.1,
+        start_delay: float = 0.0,
+        stop: Optional[threading.Event] = None,
+    ) -> Optional[Tenure[T]]:
+        """Waits until ``node`` leads, runs ``work(term, cancel_event)`` in a thread while it
+        does, and returns once the work has returned: **one tenure per call**, it does not loop.
+
+        ``node`` is the URL of the service's own node (its sidecar); it may be left out when
+        the client was given one URL. Only that node is asked (``GET /leader``, every
+        ``poll_interval`` seconds, more often when the lease is short): ``is_self`` is that
+        node's judgement of itself, so there is no failover here.
+
+        ``cancel_event`` is set when the node answers that it no longer leads in ``term``,
+        and in any case before the lease can run out: the lease ends ``lease_remaining_ms``
+        after the request that reported it *left* (less the 5 % clock drift the cluster allows
+        for), and ``margin`` seconds before that, without a renewed answer, the work is
+        cancelled. The work must then return promptly, and should fence what it writes with
+        ``term`` (:class:`Fence`): the lease bounds when another node can lead, not when a
+        write sent earlier arrives.
+
+        A node that hands over on purpose (``POST /step-down``, SIGTERM) lets its successor
+        lead within milliseconds, before this client's next poll. ``start_delay`` (seconds,
+        set it to the cluster's lease ``L``) makes a new tenure wait that long after the node
+        first says it leads before starting the work, so that the previous leader's client,
+        bound by its own lease, has cancelled its work by then.
+
+        Returns a :class:`Tenure` (the term, the work's result, why it ended), or ``None`` if
+        ``stop`` was set (or the client closed) before the node led. An exception raised by the
+        work is raised here, after the tenure ended. To run work on every tenure::
+
+            while not stop.is_set():
+                client.lead(work, stop=stop)
+        """
+        if node is None:
+            if len(self._members) != 1:
+                raise ValueError(
+                    "lead() needs node=<URL of this service's own node> when the client "
+                    "has more than one member"
+                )
+            member = self._members[0]
+        else:
+            member = parse_member(node)
+        if poll_interval <= 0 or margin < 0 or start_delay < 0:
+            raise ValueError("poll_interval must be positive, margin and start_delay >= 0")
+        stopper = stop if stop is not None else threading.Event()
+        while True:
+            lead = self._await_leading(member, poll_interval, margin, stopper)
+            if lead is None:
+                return None
+            tenure = self._tenure(member, work, lead, poll_interval, margin, start_delay, stopper)
+            if tenure is not None:
+                return tenure
+
+    def _stopped(self, stop: threading.Event) -> bool:
+        return stop.is_set() or self._closed.is_set()
+
+    def _wait(self, stop: threading.Event, seconds: float) -> bool:
+        """Sleeps up to ``seconds``; whether stop was asked for."""
+        end = time.monotonic() + max(0.0, seconds)
+        while True:
+            if self._stopped(stop):
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            stop.wait(min(left, 0.05))
+
+    def _poll(
+        self, member: Member, timeout: float
+    ) -> Union[Tuple[Optional[Leader], float], _Failed]:
+        try:
+            return self._leader_of(member, max(0.01, min(self.timeout, timeout)))
+        except _Failed as e:
+            return e
+
+    def _await_leading(
+        self, member: Member, poll_interval: float, margin: float, stop: threading.Event
+    ) -> Optional[Tuple[int, float, float]]:
+        """Polls until the node leads: its term, the lease end and when the answer was asked."""
+        while not self._stopped(stop):
+            answer = self._poll(member, self.timeout)
+            if not isinstance(answer, _Failed):
+                leader, sent = answer
+                if leader is not None and leader.is_self and leader.lease_remaining is not None:
+                    end = lease_end(sent, leader.lease_remaining, margin)
+                    if end > time.monotonic():
+                        return leader.term, end, sent
+            if self._wait(stop, poll_interval):
+                return None
+        return None
+
+    def _tenure(
+        self,
+        member: Member,
+        work: WorkFn[T],
+        lead: Tuple[int, float, float],
+        poll_interval: float,
+        margin: float,
+        start_delay: float,
+        stop: threading.Event,
+    ) -> Optional[Tenure[T]]:
+        """Supervises one term: ``None`` if the node stopped leading before the work started."""
+        term, deadline, sent = lead
+        first_seen = time.monotonic()
+        # At least two polls before the lease would run out.
+        next_poll = sent + min(poll_interval, max(0.0, deadline - sent) / 2)
+        cancel = threading.Event()
+        thread: Optional[_WorkThread[T]] = None
+        started_at = 0.0
+        cancelled_at: Optional[float] = None
+        ended = ""
+        while True:
+            now = time.monotonic()
+            if thread is not None and thread.done.is_set():
+                ended = "returned"
+                break
+            if self._stopped(stop):
+                ended = "stopped"
+                break
+            if now >= next_poll:
+                answer = self._poll(member, deadline - now if thread is not None else self.timeout)
+                now = time.monotonic()
+                if not isinstance(answer, _Failed):
+                    leader, sent = answer
+                    if (
+                        leader is None
+                        or not leader.is_self
+                        or leader.term != term
+                        or leader.lease_remaining is None
+                    ):
+                        ended = "lost"
+                        break
+                    deadline = lease_end(sent, leader.lease_remaining, margin)
+                    # At least two polls before the lease would run out.
+                    next_poll = sent + min(poll_interval, max(0.0, deadline - sent) / 2)
+                else:
+                    next_poll = now + min(poll_interval, max(0.0, deadline - now) / 2)
+            if now >= deadline:
+                ended = "lease"
+                break
+            if thread is None and now >= first_seen + start_delay:
+                thread = _WorkThread(work, term, cancel)
+                started_at = time.monotonic()
+                thread.start()
+            wake = min(next_poll, deadline)
+            if thread is None:
+                wake = min(wake, first_seen + start_delay)
+                stop.wait(max(0.0, min(wake - time.monotonic(), 0.05)))
+            else:
+                thread.done.wait(max(0.0, min(wake - time.monotonic(), 0.05)))
+        if thread is None:
+            return None
+        if not thread.done.is_set():
+            cancel.set()
+            cancelled_at = time.monotonic()
+        thread.join()
+        if thread.error is not None:
+            raise thread.error
+        return Tenure(
+            term=term,
+            result=thread.result,
+            ended=ended,
+            started_at=started_at,
+            cancelled_at=cancelled_at,
+            ended_at=time.monotonic(),
+        )
+
+    # -- lifetime ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops every watch of this client and every :meth:`lead` waiting or running."""
+        self._closed.set()
+        with self._lock:
+            watches = list(self._watches)
+        for w in watches:
+            w.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def _forget(self, w: "Watch") -> None:
+        with self._lock:
+            self._watches.discard(w)
+
+    def __repr__(self) -> str:
+        return f"Client({list(self.members)!r}, timeout={self.timeout})"
+
+
+class Watch(Iterator[LeaderChange]):
+    """The iterator :meth:`Client.watch` returns; see there. Thread-safe :meth:`close`."""
+
+    def __init__(
+        self,
+        client: Client,
+        include_leaderless: bool,
+        idle_timeout: float,
+        backoff_initial: float,
+        backoff_max: float,
+    ) -> None:
+        self._client = client
+        self._tracker = ChangeTracker(include_leaderless)
+        self._idle_timeout = idle_timeout
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._conn: Optional[Connection] = None
+        self._sock: Optional[socket.socket] = None
+        self._resp: Optional[http.client.HTTPResponse] = None
+        self._member: Optional[Member] = None
+        self._parser = SseParser()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending: Deque[LeaderChange] = collections.deque()
+        self._index: Optional[int] = None
+        self._delay = 0.0
+        self._connections = 0
+        self._sent_id: Optional[str] = None
+        self._first_event = True
+        self._got_event = False
+        self.last_event_id: Optional[str] = None
+        """The id of the last event received (sent as ``Last-Event-ID`` when reconnecting)."""
+        self.reconnects = 0
+        """How many times the watch connected again after its first stream."""
+
+    @property
+    def term(self) -> Optional[int]:
+        """The highest term yielded so far."""
+        return self._tracker.term
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __next__(self) -> LeaderChange:
+        while True:
+            if self._pending:
+                return self._pending.popleft()
+            if self._closed.is_set() or self._client._closed.is_set():
+                self.close()
+                raise StopIteration
+            if self._resp is None:
+                self._connect()
+                continue
+            try:
+                chunk = self._resp.read1(65536)
+            except (OSError, http.client.HTTPException, ValueError, AttributeError):
+                chunk = b""
+            if not chunk:
+                self._drop()
+                continue
+            for event in self._parser.feed(self._decoder.decode(chunk)):
+                self._on_event(event)
+
+    def _connect(self) -> None:
+        n = len(self._client._members)
+        if self._index is None:
+            self._index = self._client._order()[0]
+        if self._delay > 0:
+            jittered = self._delay * (0.5 + random.random() / 2)
+            if self._closed.wait(jittered):
+                return
+        member = self._client._members[self._index]
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        sent_id = self.last_event_id or None
+        if sent_id is not None:
+            headers["Last-Event-ID"] = sent_id
+        conn = member.connect(self._client.timeout, self._client._ssl)
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._conn = conn
+        try:
+            conn.connect()
+            with self._lock:
+                # Kept apart: http.client forgets conn.sock when the answer says "close".
+                self._sock = conn.sock
+            if self._closed.is_set():
+                raise _Failed("closed")
+            conn.request("GET", member.prefix + "/events", headers=headers)
+            resp = conn.getresponse()
+            ctype = resp.getheader("Content-Type", "") or ""
+            if resp.status != 200 or not ctype.startswith("text/event-stream"):
+                resp.read(1 << 16)
+                raise _Failed(f"HTTP {resp.status} {ctype}")
+            if self._sock is not None:
+                self._sock.settimeout(self._idle_timeout)
+        except (OSError, http.client.HTTPException, _Failed):
+            self._drop()
+            self._index = (self._index + 1) % n
+            self._delay = min(max(self._delay * 2, self._backoff_initial), self._backoff_max)
+            return
+        if self._connections > 0:
+            self.reconnects += 1
+        self._connections += 1
+        self._member = member
+        self._resp = resp
+        self._parser = SseParser()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._sent_id = sent_id
+        self._first_event = True
+        self._got_event = False
+
+    def _drop(self) -> None:
+        """Closes the stream; the next one is asked of the next member, at once if this one
+        delivered events (a node that stopped), else after the backoff."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            sock, self._sock = self._sock, None
+            self._resp = None
+        _shutdown(conn, sock)
+        if self._member is not None:
+            self._member = None
+            n = len(self._client._members)
+            self._index = ((self._index or 0) + 1) % n
+            if not self._got_event:
+                # A member that accepts the stream and closes it at once: back off too.
+                self._delay = min(max(self._delay * 2, self._backoff_initial), self._backoff_max)
+
+    def _on_event(self, event: SseEvent) -> None:
+        member = self._member
+        if member is None:
+            return
+        if event.id:
+            self.last_event_id = event.id
+        if event.event not in ("leader", "snapshot"):
+            return
+        now = time.monotonic()
+        try:
+            data = json.loads(event.data)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+            if event.event == "snapshot":
+                changes = changes_of_snapshot(data, member.url, now)
+            else:
+                changes = [change_of_event(data, member.url, now)]
+                resumed = self._sent_id is not None and event.id is not None
+                if self._first_event and self._connections > 1 and not resumed:
+                    changes = self._history_of(member, str(data.get("node", ""))) + changes
+        except (ValueError, TypeError):
+            return
+        self._first_event = False
+        self._got_event = True
+        self._delay = 0.0
+        assert self._index is not None
+        self._client._answered(self._index)
+        self._pending.extend(self._tracker.offer_all(changes))
+
+    def _history_of(self, member: Member, node: str) -> List[LeaderChange]:
+        """After a reconnection that did not resume (a member of an older build): what the
+        member's ``/history`` says happened, to learn what the stream left out."""
+        try:
+            resp = request(member, "/history", self._client.timeout, self._client._ssl)
+            if resp.status != 200:
+                return []
+            doc = resp.json()
+            return changes_of_history(doc["transitions"], node, member.url, time.monotonic())
+        except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
+            return []
+
+    def close(self) -> None:
+        """Stops the watch (from any thread): a blocked ``next()`` returns StopIteration."""
+        self._closed.set()
+        with self._lock:
+            conn, sock = self._conn, self._sock
+        _shutdown(conn, sock)
+        self._client._forget(self)
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+class _Failed(Exception):
+    """A member did not answer (the reason is the message)."""
+
+
+def _shutdown(conn: Optional[Connection], sock: Optional[socket.socket]) -> None:
+    """Wakes a read blocked on the stream (shutdown) and closes it."""
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    if conn is not None:
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def _describe(resp: Response) -> str:
+    code = resp.error_code()
+    return f"HTTP {resp.status}" + (f" {code}" if code else "")
+
+
+def _describe_exc(e: BaseException) -> str:
+    if isinstance(e, socket.timeout):
+        return "timed out"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _parse_leader(doc: Any, answered_by: str, received_at: float) -> Leader:
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    leader = doc["leader"]
+    term = doc["term"]
+    is_self = doc["is_self"]
+    if not isinstance(leader, str) or not leader:
+        raise ValueError("leader")
+    if not isinstance(term, int) or isinstance(term, bool) or term < 0:
+        raise ValueError("term")
+    if not isinstance(is_self, bool):
+        raise ValueError("is_self")
+    url = doc.get("leader_url")
+    meta = doc.get("leader_meta") or {}
+    if url is not None and not isinstance(url, str):
+        raise ValueError("leader_url")
+    if not isinstance(meta, dict):
+        raise ValueError("leader_meta")
+    return Leader(
+        id=leader,
+        url=url,
+        meta=MappingProxyType({str(k): str(v) for k, v in meta.items()}),
+        term=term,
+        is_self=is_self,
+        answered_by=answered_by,
+        last_heartbeat=_seconds(doc.get("last_heartbeat_ms")),
+        lease_remaining=_seconds(doc.get("lease_remaining_ms")),
+        received_at=received_at,
+    )
+
+
+def _seconds(ms: Any) -> Optional[float]:
+    if ms is None:
+        return None
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms < 0:
+        raise ValueError(f"not milliseconds: {ms!r}")
+    return ms / 1000.0
+
+
+__all__ = ["Client", "Watch"]

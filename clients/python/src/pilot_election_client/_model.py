@@ -1,0 +1,63 @@
+"""What the client returns: a leader as one member vouches for it, and a change of leader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+
+@dataclass(frozen=True)
+class Leader:
+    """The leader, as the member at ``answered_by`` vouched for it when it answered.
+
+    - ``id``: the leader's node id; ``url``: where its API is reached (``None`` when the leader
+      does not announce one, such as a member of an older build); ``meta``: its ``--meta``
+      labels (read-only).
+    - ``term``: the term it leads in, the fencing token.
+    - ``is_self``: whether the member that answered is the leader itself.
+    - ``answered_by``: the URL of the member that answered (one of the client's member URLs).
+    - ``last_heartbeat``: seconds since that member last heard the leader (``None`` on the
+      leader itself, or when not known); ``lease_remaining``: seconds of lease left, only when
+      the leader itself answered (``is_self``), else ``None``.
+    - ``received_at``: ``time.monotonic()`` when the answer arrived; the two ages above were
+      true then.
+    """
+
+    id: str
+    url: Optional[str]
+    meta: Mapping[str, str] = field(hash=False)
+    term: int
+    is_self: bool
+    answered_by: str
+    last_heartbeat: Optional[float]
+    lease_remaining: Optional[float]
+    received_at: float
+
+
+@dataclass(frozen=True)
+class LeaderChange:
+    """One change of leader that :meth:`Client.watch` yields: ``leader`` leads in ``term``.
+
+    - ``leader`` is ``None`` only with ``watch(include_leaderless=True)``: the member stopped
+      knowing a leader (a lease ran out, a new election began in ``term``).
+    - ``url``: the leader's URL when the event said it (``None`` for a member of an older build,
+      and for changes learned from history, which does not keep URLs).
+    - ``reported_by``: the node id of the member whose stream told it; ``answered_by``: the URL
+      the client reached that member at.
+    - ``missed``: ``True`` when the change was learned after a reconnection from the member's
+      history (a ``snapshot`` event's ``missed`` entries) rather than as it happened;
+      ``reason``, ``previous`` and ``at`` (RFC 3339, the member's wall clock) come from that
+      history entry and are ``None`` otherwise.
+    - ``received_at``: ``time.monotonic()`` when the client learned it.
+    """
+
+    term: int
+    leader: Optional[str]
+    url: Optional[str]
+    reported_by: str
+    answered_by: str
+    missed: bool
+    reason: Optional[str]
+    previous: Optional[str]
+    at: Optional[str]
+    received_at: float

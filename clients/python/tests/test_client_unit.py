@@ -1,0 +1,208 @@
+"""The client against scripted members: URLs, failover, answers, the watch's reconnection."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Iterator, List
+
+import pytest
+
+from pilot_election_client import Client, LeaderChange, Unavailable
+
+from fake import FakeMember, Request, leader_body
+
+
+@pytest.fixture
+def members() -> Iterator[List[FakeMember]]:
+    ms = [FakeMember(), FakeMember(), FakeMember()]
+    yield ms
+    for m in ms:
+        m.close()
+
+
+def dead_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    "urls, words",
+    [
+        ([], "empty"),
+        (["10.0.0.1:7070"], "http://"),
+        (["ftp://x"], "http://"),
+        (["http://"], "no host"),
+        (["http://a:7070?x=1"], "query"),
+        (["http://a:99999"], "bad member URL"),
+        (["http://a:7070", "http://a:7070/"], "twice"),
+        ([7070], "string"),
+    ],
+)
+def test_bad_member_urls_are_refused_clearly(urls: List[object], words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        Client(urls)  # type: ignore[arg-type]
+
+
+def test_urls_are_normalised_and_a_single_string_is_one_member() -> None:
+    assert Client("http://a").members == ("http://a:80",)
+    assert Client(["https://[::1]:7070/pe/"]).members == ("https://[::1]:7070/pe",)
+    with pytest.raises(ValueError):
+        Client(["http://a"], timeout=0)
+
+
+def test_leader_parses_the_answer(members: List[FakeMember]) -> None:
+    members[0].routes["/leader"] = lambda r: r.reply(200, leader_body())
+    before = time.monotonic()
+    got = Client([members[0].url]).leader()
+    assert got is not None
+    assert (got.id, got.term, got.is_self, got.url) == ("b", 4, False, "http://b:7070")
+    assert dict(got.meta) == {"zone": "z1"}
+    assert got.answered_by == members[0].url
+    assert got.last_heartbeat == pytest.approx(0.042) and got.lease_remaining is None
+    assert before <= got.received_at <= time.monotonic()
+
+
+def test_fails_over_and_remembers_who_answered(members: List[FakeMember]) -> None:
+    members[0].routes["/leader"] = lambda r: r.reply(500, '{"error":"internal","message":"x"}')
+    members[1].routes["/leader"] = lambda r: r.reply(503, '{"error":"overloaded","message":"x"}')
+    members[2].routes["/leader"] = lambda r: r.reply(200, leader_body(node="c"))
+    c = Client([dead_url(), members[0].url, members[1].url, members[2].url], timeout=1)
+    got = c.leader()
+    assert got is not None and got.answered_by == members[2].url
+    assert c.current == members[2].url
+    n0 = len(members[0].seen)
+    assert c.leader() is not None
+    assert len(members[0].seen) == n0  # asked the one that answered last first
+
+
+def test_no_leader_is_an_answer_not_a_failure(members: List[FakeMember]) -> None:
+    members[0].routes["/leader"] = lambda r: r.reply(503, '{"error":"no_leader","message":"x","term":3}')
+    members[1].routes["/leader"] = lambda r: r.reply(200, leader_body())
+    c = Client([members[0].url, members[1].url])
+    assert c.leader() is None
+    assert members[1].seen == []
+
+
+def test_unavailable_names_every_member(members: List[FakeMember]) -> None:
+    dead = dead_url()
+    members[0].routes["/leader"] = lambda r: r.reply(502, "bad gateway", "text/plain")
+    with pytest.raises(Unavailable) as e:
+        Client([dead, members[0].url], timeout=1).leader()
+    assert [u for u, _ in e.value.attempts] == [dead + "", members[0].url]
+    assert "refused" in str(e.value) and "502" in str(e.value)
+
+
+def test_a_timeout_moves_to_the_next_member(members: List[FakeMember]) -> None:
+    hang = threading.Event()
+    members[0].routes["/leader"] = lambda r: (hang.wait(5), None)[1]
+    members[1].routes["/leader"] = lambda r: r.reply(200, leader_body())
+    start = time.monotonic()
+    got = Client([members[0].url, members[1].url], timeout=0.3).leader()
+    hang.set()
+    assert got is not None and got.answered_by == members[1].url
+    assert time.monotonic() - start < 3
+
+
+def ev(kind: str, eid: str, term: int, leader: str, node: str = "a") -> str:
+    return (
+        f'event: {kind}\nid: {eid}\ndata: {{"node":"{node}","leader":"{leader}",'
+        f'"leader_url":null,"term":{term},"role":"follower"}}\n\n'
+    )
+
+
+def test_watch_resumes_with_last_event_id_and_uses_the_snapshot(members: List[FakeMember]) -> None:
+    first, second = members[0], members[1]
+    gone = threading.Event()
+
+    def stream_then_die(r: Request) -> None:
+        r.stream()
+        r.send(": hello\n\n" + ev("leader", "a-1", 3, "x") + ev("leader", "a-2", 4, "y"))
+        gone.wait(5)  # then the connection closes: the member "died"
+
+    def snapshot(r: Request) -> None:
+        assert r.headers["Last-Event-ID"] == "a-2"
+        r.stream()
+        missed = (
+            '[{"term":4,"leader":"y","previous":null,"reason":"elected","at":"t","leaderless_ms":1},'
+            '{"term":5,"leader":"z","previous":"y","reason":"transfer","at":"t","leaderless_ms":2},'
+            '{"term":6,"leader":"x","previous":"z","reason":"transfer","at":"t","leaderless_ms":2}]'
+        )
+        r.send(
+            'event: snapshot\nid: b-9\ndata: {"node":"b","leader":"x","leader_url":"http://x",'
+            f'"term":6,"role":"follower","resumed":false,"missed":{missed}}}\n\n'
+            + ev("leader", "b-10", 6, "x", "b")
+            + ev("leader", "b-11", 7, "y", "b")
+        )
+        time.sleep(5)
+
+    first.routes["/events"] = stream_then_die
+    second.routes["/events"] = snapshot
+    got: List[LeaderChange] = []
+    with Client([first.url, second.url], timeout=1).watch(backoff_initial=0.01) as w:
+        for c in w:
+            got.append(c)
+            if len(got) == 2:
+                gone.set()
+            if c.term == 7:
+                break
+    assert [(c.term, c.leader) for c in got] == [(3, "x"), (4, "y"), (5, "z"), (6, "x"), (7, "y")]
+    assert [c.missed for c in got] == [False, False, True, True, False]
+    assert w.last_event_id == "b-11" and w.reconnects == 1
+
+
+def test_watch_of_an_older_build_reads_history_after_a_reconnection(members: List[FakeMember]) -> None:
+    m = members[0]
+    calls = []
+
+    def events(r: Request) -> None:
+        calls.append(r.headers.get("Last-Event-ID"))
+        r.stream()
+        if len(calls) == 1:
+            r.send('event: leader\ndata: {"node":"a","leader":"p","term":2,"role":"follower"}\n\n')
+            return  # closes
+        r.send('event: leader\ndata: {"node":"a","leader":"r","term":5,"role":"follower"}\n\n')
+        time.sleep(5)
+
+    m.routes["/events"] = events
+    m.routes["/history"] = lambda r: r.reply(200, (
+        '{"node":"a","transitions":['
+        '{"term":2,"leader":"p","previous":null,"reason":"elected","at":"t","leaderless_ms":1},'
+        '{"term":4,"leader":"q","previous":"p","reason":"transfer","at":"t","leaderless_ms":1},'
+        '{"term":5,"leader":"r","previous":"q","reason":"transfer","at":"t","leaderless_ms":1}]}'
+    ))
+    got = []
+    with Client([m.url]).watch(backoff_initial=0.01) as w:
+        for c in w:
+            got.append((c.term, c.leader))
+            if c.term == 5:
+                break
+    assert got == [(2, "p"), (4, "q"), (5, "r")]
+    assert calls == [None, None]  # no ids: nothing to send
+
+
+def test_watch_close_from_another_thread_ends_a_blocked_iteration(members: List[FakeMember]) -> None:
+    def quiet(r: Request) -> None:
+        r.stream()
+        r.send(ev("leader", "1", 1, "a"))
+        time.sleep(10)
+
+    members[0].routes["/events"] = quiet
+    w = Client([members[0].url]).watch()
+    assert next(w).term == 1
+    threading.Timer(0.2, w.close).start()
+    start = time.monotonic()
+    with pytest.raises(StopIteration):
+        next(w)
+    assert time.monotonic() - start < 3
+
+
+def test_client_close_stops_a_watch_that_cannot_connect() -> None:
+    c = Client([dead_url()])
+    w = c.watch(backoff_initial=0.05, backoff_max=0.1)
+    threading.Timer(0.3, c.close).start()
+    assert list(w) == []
