@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Iterator, List
+from typing import Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -206,3 +206,31 @@ def test_client_close_stops_a_watch_that_cannot_connect() -> None:
     w = c.watch(backoff_initial=0.05, backoff_max=0.1)
     threading.Timer(0.3, c.close).start()
     assert list(w) == []
+
+
+def test_async_client_and_watch(members: List[FakeMember]) -> None:
+    import asyncio
+
+    from pilot_election_client.aio import AsyncClient
+
+    def events(r: Request) -> None:
+        r.stream()
+        r.send(ev("leader", "1", 1, "a") + ev("leader", "2", 2, "b"))
+        time.sleep(5)
+
+    members[0].routes["/leader"] = lambda r: r.reply(200, leader_body())
+    members[0].routes["/events"] = events
+
+    async def main() -> List[Tuple[int, Optional[str]]]:
+        async with AsyncClient([members[0].url]) as c:
+            got = await c.leader()
+            assert got is not None and got.id == "b"
+            seen = []
+            async with c.watch() as w:
+                async for change in w:
+                    seen.append((change.term, change.leader))
+                    if change.term == 2:
+                        break
+            return seen
+
+    assert asyncio.run(main()) == [(1, "a"), (2, "b")]
