@@ -234,3 +234,64 @@ def test_async_client_and_watch(members: List[FakeMember]) -> None:
             return seen
 
     assert asyncio.run(main()) == [(1, "a"), (2, "b")]
+
+
+def test_lead_cancels_when_the_node_says_it_no_longer_leads(members: List[FakeMember]) -> None:
+    m = members[0]
+    answers = iter([leader_body("a", 3, True, "a", 300)] * 4)
+
+    def leader(r: Request) -> None:
+        body = next(answers, None)
+        if body is None:
+            r.reply(503, '{"error":"no_leader","message":"x","term":3}')
+        else:
+            r.reply(200, body)
+
+    m.routes["/leader"] = leader
+    terms = []
+
+    def work(term: int, cancel: threading.Event) -> str:
+        terms.append(term)
+        assert cancel.wait(5)
+        return "done"
+
+    t = Client(m.url).lead(work, poll_interval=0.02)
+    assert t is not None and (t.term, t.result, t.ended) == (3, "done", "lost")
+    assert terms == [3] and t.cancelled_at is not None
+
+
+def test_lead_cancels_before_the_lease_runs_out_when_the_node_goes_silent(members: List[FakeMember]) -> None:
+    m = members[0]
+    silent = threading.Event()
+    sent: List[float] = []
+
+    def leader(r: Request) -> None:
+        if silent.is_set():
+            time.sleep(3)  # a frozen node: no answer
+            return
+        sent.append(time.monotonic())
+        r.reply(200, leader_body("a", 7, True, "a", 300))
+
+    m.routes["/leader"] = leader
+
+    def work(term: int, cancel: threading.Event) -> None:
+        silent.set()
+        assert cancel.wait(5)
+
+    t = Client(m.url, timeout=2).lead(work, poll_interval=0.02, margin=0.05)
+    assert t is not None and t.ended == "lease" and t.cancelled_at is not None
+    # the last answer was asked for at or after sent[-1] (server side), so the lease ran until
+    # at least sent[-1] + 0.3: the work was cancelled before that, by the margin
+    assert t.cancelled_at < sent[-1] + 0.3
+
+
+def test_lead_returns_none_when_stopped_before_leading(members: List[FakeMember]) -> None:
+    members[0].routes["/leader"] = lambda r: r.reply(200, leader_body("b", 2, False, "a"))
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    assert Client(members[0].url).lead(lambda term, cancel: None, stop=stop) is None
+
+
+def test_lead_needs_the_node_when_given_several_members() -> None:
+    with pytest.raises(ValueError, match="node="):
+        Client(["http://a:1", "http://b:1"]).lead(lambda term, cancel: None)

@@ -49,7 +49,7 @@ def test_a_snapshot_after_live_events_yields_only_what_was_missed() -> None:
     assert got[0].missed and got[0].reason == "elected" and got[0].at == "t4b"
     # The snapshot's current state is the same change as its last history entry: yielded once,
     # from history (with its reason); the live event after it adds nothing.
-    assert got[1].reason == "transfer"
+    assert got[1].reason == "transfer" and got[1].url == "http://c:7070"
     live = change_of_event({"node": "b", "leader": "c", "leader_url": "http://c:7070", "term": 6, "role": "follower"}, "http://b", 2.0)
     assert t.offer(live) is None
     assert live.url == "http://c:7070"

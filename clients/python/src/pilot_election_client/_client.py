@@ -29,7 +29,13 @@ from ._http import Connection, Member, Response, parse_member, request
 from ._lead import Tenure, WorkFn, _WorkThread, lease_end
 from ._model import Leader, LeaderChange
 from ._sse import SseEvent, SseParser
-from ._tracker import ChangeTracker, change_of_event, changes_of_history, changes_of_snapshot
+from ._tracker import (
+    ChangeTracker,
+    change_of_event,
+    changes_of_history,
+    changes_of_snapshot,
+    with_current,
+)
 
 T = TypeVar("T")
 
@@ -554,10 +560,12 @@ class Watch(Iterator[LeaderChange]):
             if event.event == "snapshot":
                 changes = changes_of_snapshot(data, member.url, now)
             else:
-                changes = [change_of_event(data, member.url, now)]
+                current = change_of_event(data, member.url, now)
+                changes = [current]
                 resumed = self._sent_id is not None and event.id is not None
                 if self._first_event and self._connections > 1 and not resumed:
-                    changes = self._history_of(member, str(data.get("node", ""))) + changes
+                    history = self._history_of(member, str(data.get("node", "")))
+                    changes = with_current(history, current)
         except (ValueError, TypeError):
             return
         self._first_event = False

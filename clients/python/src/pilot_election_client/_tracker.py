@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterable, List, Mapping, Optional
 
 from ._model import LeaderChange
@@ -65,8 +66,20 @@ def changes_of_snapshot(
     """The changes a ``snapshot`` event stands for: its ``missed`` history entries, oldest first,
     then its current state."""
     node = str(data.get("node", ""))
-    out = changes_of_history(data.get("missed") or [], node, answered_by, received_at)
-    out.append(change_of_event(data, answered_by, received_at))
+    history = changes_of_history(data.get("missed") or [], node, answered_by, received_at)
+    return with_current(history, change_of_event(data, answered_by, received_at))
+
+
+def with_current(history: List[LeaderChange], current: LeaderChange) -> List[LeaderChange]:
+    """``history`` then ``current``, the current leader's URL copied into its history entries
+    (history keeps no URLs)."""
+    out = [
+        replace(c, url=current.url)
+        if (c.term, c.leader) == (current.term, current.leader) and c.url is None
+        else c
+        for c in history
+    ]
+    out.append(current)
     return out
 
 
