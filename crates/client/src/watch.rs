@@ -1,0 +1,550 @@
+//! [`Client::watch`]: a stream of leader changes over `GET /events`, resumed across reconnects
+//! and members.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::Stream;
+use reqwest::StatusCode;
+use serde::Deserialize;
+
+use crate::client::describe;
+use crate::sse::{SseEvent, SseParser};
+use crate::{clock, Client, Transition};
+
+/// A new leader, as [`Client::watch`] yields it: each term once, in rising term order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderChange {
+    /// The term the leader leads in.
+    pub term: u64,
+    /// The leader's node id.
+    pub leader: String,
+    /// The leader's URL when the event carried it (only the current state does; `None` from
+    /// an older build, and for changes recovered from history).
+    pub leader_url: Option<String>,
+    /// The id of the node that reported it.
+    pub node: String,
+    /// The member URL (as given to the client) the stream was connected to.
+    pub answered_by: String,
+    /// How the change was learned.
+    pub source: ChangeSource,
+}
+
+/// How a [`LeaderChange`] was learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChangeSource {
+    /// From a `leader` event: the node's state as it changed (or, right after a connection,
+    /// the state it was in, and after a resumption the events the watcher had missed).
+    Event,
+    /// From the `missed` history of a `snapshot` event: the node could not resume the stream
+    /// where the watcher left it (another member, or a node that restarted), and this is a
+    /// transition its `/history` recorded since.
+    History(Transition),
+}
+
+/// What a [`Watch`] is doing, for logs and tests ([`Watch::status`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchStatus {
+    /// The member whose stream is open now (`None` while it reconnects).
+    pub connected_to: Option<String>,
+    /// The last event id received: what the next connection sends in `Last-Event-ID`.
+    pub last_event_id: Option<String>,
+    /// The term of the last change yielded.
+    pub last_term: Option<u64>,
+    /// How many streams have been opened, the first one included.
+    pub connections: u64,
+    /// Why the last stream ended or the last attempt failed.
+    pub last_error: Option<String>,
+}
+
+/// The stream [`Client::watch`] returns: [`LeaderChange`]s, for as long as it is polled.
+///
+/// It never ends by itself: a stream that breaks (the node is killed or restarts, the
+/// connection drops or stays silent past [`watch_idle_timeout`]) is reopened, after a backoff,
+/// on the same member and then on the next ones in turn, with the last event id in
+/// `Last-Event-ID`. A node that can resume sends what came after that id; one that cannot
+/// sends a `snapshot` whose `missed` history entries become the changes they stand for. Either
+/// way each term's leader is yielded once, in rising term order, and never a term lower than
+/// one already yielded (a member that is behind the others is simply not heard until it
+/// catches up). Stretches without a leader are not yielded: ask [`Client::leader`] for the
+/// present state.
+///
+/// Drop it to close the connection.
+///
+/// [`watch_idle_timeout`]: crate::ClientBuilder::watch_idle_timeout
+pub struct Watch {
+    inner: Pin<Box<dyn Stream<Item = LeaderChange> + Send>>,
+    status: Arc<Mutex<WatchStatus>>,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Watch {
+    /// What the stream is doing now.
+    pub fn status(&self) -> WatchStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl Stream for Watch {
+    type Item = LeaderChange;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaderChange>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl Client {
+    /// A stream of leader changes, starting with the current leader (see [`Watch`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use futures_util::StreamExt;
+    /// let client = pilot_election_client::Client::new(["http://10.0.0.1:7070", "http://10.0.0.2:7070"])?;
+    /// let mut changes = client.watch();
+    /// while let Some(change) = changes.next().await {
+    ///     println!("term {}: {} leads", change.term, change.leader);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn watch(&self) -> Watch {
+        self.watch_resuming(None, None)
+    }
+
+    /// A stream of leader changes that carries on from an earlier one (of this process or of
+    /// one before it): `last_event_id` and `last_term` as its [`WatchStatus`] last said. Only
+    /// changes of terms above `last_term` are yielded, and the first connection sends
+    /// `last_event_id`, so that what happened in between is recovered.
+    pub fn watch_resuming(&self, last_event_id: Option<String>, last_term: Option<u64>) -> Watch {
+        let status = Arc::new(Mutex::new(WatchStatus {
+            last_event_id: last_event_id.clone(),
+            last_term,
+            ..WatchStatus::default()
+        }));
+        let state = State {
+            client: self.clone(),
+            member: self.preferred(),
+            resp: None,
+            parser: SseParser::new(last_event_id.clone()),
+            last_id: last_event_id,
+            tracker: Tracker { last_term },
+            pending: VecDeque::new(),
+            failures: 0,
+            heard: false,
+            status: status.clone(),
+        };
+        let inner = futures_util::stream::unfold(state, |mut s| async move {
+            let change = s.next().await;
+            Some((change, s))
+        });
+        Watch {
+            inner: Box::pin(inner),
+            status,
+        }
+    }
+}
+
+struct State {
+    client: Client,
+    /// The member connected to, or tried next.
+    member: usize,
+    resp: Option<reqwest::Response>,
+    parser: SseParser,
+    last_id: Option<String>,
+    tracker: Tracker,
+    pending: VecDeque<LeaderChange>,
+    /// Attempts that failed since an event was last received.
+    failures: u32,
+    /// The open stream has delivered an event.
+    heard: bool,
+    status: Arc<Mutex<WatchStatus>>,
+}
+
+impl State {
+    fn set(&self, f: impl FnOnce(&mut WatchStatus)) {
+        f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    async fn next(&mut self) -> LeaderChange {
+        loop {
+            if let Some(c) = self.pending.pop_front() {
+                self.set(|s| s.last_term = Some(c.term));
+                return c;
+            }
+            let Some(resp) = self.resp.as_mut() else {
+                self.connect().await;
+                continue;
+            };
+            let idle = self.client.inner.opts.watch_idle_timeout;
+            match tokio::time::timeout(idle, resp.chunk()).await {
+                Ok(Ok(Some(chunk))) => {
+                    for ev in self.parser.feed(&chunk) {
+                        self.on_event(ev);
+                    }
+                }
+                Ok(Ok(None)) => self.lost("the stream ended".into()),
+                Ok(Err(e)) => self.lost(describe(&e)),
+                Err(_) => self.lost(format!("the stream was silent for {idle:?}")),
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: SseEvent) {
+        if !self.heard {
+            self.heard = true;
+            self.failures = 0;
+        }
+        let member = self.client.inner.members[self.member].name.clone();
+        match self.tracker.on_event(&ev.event, &ev.data, &member) {
+            Ok(changes) => self.pending.extend(changes),
+            Err(e) => self.set(|s| s.last_error = Some(e)),
+        }
+        // The id counts only once its event has been taken in (above).
+        self.last_id = ev.id;
+        let id = self.last_id.clone();
+        self.set(|s| s.last_event_id = id);
+    }
+
+    /// The open stream broke: the next connection goes to the same member first (it may be
+    /// able to resume), then to the next ones.
+    fn lost(&mut self, reason: String) {
+        self.resp = None;
+        // An `id` line of an event that never completed was not committed (crate::sse).
+        self.last_id = self.parser.last_id().map(String::from);
+        let member = self.client.inner.members[self.member].name.clone();
+        self.set(|s| {
+            s.connected_to = None;
+            s.last_error = Some(format!("{member}: {reason}"));
+        });
+    }
+
+    async fn connect(&mut self) {
+        let n = self.client.inner.members.len();
+        loop {
+            if self.failures > 0 {
+                tokio::time::sleep(self.delay()).await;
+            }
+            let i = self.member;
+            match self.open(i).await {
+                Ok(resp) => {
+                    self.resp = Some(resp);
+                    self.heard = false;
+                    self.parser = SseParser::new(self.last_id.clone());
+                    self.client.set_preferred(i);
+                    let name = self.client.inner.members[i].name.clone();
+                    self.set(|s| {
+                        s.connected_to = Some(name);
+                        s.connections += 1;
+                    });
+                    return;
+                }
+                Err(reason) => {
+                    self.failures = self.failures.saturating_add(1);
+                    self.member = (i + 1) % n;
+                    let name = self.client.inner.members[i].name.clone();
+                    self.set(|s| s.last_error = Some(format!("{name}: {reason}")));
+                }
+            }
+        }
+    }
+
+    /// The wait before the next attempt: the initial backoff (or the server's `retry`),
+    /// doubled per failed attempt, capped, less up to half of it at random.
+    fn delay(&self) -> Duration {
+        let o = &self.client.inner.opts;
+        let base = self.parser.retry().unwrap_or(o.backoff_initial);
+        let doublings = self.failures.saturating_sub(1).min(16);
+        let d = base
+            .saturating_mul(1 << doublings)
+            .min(o.backoff_max.max(base));
+        d.mul_f64(1.0 - 0.5 * clock::jitter())
+    }
+
+    async fn open(&self, i: usize) -> Result<reqwest::Response, String> {
+        let inner = &self.client.inner;
+        let mut req = inner
+            .http
+            .get(inner.members[i].endpoint("events"))
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .header(reqwest::header::CACHE_CONTROL, "no-cache");
+        if let Some(id) = &self.last_id {
+            req = req.header("Last-Event-ID", id);
+        }
+        let timeout = inner.opts.request_timeout;
+        let resp = tokio::time::timeout(timeout, req.send())
+            .await
+            .map_err(|_| format!("no answer within {timeout:?}"))?
+            .map_err(|e| describe(&e))?;
+        let status = resp.status();
+        if status != StatusCode::OK {
+            let code = tokio::time::timeout(timeout, resp.json::<serde_json::Value>())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .and_then(|b| b["error"].as_str().map(String::from));
+            return Err(format!(
+                "GET /events answered {}{}",
+                status.as_u16(),
+                code.map(|c| format!(" {c}")).unwrap_or_default()
+            ));
+        }
+        let is_sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !is_sse {
+            return Err("GET /events did not answer an event stream".into());
+        }
+        Ok(resp)
+    }
+}
+
+/// The data of a `leader` event, and the current state in a `snapshot`.
+#[derive(Deserialize)]
+struct EventData {
+    node: String,
+    leader: Option<String>,
+    #[serde(default)]
+    leader_url: Option<String>,
+    term: u64,
+}
+
+#[derive(Deserialize)]
+struct SnapshotData {
+    #[serde(flatten)]
+    current: EventData,
+    #[serde(default)]
+    missed: Vec<Transition>,
+}
+
+/// Turns events into changes: each term's leader once, terms only rising.
+#[derive(Debug, Default)]
+pub(crate) struct Tracker {
+    last_term: Option<u64>,
+}
+
+impl Tracker {
+    /// The changes one event stands for (none for an event of another name, a state without
+    /// a leader, or a term not above the last one yielded).
+    pub(crate) fn on_event(
+        &mut self,
+        name: &str,
+        data: &str,
+        answered_by: &str,
+    ) -> Result<Vec<LeaderChange>, String> {
+        let mut out = Vec::new();
+        let current = match name {
+            "leader" => serde_json::from_str::<EventData>(data)
+                .map_err(|e| format!("a leader event that does not parse ({e}): {data}"))?,
+            "snapshot" => {
+                let snap = serde_json::from_str::<SnapshotData>(data)
+                    .map_err(|e| format!("a snapshot event that does not parse ({e}): {data}"))?;
+                let mut missed = snap.missed;
+                // Oldest first (a history is, but a stable sort costs nothing to be sure).
+                missed.sort_by_key(|t| t.term);
+                for t in missed {
+                    let Some(leader) = t.leader.clone() else {
+                        continue;
+                    };
+                    let current = &snap.current;
+                    let leader_url = (current.leader.as_deref() == Some(leader.as_str())
+                        && current.term == t.term)
+                        .then(|| current.leader_url.clone())
+                        .flatten();
+                    self.offer(
+                        LeaderChange {
+                            term: t.term,
+                            leader,
+                            leader_url,
+                            node: current.node.clone(),
+                            answered_by: answered_by.to_string(),
+                            source: ChangeSource::History(t),
+                        },
+                        &mut out,
+                    );
+                }
+                snap.current
+            }
+            _ => return Ok(out),
+        };
+        if let Some(leader) = current.leader {
+            self.offer(
+                LeaderChange {
+                    term: current.term,
+                    leader,
+                    leader_url: current.leader_url,
+                    node: current.node,
+                    answered_by: answered_by.to_string(),
+                    source: ChangeSource::Event,
+                },
+                &mut out,
+            );
+        }
+        Ok(out)
+    }
+
+    fn offer(&mut self, change: LeaderChange, out: &mut Vec<LeaderChange>) {
+        if self.last_term.is_none_or(|t| change.term > t) {
+            self.last_term = Some(change.term);
+            out.push(change);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(changes: &[LeaderChange]) -> Vec<(u64, &str)> {
+        changes
+            .iter()
+            .map(|c| (c.term, c.leader.as_str()))
+            .collect()
+    }
+
+    fn live(t: &mut Tracker, json: &str) -> Vec<LeaderChange> {
+        t.on_event("leader", json, "http://a").unwrap()
+    }
+
+    #[test]
+    fn live_events_yield_each_term_once_and_never_go_back() {
+        let mut t = Tracker::default();
+        let a = live(
+            &mut t,
+            r#"{"node":"a","leader":"b","term":5,"role":"follower"}"#,
+        );
+        assert_eq!(terms(&a), [(5, "b")]);
+        assert_eq!(a[0].source, ChangeSource::Event);
+        assert_eq!(a[0].leader_url, None, "an older build sends no URL");
+        // The same state again (a role change), a leaderless stretch, a lagging member.
+        assert!(live(
+            &mut t,
+            r#"{"node":"a","leader":"b","term":5,"role":"candidate"}"#
+        )
+        .is_empty());
+        assert!(live(
+            &mut t,
+            r#"{"node":"a","leader":null,"term":6,"role":"follower"}"#
+        )
+        .is_empty());
+        assert!(live(
+            &mut t,
+            r#"{"node":"c","leader":"x","term":4,"role":"follower"}"#
+        )
+        .is_empty());
+        let b = live(
+            &mut t,
+            r#"{"node":"a","leader":"c","leader_url":"http://c:1","term":6,"role":"follower","extra":1}"#,
+        );
+        assert_eq!(terms(&b), [(6, "c")]);
+        assert_eq!(b[0].leader_url.as_deref(), Some("http://c:1"));
+        assert!(t
+            .on_event("other", "not json", "http://a")
+            .unwrap()
+            .is_empty());
+        assert!(t.on_event("leader", "not json", "http://a").is_err());
+    }
+
+    #[test]
+    fn a_snapshot_turns_missed_history_into_changes_deduplicated_and_in_term_order() {
+        let mut t = Tracker::default();
+        assert_eq!(
+            terms(&live(
+                &mut t,
+                r#"{"node":"a","leader":"b","term":5,"role":"follower"}"#
+            )),
+            [(5, "b")]
+        );
+        // The history from term 5 on, out of order, with the known term 5, a leaderless
+        // stretch, the same term twice (its leader heard again after a silence) and the
+        // current leader, which the current state repeats.
+        let snap = r#"{"node":"c","leader":"d","leader_url":"http://d:1","term":8,"role":"follower","resumed":false,"missed":[
+            {"term":7,"leader":"c","previous":null,"reason":"elected","at":"2026-12-01T17:20:02Z","leaderless_ms":3012},
+            {"term":5,"leader":"b","previous":null,"reason":"elected","at":"2026-12-01T17:19:00Z","leaderless_ms":10},
+            {"term":6,"leader":null,"previous":"b","reason":"leader_timeout","at":"2026-12-01T17:20:00Z","leaderless_ms":null},
+            {"term":6,"leader":"a","previous":null,"reason":"elected","at":"2026-12-01T17:20:01Z","leaderless_ms":1000},
+            {"term":7,"leader":null,"previous":"a","reason":"leader_timeout","at":"2026-12-01T17:20:01.5Z"},
+            {"term":7,"leader":"c","previous":null,"reason":"heard","at":"2026-12-01T17:20:03Z","leaderless_ms":5},
+            {"term":8,"leader":"d","previous":"c","reason":"step_down","at":"2026-12-01T17:20:04Z","leaderless_ms":20}
+        ]}"#;
+        let got = t.on_event("snapshot", snap, "http://c").unwrap();
+        assert_eq!(terms(&got), [(6, "a"), (7, "c"), (8, "d")]);
+        match &got[1].source {
+            ChangeSource::History(tr) => {
+                assert_eq!(tr.reason, "elected");
+                assert_eq!(tr.leaderless_ms, Some(3012));
+            }
+            other => panic!("from history: {other:?}"),
+        }
+        assert_eq!(got[0].leader_url, None, "history carries no URLs");
+        assert_eq!(
+            got[2].leader_url.as_deref(),
+            Some("http://d:1"),
+            "the current one's"
+        );
+        assert_eq!(got[2].node, "c");
+        assert_eq!(got[2].answered_by, "http://c");
+        // The live stream after the snapshot repeats the current state: nothing new.
+        assert!(live(
+            &mut t,
+            r#"{"node":"c","leader":"d","term":8,"role":"follower"}"#
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn a_snapshot_without_missed_entries_is_the_current_state() {
+        let mut t = Tracker::default();
+        let got = t
+            .on_event(
+                "snapshot",
+                r#"{"node":"a","leader":"a","term":3,"role":"leader","resumed":false,"missed":[]}"#,
+                "http://a",
+            )
+            .unwrap();
+        assert_eq!(terms(&got), [(3, "a")]);
+        assert_eq!(got[0].source, ChangeSource::Event);
+        let mut t = Tracker::default();
+        let got = t
+            .on_event(
+                "snapshot",
+                r#"{"node":"a","leader":null,"term":3,"role":"follower","resumed":false}"#,
+                "http://a",
+            )
+            .unwrap();
+        assert!(got.is_empty());
+    }
+
+    #[test]
+    fn resuming_from_a_term_skips_what_came_before() {
+        let mut t = Tracker { last_term: Some(7) };
+        assert!(live(
+            &mut t,
+            r#"{"node":"a","leader":"b","term":7,"role":"follower"}"#
+        )
+        .is_empty());
+        assert_eq!(
+            terms(&live(
+                &mut t,
+                r#"{"node":"a","leader":"b","term":9,"role":"follower"}"#
+            )),
+            [(9, "b")]
+        );
+    }
+}
