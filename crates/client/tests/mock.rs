@@ -1,0 +1,580 @@
+//! The client against mock members (axum on 127.0.0.1, port 0): failover, the answers it does
+//! not fail over on, watch resumption across connections and members, and lead()'s
+//! cancellations.
+
+// Tests read tokio's clock for their own deadlines (the workspace's clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use pilot_election_client::{ChangeSource, Client, Error, TenureEnd};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+/// Generous bound for anything that should happen within a second, on a loaded machine.
+const WITHIN: Duration = Duration::from_secs(20);
+
+async fn serve(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
+}
+
+/// A URL nobody listens on.
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    url
+}
+
+/// A member that answers `GET /leader` with `status` and `body`, counting the requests.
+async fn member(status: u16, body: Value) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let router = Router::new().route(
+        "/leader",
+        get(move || {
+            let (h, body) = (h.clone(), body.clone());
+            async move {
+                h.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::from_u16(status).unwrap(), Json(body))
+            }
+        }),
+    );
+    (serve(router).await, hits)
+}
+
+/// A member whose `GET /leader` never answers.
+async fn silent_member() -> String {
+    let router = Router::new().route("/leader", get(std::future::pending::<String>));
+    serve(router).await
+}
+
+fn leader_body() -> Value {
+    json!({
+        "leader": "b", "term": 7, "is_self": false, "node": "c",
+        "elected_at": "2026-12-01T17:20:00Z", "last_heartbeat_ms": 120, "lease_remaining_ms": null,
+        "leader_url": "http://10.0.0.2:7070", "leader_meta": {"zone": "eu-1"},
+        "node_url": "http://10.0.0.3:7070"
+    })
+}
+
+#[tokio::test]
+async fn failover_skips_refused_5xx_and_silent_members_and_remembers_who_answered() {
+    let dead = dead_url();
+    let (broken, broken_hits) = member(500, json!({"error": "internal"})).await;
+    let silent = silent_member().await;
+    let (busy, _) = member(503, json!({"error": "too_many_connections"})).await;
+    let (good, good_hits) = member(200, leader_body()).await;
+    let client = Client::builder([&dead, &broken, &silent, &busy, &good])
+        .request_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let before = Instant::now();
+    let l = client.leader().await.unwrap().expect("a leader");
+    assert_eq!((l.id.as_str(), l.term, l.is_self), ("b", 7, false));
+    assert_eq!(l.url.as_deref(), Some("http://10.0.0.2:7070"));
+    assert_eq!(l.meta.get("zone").map(String::as_str), Some("eu-1"));
+    assert_eq!(l.node, "c");
+    assert_eq!(l.node_url.as_deref(), Some("http://10.0.0.3:7070"));
+    assert_eq!(l.answered_by, good);
+    assert_eq!(l.last_heartbeat, Some(Duration::from_millis(120)));
+    assert_eq!(l.lease_remaining, None);
+    assert_eq!(l.lease_deadline(), None, "a follower knows no lease");
+    assert!(before <= l.requested_at && l.requested_at <= l.received_at);
+    assert!(l.age() < WITHIN);
+    assert_eq!(client.last_answered_by(), good);
+    // The next request goes to the member that answered, first.
+    client.leader().await.unwrap().expect("a leader");
+    assert_eq!(broken_hits.load(Ordering::SeqCst), 1);
+    assert_eq!(good_hits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn no_leader_is_an_answer_and_not_a_reason_to_fail_over() {
+    let (none, _) = member(
+        503,
+        json!({"error": "no_leader", "message": "no leader is known in term 4", "term": 4}),
+    )
+    .await;
+    let (good, good_hits) = member(200, leader_body()).await;
+    let client = Client::new([&none, &good]).unwrap();
+    assert_eq!(client.leader().await.unwrap(), None);
+    assert_eq!(good_hits.load(Ordering::SeqCst), 0);
+    assert_eq!(client.last_answered_by(), none);
+}
+
+#[tokio::test]
+async fn every_member_failing_names_each_and_why() {
+    let dead = dead_url();
+    let (broken, _) = member(502, json!({})).await;
+    let client = Client::new([&dead, &broken]).unwrap();
+    match client.leader().await {
+        Err(Error::Unavailable { attempts }) => {
+            assert_eq!(attempts.len(), 2, "{attempts:?}");
+            assert_eq!(attempts[0].url, dead);
+            assert!(attempts[0].reason.contains("connect"), "{attempts:?}");
+            assert_eq!(attempts[1].url, broken);
+            assert!(attempts[1].reason.contains("502"), "{attempts:?}");
+        }
+        other => panic!("unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_client_error_is_returned_and_not_failed_over() {
+    let (missing, _) = member(404, json!({"error": "not_found", "message": "no route"})).await;
+    let (good, good_hits) = member(200, leader_body()).await;
+    let client = Client::new([&missing, &good]).unwrap();
+    match client.leader().await {
+        Err(Error::Status {
+            status: 404, code, ..
+        }) => assert_eq!(code.as_deref(), Some("not_found")),
+        other => panic!("a 404, got {other:?}"),
+    }
+    assert_eq!(good_hits.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_older_build_answers_without_url_or_meta() {
+    let (old, _) = member(
+        200,
+        json!({"leader": "a", "term": 3, "is_self": true, "node": "a", "elected_at": null,
+               "last_heartbeat_ms": null, "lease_remaining_ms": 1500}),
+    )
+    .await;
+    let l = Client::new([&old])
+        .unwrap()
+        .leader()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((&l.url, &l.node_url), (&None, &None));
+    assert!(l.meta.is_empty());
+    assert_eq!(l.lease_remaining, Some(Duration::from_millis(1500)));
+    assert_eq!(
+        l.lease_deadline(),
+        Some(l.requested_at + Duration::from_millis(1500))
+    );
+}
+
+/// A mock `/events`: each connection's `Last-Event-ID` is recorded and `reply` says what to
+/// send (chunks, and whether to hold the stream open after them).
+type Reply = Box<dyn Fn(usize, Option<String>) -> Option<(Vec<String>, bool)> + Send + Sync>;
+
+#[derive(Clone)]
+struct Events {
+    seen: Arc<Mutex<Vec<Option<String>>>>,
+    reply: Arc<Reply>,
+}
+
+async fn events(State(e): State<Events>, headers: HeaderMap) -> Response {
+    let id = headers
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let n = {
+        let mut seen = e.seen.lock().unwrap();
+        seen.push(id.clone());
+        seen.len()
+    };
+    let Some((chunks, hold)) = (e.reply)(n, id) else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "too_many_subscribers"})),
+        )
+            .into_response();
+    };
+    let body = futures_util::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
+    let body = if hold {
+        Body::from_stream(body.chain(futures_util::stream::pending()))
+    } else {
+        Body::from_stream(body)
+    };
+    ([("content-type", "text/event-stream")], body).into_response()
+}
+
+async fn events_member(reply: Reply) -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+    let e = Events {
+        seen: Arc::new(Mutex::new(Vec::new())),
+        reply: Arc::new(reply),
+    };
+    let seen = e.seen.clone();
+    let router = Router::new().route("/events", get(events)).with_state(e);
+    (serve(router).await, seen)
+}
+
+fn leader_event(id: &str, term: u64, leader: Option<&str>) -> String {
+    format!(
+        "event: leader\nid: {id}\ndata: {}\n\n",
+        json!({"node": "a", "leader": leader, "term": term, "role": "follower"})
+    )
+}
+
+/// The first member streams two changes and breaks the stream half-way through a third; it
+/// then refuses every connection. The watcher resumes on the second member with the id of the
+/// last complete event, and that member's snapshot history fills in what came after.
+#[tokio::test]
+async fn watch_resumes_on_another_member_and_recovers_the_missed_changes() {
+    let (first, first_seen) = events_member(Box::new(|n, _| {
+        (n == 1).then(|| {
+            let mut e1 = leader_event("a-1", 1, Some("a"));
+            // Split in the middle of a line, and a keep-alive comment between events.
+            let e2 = leader_event("a-2", 2, Some("b"));
+            let (h, t) = e2.split_at(10);
+            e1.push_str(h);
+            (
+                vec![
+                    e1,
+                    t.to_string(),
+                    ": keep-alive\n\n".into(),
+                    leader_event("a-3", 2, None),
+                    // Cut off: no blank line, so neither the event nor its id count.
+                    "event: leader\nid: a-4\ndata: {\"node\":\"a\",\"leader\":\"z\",\"term\":9}\n"
+                        .into(),
+                ],
+                false,
+            )
+        })
+    }))
+    .await;
+    let (second, second_seen) = events_member(Box::new(|_, _| {
+        let missed = json!([
+            {"term": 2, "leader": "b", "previous": null, "reason": "elected", "at": "t2", "leaderless_ms": 5},
+            {"term": 3, "leader": null, "previous": "b", "reason": "leader_timeout", "at": "t3"},
+            {"term": 3, "leader": "c", "previous": null, "reason": "elected", "at": "t3b", "leaderless_ms": 3000},
+            {"term": 4, "leader": "d", "previous": "c", "reason": "step_down", "at": "t4", "leaderless_ms": 10},
+        ]);
+        let snap = json!({"node": "n2", "leader": "d", "leader_url": "http://d:1", "term": 4,
+                          "role": "follower", "resumed": false, "missed": missed});
+        Some((
+            vec![
+                format!("event: snapshot\r\nid: b-9\r\ndata: {snap}\r\n\r\n"),
+                leader_event("b-10", 4, Some("d")),
+                leader_event("b-11", 5, Some("e")),
+            ],
+            true,
+        ))
+    }))
+    .await;
+    let client = Client::builder([&first, &second])
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let mut watch = client.watch();
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let c = tokio::time::timeout(WITHIN, watch.next())
+            .await
+            .expect("a change in time")
+            .expect("the stream never ends");
+        got.push(c);
+    }
+    let pairs: Vec<(u64, &str)> = got.iter().map(|c| (c.term, c.leader.as_str())).collect();
+    assert_eq!(pairs, [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")]);
+    assert_eq!(got[0].answered_by, first);
+    assert_eq!(got[0].source, ChangeSource::Event);
+    assert!(
+        matches!(&got[2].source, ChangeSource::History(t) if t.reason == "elected" && t.leaderless_ms == Some(3000))
+    );
+    assert_eq!(got[3].leader_url.as_deref(), Some("http://d:1"));
+    assert_eq!(got[4].answered_by, second);
+    assert_eq!(first_seen.lock().unwrap()[0], None);
+    // The first member was tried again (refused), then the second with the last whole event's id.
+    assert!(first_seen.lock().unwrap().len() >= 2);
+    assert!(first_seen.lock().unwrap()[1..]
+        .iter()
+        .all(|id| id.as_deref() == Some("a-3")));
+    assert_eq!(second_seen.lock().unwrap()[0].as_deref(), Some("a-3"));
+    let status = watch.status();
+    assert_eq!(status.connected_to.as_deref(), Some(second.as_str()));
+    assert_eq!(status.last_event_id.as_deref(), Some("b-11"));
+    assert_eq!(status.last_term, Some(5));
+    assert_eq!(status.connections, 2);
+    assert_eq!(client.last_answered_by(), second);
+}
+
+/// A stream that goes silent (a half-open connection) is given up after the idle timeout and
+/// reopened on the same member, resuming from the last id.
+#[tokio::test]
+async fn a_silent_stream_is_reopened_after_the_idle_timeout() {
+    let (only, seen) = events_member(Box::new(|n, _| {
+        Some((
+            vec![leader_event(&format!("x-{n}"), n as u64, Some("a"))],
+            true,
+        ))
+    }))
+    .await;
+    let client = Client::builder([&only])
+        .watch_idle_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let mut watch = client.watch();
+    for term in 1..=3 {
+        let c = tokio::time::timeout(WITHIN, watch.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.term, term);
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[..3], [None, Some("x-1".into()), Some("x-2".into())]);
+    assert!(watch.status().last_error.unwrap().contains("silent"));
+}
+
+/// What a mock node says about itself on `GET /leader`.
+#[derive(Clone, Debug)]
+enum Node {
+    Leads {
+        term: u64,
+        lease_ms: u64,
+    },
+    Follows {
+        leader: &'static str,
+        term: u64,
+    },
+    NoLeader {
+        term: u64,
+    },
+    /// Takes the request and never answers.
+    Hangs,
+}
+
+#[derive(Clone)]
+struct NodeState {
+    node: Arc<Mutex<Node>>,
+    /// When each request that was answered as the leader arrived.
+    answered_as_leader: Arc<Mutex<Vec<Instant>>>,
+    requests: Arc<AtomicUsize>,
+}
+
+async fn node_leader(State(s): State<NodeState>) -> Response {
+    let node = s.node.lock().unwrap().clone();
+    s.requests.fetch_add(1, Ordering::SeqCst);
+    match node {
+        Node::Leads { term, lease_ms } => {
+            s.answered_as_leader.lock().unwrap().push(Instant::now());
+            Json(
+                json!({"leader": "me", "term": term, "is_self": true, "node": "me",
+                        "last_heartbeat_ms": null, "lease_remaining_ms": lease_ms}),
+            )
+            .into_response()
+        }
+        Node::Follows { leader, term } => Json(json!({"leader": leader, "term": term,
+            "is_self": false, "node": "me", "last_heartbeat_ms": 10, "lease_remaining_ms": null}))
+        .into_response(),
+        Node::NoLeader { term } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "no_leader", "term": term})),
+        )
+            .into_response(),
+        Node::Hangs => std::future::pending().await,
+    }
+}
+
+async fn mock_node(initial: Node) -> (Client, NodeState) {
+    let s = NodeState {
+        node: Arc::new(Mutex::new(initial)),
+        answered_as_leader: Arc::new(Mutex::new(Vec::new())),
+        requests: Arc::new(AtomicUsize::new(0)),
+    };
+    let router = Router::new()
+        .route("/leader", get(node_leader))
+        .with_state(s.clone());
+    let url = serve(router).await;
+    let client = Client::builder([url])
+        .lead_poll_interval(Duration::from_millis(50))
+        .lead_margin(Duration::from_millis(300))
+        .request_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    (client, s)
+}
+
+fn set(s: &NodeState, node: Node) {
+    *s.node.lock().unwrap() = node;
+}
+
+/// Waits until the node has answered `n` more polls (so the client has seen what it says now).
+async fn polled(s: &NodeState, n: usize) {
+    let target = s.requests.load(Ordering::SeqCst) + n;
+    tokio::time::timeout(WITHIN, async {
+        while s.requests.load(Ordering::SeqCst) < target {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the client keeps polling");
+}
+
+/// Work that reports its start and waits for its token.
+fn until_cancelled(
+    started: tokio::sync::mpsc::UnboundedSender<u64>,
+) -> impl FnOnce(
+    u64,
+    tokio_util::sync::CancellationToken,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Instant> + Send>> {
+    move |term, cancel| {
+        Box::pin(async move {
+            started.send(term).unwrap();
+            cancel.cancelled().await;
+            Instant::now()
+        })
+    }
+}
+
+#[tokio::test]
+async fn lead_waits_for_a_lease_and_cancels_when_the_node_stops_leading() {
+    let (client, s) = mock_node(Node::NoLeader { term: 1 }).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn({
+        let client = client.clone();
+        async move { client.lead_once(until_cancelled(tx)).await }
+    });
+    // Neither a follower nor a leader whose lease is shorter than the margin starts the work.
+    polled(&s, 2).await;
+    set(
+        &s,
+        Node::Follows {
+            leader: "x",
+            term: 2,
+        },
+    );
+    polled(&s, 3).await;
+    set(
+        &s,
+        Node::Leads {
+            term: 3,
+            lease_ms: 200,
+        },
+    );
+    polled(&s, 3).await;
+    assert!(rx.try_recv().is_err(), "started without a usable lease");
+    set(
+        &s,
+        Node::Leads {
+            term: 3,
+            lease_ms: 2000,
+        },
+    );
+    let term = tokio::time::timeout(WITHIN, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(term, 3);
+    set(
+        &s,
+        Node::Follows {
+            leader: "x",
+            term: 4,
+        },
+    );
+    let tenure = tokio::time::timeout(WITHIN, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(tenure.term, 3);
+    assert_eq!(
+        tenure.ended,
+        TenureEnd::Lost {
+            leader: Some("x".into()),
+            term: 4
+        }
+    );
+}
+
+/// The node stops answering while it leads: the work is cancelled before the lease of the
+/// last answer could run out (counted from when that request arrived, which is after it left).
+#[tokio::test]
+async fn lead_cancels_before_the_lease_ends_when_the_node_stops_answering() {
+    let (client, s) = mock_node(Node::Leads {
+        term: 5,
+        lease_ms: 1000,
+    })
+    .await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn({
+        let client = client.clone();
+        async move { client.lead_once(until_cancelled(tx)).await }
+    });
+    assert_eq!(
+        tokio::time::timeout(WITHIN, rx.recv()).await.unwrap(),
+        Some(5)
+    );
+    set(&s, Node::Hangs);
+    let tenure = tokio::time::timeout(WITHIN, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(tenure.ended, TenureEnd::LeaseExpired);
+    let last = *s.answered_as_leader.lock().unwrap().last().unwrap();
+    let cancelled_after = tenure.output.saturating_duration_since(last);
+    eprintln!("cancelled {cancelled_after:?} after the last answer of a 1 s lease (margin 300 ms)");
+    assert!(
+        cancelled_after < Duration::from_millis(1000),
+        "cancelled {cancelled_after:?} after the last lease of 1 s was granted"
+    );
+    // Nor long before the deadline (the lease less the 300 ms margin).
+    assert!(
+        cancelled_after >= Duration::from_millis(300),
+        "{cancelled_after:?}"
+    );
+}
+
+#[tokio::test]
+async fn lead_ends_at_no_leader_and_when_the_work_returns() {
+    let (client, s) = mock_node(Node::Leads {
+        term: 8,
+        lease_ms: 2000,
+    })
+    .await;
+    let t = client
+        .lead_once(|term, _| async move { term * 2 })
+        .await
+        .unwrap();
+    assert_eq!((t.term, t.output, t.ended), (8, 16, TenureEnd::Finished));
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn({
+        let client = client.clone();
+        async move { client.lead_once(until_cancelled(tx)).await }
+    });
+    assert_eq!(
+        tokio::time::timeout(WITHIN, rx.recv()).await.unwrap(),
+        Some(8)
+    );
+    set(&s, Node::NoLeader { term: 9 });
+    let t = tokio::time::timeout(WITHIN, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        t.ended,
+        TenureEnd::Lost {
+            leader: None,
+            term: 9
+        }
+    );
+}
+
+#[tokio::test]
+async fn lead_needs_exactly_one_member() {
+    let client = Client::new(["http://127.0.0.1:1", "http://127.0.0.1:2"]).unwrap();
+    match client.lead_once(|_, _| async {}).await {
+        Err(Error::NotOneMember { members: 2 }) => {}
+        other => panic!("{other:?}"),
+    }
+}
