@@ -132,6 +132,18 @@ impl Client {
     /// with the term (a process that is paused, or whose writes are in flight, can outlive its
     /// lease whatever this client does; see [`Fence`](crate::Fence)).
     ///
+    /// What the deadline guarantees, and what it does not:
+    ///
+    /// - A node that dies, freezes, is cut off or stops renewing its lease leaves the others
+    ///   a whole election timeout before they can elect; the work has been cancelled before
+    ///   that (the lease less the margin).
+    /// - A *handover* is faster: after a step-down (or a preemption by a better-ranked node,
+    ///   `--preempt-after`) the successor can lead within milliseconds, and this node's next
+    ///   answer, up to one poll interval later, is what cancels the work here. For up to one
+    ///   poll interval the old work and the new leader's can then overlap; the successor's
+    ///   term is higher, so fenced writes stay safe. (`--exec` on the node has no such window:
+    ///   the node stops its child before it hands over.)
+    ///
     /// The deadline is kept on the monotonic clock and on the wall clock, and passes when
     /// either says so, so that a host that was suspended wakes up with the work cancelled.
     pub async fn lead_once<F, Fut, T>(&self, work: F) -> Result<Tenure<T>, Error>

@@ -41,9 +41,12 @@
 //! [`Client::lead`] the work. The work gets the term and a
 //! [`CancellationToken`](tokio_util::sync::CancellationToken); the token is cancelled when the
 //! node says it no longer leads, or when no answer has renewed its lease by the lease's end
-//! less a margin ([`ClientBuilder::lead_margin`]), whichever comes first. Another node can be
-//! elected only `T` (the election timeout, longer than the lease) after the lease, so work that
-//! stops when its token is cancelled has stopped before anyone else leads.
+//! less a margin ([`ClientBuilder::lead_margin`]), whichever comes first. After a crash, a
+//! freeze or a partition another node can be elected only `T` (the election timeout, longer
+//! than the lease) after the lease, so work that stops when its token is cancelled has stopped
+//! before anyone else leads. A handover (step-down, preemption) can be faster than one poll
+//! interval: the overlap it leaves is why writes are fenced (below, and
+//! [`Client::lead_once`]).
 //!
 //! ```no_run
 //! use std::time::Duration;
