@@ -9,7 +9,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import pytest
 
-from pilot_election_client import Client, LeaderChange, Unavailable
+from pilot_election_client import Client, LeaderChange, ProtocolError, Unavailable
 
 from fake import FakeMember, Request, leader_body
 
@@ -295,3 +295,12 @@ def test_lead_returns_none_when_stopped_before_leading(members: List[FakeMember]
 def test_lead_needs_the_node_when_given_several_members() -> None:
     with pytest.raises(ValueError, match="node="):
         Client(["http://a:1", "http://b:1"]).lead(lambda term, cancel: None)
+
+
+def test_a_4xx_is_an_answer_raised_without_failover(members: List[FakeMember]) -> None:
+    members[1].routes["/leader"] = lambda r: r.reply(200, leader_body())
+    c = Client([members[0].url, members[1].url])  # members[0] answers 404 not_found
+    with pytest.raises(ProtocolError) as e:
+        c.leader()
+    assert e.value.status == 404 and e.value.member == members[0].url
+    assert members[1].seen == []

@@ -45,9 +45,11 @@ class Client:
 
     Every call asks the member that answered last first, and fails over to the next one when a
     member does not answer: connection refused or reset, a timeout, or a 5xx other than ``503
-    no_leader`` (which is an answer: that member knows no leader). Anything else it does not
-    understand (a 4xx, a body that is not the API's) also counts as that member failing, and is
-    named in the :class:`Unavailable` raised when no member answers.
+    no_leader`` (which is an answer: that member knows no leader). A 4xx is an answer too, one
+    that refuses the request: :class:`ProtocolError` is raised without asking another member
+    (a wrong URL prefix is a configuration error to see, not to hide). A body that is not the
+    API's counts as that member failing; every failure is named in the :class:`Unavailable`
+    raised when no member answers.
 
     ``timeout`` (seconds) bounds each connection attempt and each read of one request. The
     client is thread-safe; :meth:`close` (or ``with Client(...) as c:``) ends every watch and
@@ -121,7 +123,7 @@ class Client:
         """The leader, as the first member that answers vouches for it; ``None`` when that
         member knows no leader (``503 no_leader``: an election is under way, or no quorum).
 
-        Raises :class:`Unavailable` when no member answers.
+        Raises :class:`Unavailable` when no member answers, :class:`ProtocolError` on a 4xx.
         """
         attempts: List[Tuple[str, str]] = []
         for i in self._order():
@@ -142,6 +144,8 @@ class Client:
         received = time.monotonic()
         if resp.status == 503 and resp.error_code() == "no_leader":
             return None, sent
+        if 400 <= resp.status < 500:
+            raise ProtocolError(member.url, f"refused the request: {_describe(resp)}", resp.status)
         if resp.status != 200:
             raise _Failed(_describe(resp))
         try:
@@ -163,6 +167,8 @@ class Client:
             member = self._members[i]
             try:
                 resp = self._request(member, "/history", self.timeout)
+                if 400 <= resp.status < 500:
+                    raise ProtocolError(member.url, f"refused the request: {_describe(resp)}", resp.status)
                 if resp.status != 200:
                     raise _Failed(_describe(resp))
                 doc = resp.json()
@@ -293,6 +299,9 @@ class Client:
             return self._leader_of(member, max(0.01, min(self.timeout, timeout)))
         except _Failed as e:
             return e
+        except ProtocolError as e:
+            # Counts as no renewed answer: the lease deadline still cancels the work.
+            return _Failed(str(e))
 
     def _await_leading(
         self, member: Member, poll_interval: float, margin: float, stop: threading.Event
