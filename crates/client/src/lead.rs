@@ -1,13 +1,16 @@
 //! [`Client::lead`]: work that runs only while the service's own node leads.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
+use serde::Deserialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Answer;
+use crate::sse::{SseEvent, SseParser};
 use crate::{clock, Client, Error, Leader};
 
 /// One stretch of work under one term, as [`Client::lead_once`] returns it.
@@ -119,8 +122,8 @@ impl Client {
     /// [`lead_margin`](crate::ClientBuilder::lead_margin), `work(term, token)` starts, and the
     /// node is asked again every poll interval. The token is cancelled:
     ///
-    /// - at the first answer that the node no longer leads in that term
-    ///   ([`TenureEnd::Lost`]), or
+    /// - at the first answer, or event of the node's `GET /events` (which it keeps open while
+    ///   the work runs), that the node no longer leads in that term ([`TenureEnd::Lost`]), or
     /// - when no answer renewed the lease in time ([`TenureEnd::LeaseExpired`]): the deadline
     ///   is the lease the last answer reported, counted from when its request *left* (the
     ///   node's lease cannot end later than that), less the margin. A node that cannot be
@@ -139,10 +142,11 @@ impl Client {
     ///   that (the lease less the margin).
     /// - A *handover* is faster: after a step-down (or a preemption by a better-ranked node,
     ///   `--preempt-after`) the successor can lead within milliseconds, and this node's next
-    ///   answer, up to one poll interval later, is what cancels the work here. For up to one
-    ///   poll interval the old work and the new leader's can then overlap; the successor's
-    ///   term is higher, so fenced writes stay safe. (`--exec` on the node has no such window:
-    ///   the node stops its child before it hands over.)
+    ///   event (milliseconds after the step-down; or, without the stream, the next answer, up
+    ///   to one poll interval later) is what cancels the work here. The successor's client may
+    ///   start its work before this one has stopped: nothing orders two processes' reactions.
+    ///   The successor's term is higher, so fenced writes stay safe. (`--exec` on the node has
+    ///   no such window: the node stops its child before it hands over.)
     ///
     /// The deadline is kept on the monotonic clock and on the wall clock, and passes when
     /// either says so, so that a host that was suspended wakes up with the work cancelled.
@@ -170,46 +174,75 @@ impl Client {
             tokio::time::sleep(poll).await;
         };
 
+        // The node's event stream tells of a step-down or a lost lease at once, sooner than
+        // the next poll; the polls and the deadline still decide when it is not there.
+        let mut events = self.role_events().await;
         let cancel = CancellationToken::new();
         let work = work(term, cancel.clone());
         tokio::pin!(work);
         let ended = 'leading: loop {
+            // Wait out the poll interval (an event of the node can end the tenure meanwhile).
             tokio::select! {
                 biased;
                 output = &mut work => {
                     return Ok(Tenure { term, output, ended: TenureEnd::Finished });
                 }
                 _ = clock::sleep_until(deadline.at) => break 'leading TenureEnd::LeaseExpired,
+                ev = next_role(&mut events), if events.is_some() => {
+                    match lost_by(ev, term, &mut events) {
+                        Some(lost) => break 'leading lost,
+                        None => continue 'leading,
+                    }
+                }
                 _ = tokio::time::sleep(poll) => {}
             }
             // A suspend stops the monotonic clock: the wall clock notices it here.
             if deadline.passed() {
                 break TenureEnd::LeaseExpired;
             }
-            tokio::select! {
-                biased;
-                output = &mut work => {
-                    return Ok(Tenure { term, output, ended: TenureEnd::Finished });
-                }
-                _ = clock::sleep_until(deadline.at) => break 'leading TenureEnd::LeaseExpired,
-                answer = self.poll_self() => match answer {
-                    Polled::Leads { term: t, deadline: d, .. } if t == term => {
-                        // The newest answer is the node's latest word on its lease; one
-                        // without a lease (or a lease shorter than the margin) ends it.
-                        deadline = d.unwrap_or(Deadline { at: clock::now(), wall: clock::wall() });
-                        if deadline.passed() {
-                            break 'leading TenureEnd::LeaseExpired;
+            // Then ask the node, the work, the deadline and the events still racing the answer.
+            let asked = self.poll_self();
+            tokio::pin!(asked);
+            let answer = loop {
+                tokio::select! {
+                    biased;
+                    output = &mut work => {
+                        return Ok(Tenure { term, output, ended: TenureEnd::Finished });
+                    }
+                    _ = clock::sleep_until(deadline.at) => break 'leading TenureEnd::LeaseExpired,
+                    ev = next_role(&mut events), if events.is_some() => {
+                        if let Some(lost) = lost_by(ev, term, &mut events) {
+                            break 'leading lost;
                         }
                     }
-                    // A node that leads again in a later term has lost this one in between.
-                    Polled::Leads { term: t, id, .. } => {
-                        break 'leading TenureEnd::Lost { leader: Some(id), term: t };
+                    answer = &mut asked => break answer,
+                }
+            };
+            match answer {
+                Polled::Leads {
+                    term: t,
+                    deadline: d,
+                    ..
+                } if t == term => {
+                    // The newest answer is the node's latest word on its lease; one without a
+                    // lease (or a lease shorter than the margin) ends it.
+                    deadline = d.unwrap_or(Deadline {
+                        at: clock::now(),
+                        wall: clock::wall(),
+                    });
+                    if deadline.passed() {
+                        break TenureEnd::LeaseExpired;
                     }
-                    Polled::Other { leader, term } => {
-                        break 'leading TenureEnd::Lost { leader, term };
-                    }
-                    Polled::NoAnswer => {} // the deadline decides
-                },
+                }
+                // A node that leads again in a later term has lost this one in between.
+                Polled::Leads { term: t, id, .. } => {
+                    break TenureEnd::Lost {
+                        leader: Some(id),
+                        term: t,
+                    };
+                }
+                Polled::Other { leader, term } => break TenureEnd::Lost { leader, term },
+                Polled::NoAnswer => {} // the deadline decides
             }
         };
         cancel.cancel();
@@ -243,6 +276,74 @@ impl Client {
             },
             Err(_) => Polled::NoAnswer,
         }
+    }
+}
+
+/// The node's `GET /events` while it leads: each event says its role and term.
+struct RoleEvents {
+    resp: reqwest::Response,
+    parser: SseParser,
+    queue: VecDeque<SseEvent>,
+}
+
+/// The role and term one event reports.
+#[derive(Deserialize)]
+struct RoleData {
+    leader: Option<String>,
+    term: u64,
+    role: String,
+}
+
+impl Client {
+    /// Opens the node's event stream, if it answers one in time.
+    async fn role_events(&self) -> Option<RoleEvents> {
+        let inner = &self.inner;
+        let req = inner
+            .http
+            .get(inner.members[0].endpoint("events"))
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        let resp = tokio::time::timeout(inner.opts.request_timeout, req.send())
+            .await
+            .ok()?
+            .ok()?;
+        resp.status().is_success().then(|| RoleEvents {
+            resp,
+            parser: SseParser::new(None),
+            queue: VecDeque::new(),
+        })
+    }
+}
+
+/// The next role the stream reports; `None` when it ended (or `events` is `None`).
+async fn next_role(events: &mut Option<RoleEvents>) -> Option<RoleData> {
+    let e = events.as_mut()?;
+    loop {
+        while let Some(ev) = e.queue.pop_front() {
+            if ev.event == "leader" || ev.event == "snapshot" {
+                if let Ok(d) = serde_json::from_str::<RoleData>(&ev.data) {
+                    return Some(d);
+                }
+            }
+        }
+        let chunk = e.resp.chunk().await.ok()??;
+        let parsed = e.parser.feed(&chunk);
+        e.queue.extend(parsed);
+    }
+}
+
+/// What an event means for a tenure in `term`: the end of it unless the node still leads in
+/// that term. A stream that ended is dropped (the polls carry on).
+fn lost_by(ev: Option<RoleData>, term: u64, events: &mut Option<RoleEvents>) -> Option<TenureEnd> {
+    match ev {
+        None => {
+            *events = None;
+            None
+        }
+        Some(d) if d.role == "leader" && d.term == term => None,
+        Some(d) => Some(TenureEnd::Lost {
+            leader: d.leader,
+            term: d.term,
+        }),
     }
 }
 

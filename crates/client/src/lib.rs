@@ -39,7 +39,7 @@
 //!
 //! Build a client of the service's *own* node (one URL, its sidecar) and hand
 //! [`Client::lead`] the work. The work gets the term and a
-//! [`CancellationToken`](tokio_util::sync::CancellationToken); the token is cancelled when the
+//! [`CancellationToken`]; the token is cancelled when the
 //! node says it no longer leads, or when no answer has renewed its lease by the lease's end
 //! less a margin ([`ClientBuilder::lead_margin`]), whichever comes first. After a crash, a
 //! freeze or a partition another node can be elected only `T` (the election timeout, longer

@@ -356,6 +356,8 @@ struct NodeState {
     /// When each request that was answered as the leader arrived.
     answered_as_leader: Arc<Mutex<Vec<Instant>>>,
     requests: Arc<AtomicUsize>,
+    /// The data of the `leader` events its `/events` sends (the current one first).
+    events: tokio::sync::watch::Sender<String>,
 }
 
 async fn node_leader(State(s): State<NodeState>) -> Response {
@@ -382,18 +384,42 @@ async fn node_leader(State(s): State<NodeState>) -> Response {
     }
 }
 
+async fn node_events(State(s): State<NodeState>) -> Response {
+    let rx = s.events.subscribe();
+    let stream = futures_util::stream::unfold((rx, true), |(mut rx, first)| async move {
+        if !first {
+            rx.changed().await.ok()?;
+        }
+        let data = rx.borrow_and_update().clone();
+        let chunk = format!("event: leader\ndata: {data}\n\n");
+        Some((Ok::<_, std::io::Error>(chunk), (rx, false)))
+    });
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
 async fn mock_node(initial: Node) -> (Client, NodeState) {
+    mock_node_with(initial, false, Duration::from_millis(50)).await
+}
+
+/// A mock node, with an `/events` stream if `events`, and a client of it polling every `poll`.
+async fn mock_node_with(initial: Node, events: bool, poll: Duration) -> (Client, NodeState) {
     let s = NodeState {
         node: Arc::new(Mutex::new(initial)),
         answered_as_leader: Arc::new(Mutex::new(Vec::new())),
         requests: Arc::new(AtomicUsize::new(0)),
+        events: tokio::sync::watch::Sender::new(String::new()),
     };
-    let router = Router::new()
-        .route("/leader", get(node_leader))
-        .with_state(s.clone());
-    let url = serve(router).await;
+    let mut router = Router::new().route("/leader", get(node_leader));
+    if events {
+        router = router.route("/events", get(node_events));
+    }
+    let url = serve(router.with_state(s.clone())).await;
     let client = Client::builder([url])
-        .lead_poll_interval(Duration::from_millis(50))
+        .lead_poll_interval(poll)
         .lead_margin(Duration::from_millis(300))
         .request_timeout(Duration::from_secs(5))
         .build()
@@ -577,4 +603,61 @@ async fn lead_needs_exactly_one_member() {
         Err(Error::NotOneMember { members: 2 }) => {}
         other => panic!("{other:?}"),
     }
+}
+
+/// A step-down shows on the node's event stream at once: the work is cancelled then, not at
+/// the next poll (here 30 s away) nor at the lease's end (60 s).
+#[tokio::test]
+async fn lead_cancels_at_the_event_that_the_node_stepped_down() {
+    let (client, s) = mock_node_with(
+        Node::Leads {
+            term: 3,
+            lease_ms: 60_000,
+        },
+        true,
+        Duration::from_secs(30),
+    )
+    .await;
+    s.events.send_replace(
+        json!({"node": "me", "leader": "me", "term": 3, "role": "leader"}).to_string(),
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn({
+        let client = client.clone();
+        async move { client.lead_once(until_cancelled(tx)).await }
+    });
+    assert_eq!(
+        tokio::time::timeout(WITHIN, rx.recv()).await.unwrap(),
+        Some(3)
+    );
+    // A role change that is not a loss (the same term, still leader) changes nothing.
+    s.events.send_replace(
+        json!({"node": "me", "leader": "me", "term": 3, "role": "leader", "x": 1}).to_string(),
+    );
+    let stepped_down = Instant::now();
+    set(
+        &s,
+        Node::Follows {
+            leader: "x",
+            term: 4,
+        },
+    );
+    s.events.send_replace(
+        json!({"node": "me", "leader": null, "term": 3, "role": "follower"}).to_string(),
+    );
+    let t = tokio::time::timeout(WITHIN, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let after = t.output.saturating_duration_since(stepped_down);
+    eprintln!("cancelled {after:?} after the step-down event");
+    assert_eq!(
+        t.ended,
+        TenureEnd::Lost {
+            leader: None,
+            term: 3
+        }
+    );
+    assert!(after < Duration::from_secs(10), "{after:?}");
 }
