@@ -69,7 +69,9 @@ RUN groupadd --gid "${UID}" pilot \
 COPY --from=artifacts /out/pilot-election /usr/local/bin/pilot-election
 COPY --from=artifacts /out/pilotctl /usr/local/bin/pilotctl
 # Inside a container the API must listen beyond loopback; the client commands (and the
-# HEALTHCHECK) read PILOT_ELECTION_URL, so changing the port means changing both.
+# HEALTHCHECK) read PILOT_ELECTION_URL, so changing the port means changing both. From 0.0.0.0
+# no URL for clients can be derived: set PILOT_ELECTION_ADVERTISE_URL per container (compose.yaml
+# does), or the node refuses to start and says so.
 ENV PILOT_ELECTION_LISTEN=0.0.0.0:7070 \
     PILOT_ELECTION_URL=http://127.0.0.1:7070 \
     PILOT_ELECTION_DATA_DIR=/var/lib/pilot-election \

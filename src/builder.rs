@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{AppState, Auth, Subscribers};
-use crate::election::{Config, MemberSet, Node, Timings};
+use crate::election::{Config, MemberSet, Node, NodeInfo, Timings};
 use crate::exec::{Exec, ExecConfig};
 use crate::exit_budget;
 use crate::metrics::Metrics;
@@ -50,6 +50,9 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// `--exec`: a command to run while this node leads.
     pub exec: Option<ExecConfig>,
+    /// `--advertise-url` and `--meta`, announced to clients (docs/clients.md); `None`
+    /// announces nothing.
+    pub info: Option<NodeInfo>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -187,6 +190,8 @@ impl NodeBuilder {
                 inbound: in_rx,
                 commands: cmd_rx,
                 metrics: metrics.clone(),
+                group: config.group.clone(),
+                info: config.info.clone(),
             },
         );
         tracing::info!(
@@ -207,6 +212,8 @@ impl NodeBuilder {
             Some(x) => x.gate(cmd_tx, snapshot.clone()),
             None => cmd_tx,
         };
+        let events =
+            crate::api::start_event_log(snapshot.clone(), event_run(&config.node_id, loaded.boot));
         let state = AppState {
             snapshot,
             commands,
@@ -218,6 +225,7 @@ impl NodeBuilder {
                 allow_unauthenticated: config.allow_unauthenticated,
             }),
             subscribers: Subscribers::new(config.limits.max_event_subscribers),
+            events,
         };
         Ok(BuiltNode {
             runtime,
@@ -227,6 +235,17 @@ impl NodeBuilder {
             transport_stop,
         })
     }
+}
+
+/// Names this run of this node among every run of every member, for the ids of its events: a
+/// watcher that moves to another member, or reconnects after a restart, cannot resume from the
+/// new log by mistake.
+fn event_run(node_id: &str, boot: u64) -> String {
+    let started = crate::clock::wall::unix_ms_now();
+    format!(
+        "{:08x}{boot:x}{started:x}",
+        crate::election::cksum(node_id.as_bytes())
+    )
 }
 
 impl BuiltNode {

@@ -44,8 +44,8 @@ pub struct Cli {
 pub enum Command {
     /// Run one node.
     Run(Box<RunArgs>),
-    /// Print who leads (exit 1 when no leader is known).
-    Leader(ClientArgs),
+    /// Print who leads and where (exit 1 when no leader is known).
+    Leader(LeaderArgs),
     /// Print a node's view of the cluster.
     Status(ClientArgs),
     /// Ask the leader to step down, optionally naming its successor.
@@ -81,6 +81,15 @@ pub struct RunArgs {
     /// Address of the HTTP API (and of the http transport's ingress).
     #[arg(long, env = "PILOT_ELECTION_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: String,
+    /// Where clients reach this node's API, announced to every member and shown in `/leader`
+    /// (docs/clients.md). Default: `http://<--listen>`, which an unspecified address such as
+    /// 0.0.0.0 cannot give.
+    #[arg(long, env = "PILOT_ELECTION_ADVERTISE_URL")]
+    pub advertise_url: Option<String>,
+    /// A label announced with the URL, KEY=VALUE (repeatable; comma-separated in the env):
+    /// at most 16, keys of letters, digits, '_', '.', '-'.
+    #[arg(long = "meta", env = "PILOT_ELECTION_META", value_delimiter = ',')]
+    pub meta: Vec<String>,
     #[command(flatten)]
     pub server: server::ServerArgs,
     #[arg(
@@ -187,6 +196,16 @@ pub struct ClientArgs {
     pub admin_token_file: Option<PathBuf>,
     #[arg(long = "admin-token", env = "PILOT_ELECTION_ADMIN_TOKEN", hide = true)]
     pub admin_token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Print only the leader's URL (its --advertise-url), for scripts; exit 1 when there is no
+    /// leader or it announced no URL.
+    #[arg(long)]
+    pub print_url: bool,
 }
 
 #[derive(Debug, Args)]

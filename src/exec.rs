@@ -836,6 +836,8 @@ mod tests {
             },
             history: Arc::new(VecDeque::new()),
             timings: timings(),
+            info: None,
+            directory: Default::default(),
         }
     }
 

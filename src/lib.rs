@@ -13,6 +13,8 @@
 //!   binary, the tests and the benchmarks.
 //! - [`store`]: the data directory (state file with term, vote and boot counter; history; replay
 //!   marks).
+//! - [`directory`]: where each member's API is and its operator's labels, for clients (never
+//!   read by the election).
 //! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
 //! - [`transport`]: how messages leave and arrive (`http` built in, `pilot` through pilotctl,
 //!   `memory` for tests).
@@ -30,6 +32,7 @@ pub mod api;
 pub mod builder;
 pub mod cli;
 pub mod clock;
+pub mod directory;
 pub use pilot_election_core as election;
 pub mod exec;
 pub mod exit_budget;

@@ -21,10 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
+use crate::directory::Directory;
 use crate::election::stop::{self, Exit};
 use crate::election::{
-    Action, Body, CommandError, Input, Member, MemberSet, Message, Node, Outcome, Role, Timings,
-    Transition, View,
+    Action, Body, CommandError, Input, Member, MemberSet, Message, Node, NodeInfo, Outcome, Role,
+    Timings, Transition, View,
 };
 use crate::metrics::Metrics;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
@@ -54,6 +55,21 @@ pub struct Snapshot {
     pub transport: Health,
     pub history: Arc<VecDeque<HistoryEntry>>,
     pub timings: Timings,
+    /// What this node announces to clients (`None`: nothing).
+    pub info: Option<NodeInfo>,
+    /// What the other members announced.
+    pub directory: Arc<Directory>,
+}
+
+impl Snapshot {
+    /// What `id` (this node or another member) announced to clients.
+    pub fn info_of(&self, id: &str) -> Option<&NodeInfo> {
+        if id == self.view.node_id {
+            self.info.as_ref()
+        } else {
+            self.directory.get(id)
+        }
+    }
 }
 
 /// The loop's heartbeat, readable without waiting for a snapshot.
@@ -87,6 +103,10 @@ pub struct Runtime {
     /// Names a non-member (or a member with another member set) at once, without a flood.
     stray_log: StrayLog,
     release_guard: Option<ReleaseGuard>,
+    group: String,
+    /// Stamped on every message that leaves (see [`crate::directory`]).
+    info: Option<NodeInfo>,
+    directory: Arc<Directory>,
 }
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
@@ -103,6 +123,10 @@ pub struct Wiring {
     pub inbound: mpsc::Receiver<Vec<u8>>,
     pub commands: mpsc::Receiver<Command>,
     pub metrics: Arc<Metrics>,
+    /// The election group: only its members' announcements are recorded.
+    pub group: String,
+    /// What this node announces to clients (`--advertise-url`, `--meta`).
+    pub info: Option<NodeInfo>,
 }
 
 impl Runtime {
@@ -117,10 +141,12 @@ impl Runtime {
         let loop_clock = Arc::new(Mutex::new(now));
         let history: VecDeque<_> = history.into_iter().collect();
         let role = node.role();
+        let directory = Arc::new(Directory::default());
         let first = snapshot_of(
             &node,
             wiring.transport.health(),
             Arc::new(history.clone()),
+            (&wiring.info, &directory),
             now,
         );
         let (tx, rx) = watch::channel(first);
@@ -149,6 +175,9 @@ impl Runtime {
             replay_out: watch::Sender::new(marks),
             stray_log: StrayLog::default(),
             release_guard: None,
+            group: wiring.group,
+            info: wiring.info,
+            directory,
         };
         (rt, rx, loop_clock)
     }
@@ -296,6 +325,13 @@ impl Runtime {
         };
         match checked {
             Ok(msg) => {
+                if msg.group == self.group && self.node.members().contains(&msg.from) {
+                    Arc::make_mut(&mut self.directory).record(
+                        &msg.from,
+                        msg.seq,
+                        msg.info.as_ref(),
+                    );
+                }
                 let kind = msg.body.kind();
                 let (from, members) = (msg.from.clone(), msg.members.clone());
                 let outcome = match self.step(Input::Message(msg)).await? {
@@ -380,6 +416,7 @@ impl Runtime {
                         guard(msg.term).await;
                     }
                     msg.stamp(unix_ms_now());
+                    msg.info.clone_from(&self.info);
                     if let Some(keys) = &self.keys {
                         keys.sign(&mut msg);
                     }
@@ -457,6 +494,7 @@ impl Runtime {
             &self.node,
             self.transport.health(),
             self.history.clone(),
+            (&self.info, &self.directory),
             now,
         );
         self.snapshot.send_replace(snap);
@@ -498,6 +536,7 @@ fn snapshot_of(
     node: &Node,
     transport: Health,
     history: Arc<VecDeque<HistoryEntry>>,
+    (info, directory): (&Option<NodeInfo>, &Arc<Directory>),
     now: Instant,
 ) -> Snapshot {
     Snapshot {
@@ -507,5 +546,7 @@ fn snapshot_of(
         transport,
         history,
         timings: *node.timings(),
+        info: info.clone(),
+        directory: directory.clone(),
     }
 }

@@ -376,6 +376,7 @@ mod tests {
                     flapped: false,
                 },
             },
+            info: None,
             kid: None,
             sig: None,
         }

@@ -201,6 +201,8 @@ impl Cluster {
             &format!("PILOT_ELECTION_NODE_ID={id}"),
             "--env",
             &format!("PILOT_ELECTION_PEERS={}", peers.join(",")),
+            "--env",
+            &format!("PILOT_ELECTION_ADVERTISE_URL=http://{id}:7070"),
             IMAGE,
         ]);
         docker(&["network", "connect", &self.control_net, &container]);

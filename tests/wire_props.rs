@@ -222,6 +222,7 @@ fn message(from: String, term: u64, seq: u64, body: Body, v: u32, timings: Annou
         speaks: (v >= 3).then_some(Versions::OURS),
         timings: (v >= 3).then_some(timings),
         body,
+        info: None,
         kid: None,
         sig: None,
     }

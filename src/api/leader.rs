@@ -1,5 +1,7 @@
 //! `GET /leader` and `GET /term`: who leads, and the term clients use as a fencing token.
 
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
@@ -9,6 +11,11 @@ use super::{age_ms, current_leader, wall_clock, ApiError, AppState};
 #[derive(Serialize)]
 pub struct LeaderBody {
     leader: String,
+    /// Where clients reach the leader's API, as it announced (`null`: not announced).
+    leader_url: Option<String>,
+    leader_meta: BTreeMap<String, String>,
+    /// This node's own URL.
+    node_url: Option<String>,
     term: u64,
     is_self: bool,
     node: String,
@@ -25,7 +32,11 @@ pub async fn get_leader(State(s): State<AppState>) -> Result<Json<LeaderBody>, A
         return Err(ApiError::NoLeader { term: v.term });
     };
     let is_self = leader == v.node_id;
+    let info = snap.info_of(&leader);
     Ok(Json(LeaderBody {
+        leader_url: info.map(|i| i.url.clone()),
+        leader_meta: info.map(|i| i.meta.clone()).unwrap_or_default(),
+        node_url: snap.info.as_ref().map(|i| i.url.clone()),
         is_self,
         term: v.term,
         node: v.node_id.clone(),

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 pub use error::ApiError;
-pub use events::Subscribers;
+pub use events::{start_log as start_event_log, EventLog, Subscribers};
 pub use extract::{Auth, BodyTimedOut, BODY_LIMIT};
 pub use openapi::OPENAPI_YAML;
 pub use page::PAGE_HTML;
@@ -51,6 +51,8 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// The `/events` streams and their cap.
     pub subscribers: Subscribers,
+    /// The log the `/events` streams send from.
+    pub events: watch::Receiver<Arc<EventLog>>,
 }
 
 impl AppState {

@@ -1,5 +1,7 @@
 //! `GET /status`: this node's whole view, for operators.
 
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
@@ -13,6 +15,10 @@ use crate::transport::Health;
 #[derive(Serialize)]
 pub struct StatusBody {
     node: String,
+    /// Where clients reach this node (`--advertise-url`).
+    url: Option<String>,
+    /// This node's `--meta` labels.
+    meta: BTreeMap<String, String>,
     role: Role,
     term: u64,
     leader: Option<String>,
@@ -39,6 +45,10 @@ pub struct StatusBody {
 #[derive(Serialize)]
 pub struct MemberBody {
     id: String,
+    /// Where clients reach it, as it announced; `null` before it was heard or from a build that
+    /// announces none.
+    url: Option<String>,
+    meta: BTreeMap<String, String>,
     priority: Option<u32>,
     candidacy: Option<Candidacy>,
     /// Advertises that it would lead now.
@@ -98,6 +108,11 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
         .iter()
         .map(|m| MemberBody {
             id: m.id.clone(),
+            url: snap.info_of(&m.id).map(|i| i.url.clone()),
+            meta: snap
+                .info_of(&m.id)
+                .map(|i| i.meta.clone())
+                .unwrap_or_default(),
             priority: m.last_seen.map(|_| m.priority),
             candidacy: m.candidacy,
             eligible: m.candidacy == Some(Candidacy::Eligible),
@@ -123,6 +138,12 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
     let role = v.role_at(now);
     Json(StatusBody {
         node: v.node_id.clone(),
+        url: snap.info.as_ref().map(|i| i.url.clone()),
+        meta: snap
+            .info
+            .as_ref()
+            .map(|i| i.meta.clone())
+            .unwrap_or_default(),
         role,
         term: v.term,
         leader: current_leader(v, now),

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::config::read_token;
 use super::{
-    error_line, CandidacyArgs, ClientArgs, StepDownArgs, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE,
-    EXIT_USAGE,
+    error_line, CandidacyArgs, ClientArgs, LeaderArgs, StepDownArgs, EXIT_OK, EXIT_REFUSED,
+    EXIT_UNREACHABLE, EXIT_USAGE,
 };
 
 enum Reply {
@@ -80,13 +80,34 @@ fn s(v: &Value, k: &str) -> String {
     }
 }
 
-pub async fn leader(args: &ClientArgs) -> i32 {
+pub async fn leader(a: &LeaderArgs) -> i32 {
+    let args = &a.client;
     let reply = call(args, reqwest::Method::GET, "/leader", None).await;
+    if a.print_url && !args.json {
+        return match reply {
+            Reply::Answer(200, b) if b["leader_url"].is_string() => {
+                println!("{}", s(&b, "leader_url"));
+                EXIT_OK
+            }
+            Reply::Answer(200, b) => {
+                eprintln!(
+                    "pilot-election: leader {} announced no URL (a build without --advertise-url)",
+                    s(&b, "leader")
+                );
+                EXIT_REFUSED
+            }
+            other => finish(args, other, |_| String::new()),
+        };
+    }
     finish(args, reply, |b| {
         format!(
-            "leader {} (term {}){}",
+            "leader {} (term {}){}{}",
             s(b, "leader"),
             s(b, "term"),
+            match b["leader_url"].as_str() {
+                Some(url) => format!(" at {url}"),
+                None => String::new(),
+            },
             if b["is_self"] == json!(true) {
                 ", this node"
             } else {

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{RunArgs, TransportKind, EXIT_UNAVAILABLE, EXIT_USAGE};
-use crate::election::{default_priority, MemberSet, Timings};
+use crate::directory;
+use crate::election::{default_priority, MemberSet, NodeInfo, Timings};
 use crate::exec::ExecConfig;
 use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
@@ -105,7 +106,12 @@ impl RunArgs {
             (None, None) => None,
         };
         let exec = ExecConfig::from_flags(self.exec.as_deref(), self.exec_step_down_on_failure)?;
+        let info = NodeInfo {
+            url: directory::advertise_url(self.advertise_url.as_deref(), &self.listen)?,
+            meta: directory::parse_meta(&self.meta)?,
+        };
         Ok(NodeConfig {
+            info: Some(info),
             exec,
             priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
             data_dir: self

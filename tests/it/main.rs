@@ -9,6 +9,7 @@ use support::browser;
 mod cli;
 mod cluster;
 mod connections;
+mod discovery;
 use support::contract;
 use support::devnet;
 mod errors;

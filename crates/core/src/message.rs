@@ -8,6 +8,7 @@
 //! [`PROTOCOL_VERSION`], and a build reads and writes its version and the one before
 //! ([`Versions::OURS`], docs/protocol.md rule 15).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -61,12 +62,28 @@ pub struct Message {
     /// The type-specific fields, flattened into the same JSON object and named by `type`.
     #[serde(flatten)]
     pub body: Body,
+    /// Where clients reach the sender's API, and its operator's labels (docs/clients.md). The
+    /// shell fills it in and reads it; the election never looks at it, so it cannot be a safety
+    /// input. Older builds ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<NodeInfo>,
     /// Id of the cluster key that signed this message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kid: Option<String>,
     /// HMAC-SHA256 signature over the message without `sig`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
+}
+
+/// What a node tells clients about itself: its API's URL (`--advertise-url`) and labels
+/// (`--meta`). Bounded by the shell on both ends (`src/directory.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Where clients reach this node's HTTP API.
+    pub url: String,
+    /// The operator's `KEY=VALUE` labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: BTreeMap<String, String>,
 }
 
 /// The range of protocol versions a build speaks, both ends included (rule 15).
@@ -506,6 +523,7 @@ mod tests {
                 lease_ms: 2000,
                 advert: advert(),
             },
+            info: None,
             kid: None,
             sig: None,
         }

@@ -707,6 +707,7 @@ impl Node {
             speaks: Some(Versions::OURS),
             timings: Some(Announced::of(&self.timings)),
             body,
+            info: None,
             kid: None,
             sig: None,
         }

@@ -368,6 +368,7 @@ mod tests {
                     flapped: false,
                 },
             },
+            info: None,
             kid: None,
             sig: None,
         }

@@ -67,6 +67,7 @@ impl Bench {
             speaks: Some(Versions::OURS),
             timings: Some(Announced::of(&Timings::default())),
             body,
+            info: None,
             kid: None,
             sig: None,
         })

@@ -71,6 +71,7 @@ impl NaiveBully {
             speaks: None,
             timings: None,
             body,
+            info: None,
             kid: None,
             sig: None,
         }));

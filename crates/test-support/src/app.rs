@@ -547,6 +547,7 @@ pub fn node_config(
         cluster_keys: None,
         limits: pilot_election::server::Limits::default(),
         exec: None,
+        info: None,
     }
 }
 
