@@ -7,6 +7,7 @@
 use support::app;
 use support::browser;
 mod cli;
+mod client;
 mod cluster;
 mod connections;
 mod discovery;
