@@ -181,4 +181,45 @@ mod tests {
         let long: Vec<String> = (0..40).map(|i| format!("{i:0>250}")).collect();
         assert_eq!(MemberSet::new("a", long), Err(MembershipError::TooLarge));
     }
+
+    /// The ids may total 4 KiB (`MAX_MEMBER_ID_BYTES_TOTAL`), the node's own id included, and
+    /// not a byte more.
+    #[test]
+    fn member_ids_may_total_four_kib() {
+        let ids: Vec<String> = (0..16).map(|i| format!("{i:0>256}")).collect();
+        let full = MemberSet::new(&ids[0], ids.clone()).unwrap();
+        assert_eq!(full.ids().map(str::len).sum::<usize>(), 4096);
+        assert_eq!(full.len(), 16);
+        assert_eq!(
+            MemberSet::new("x", ids.clone()),
+            Err(MembershipError::TooLarge)
+        );
+        let mut over = ids;
+        over[15].pop();
+        over.push("yz".into());
+        assert_eq!(
+            MemberSet::new("yz", over.clone()),
+            Err(MembershipError::TooLarge)
+        );
+        over.pop();
+        over.push("y".into());
+        MemberSet::new("y", over).unwrap();
+    }
+
+    #[test]
+    fn a_set_is_never_empty() {
+        let alone = MemberSet::new("a", Vec::<String>::new()).unwrap();
+        assert!(!alone.is_empty());
+        assert_eq!(alone.len(), 1);
+        assert!(!MemberSet::new("a", ["b", "c"]).unwrap().is_empty());
+    }
+
+    /// What logs and errors show of a set: its sorted ids and its fingerprint, the first eight
+    /// hex digits of `printf 'a\nb\nc\n' | sha256sum`.
+    #[test]
+    fn a_set_shows_its_ids_and_fingerprint() {
+        let set = MemberSet::new("c", ["b", "a"]).unwrap();
+        assert_eq!(set.fingerprint(), "880553fc");
+        assert_eq!(set.to_string(), "{a, b, c} (880553fc)");
+    }
 }

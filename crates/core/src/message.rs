@@ -793,4 +793,278 @@ mod tests {
             Err(WireError::TooLarge(MAX_MESSAGE_BYTES + 1))
         );
     }
+
+    fn parses(m: &Message) -> bool {
+        Message::parse(m.to_json().as_bytes()).is_ok()
+    }
+
+    fn id(len: usize) -> String {
+        "i".repeat(len)
+    }
+
+    /// A message of up to 16 KiB is read (docs/pilot.md, README: "at most 16 KiB"), one byte
+    /// more is dropped unread with its length.
+    #[test]
+    fn a_message_may_be_sixteen_kib() {
+        let text = heartbeat().to_json();
+        let padded = |len: usize| {
+            let mut b = text.clone().into_bytes();
+            b.resize(len, b' ');
+            b
+        };
+        assert_eq!(Message::parse(&padded(16 * 1024)), Ok(heartbeat()));
+        assert_eq!(
+            Message::parse(&padded(16 * 1024 + 1)),
+            Err(WireError::TooLarge(16 * 1024 + 1))
+        );
+    }
+
+    #[test]
+    fn announced_timings_read_back_as_durations() {
+        let a = Announced {
+            heartbeat_ms: 500,
+            lease_ms: 2000,
+            election_timeout_ms: 3000,
+            max_drift_ppm: 50_000,
+        };
+        assert_eq!(a.heartbeat(), Duration::from_millis(500));
+        assert_eq!(a.lease(), Duration::from_millis(2000));
+        assert_eq!(a.election_timeout(), Duration::from_millis(3000));
+        assert_eq!(a.max_drift(), 0.05);
+    }
+
+    /// Durations of up to a day (86 400 000 ms) are announced, not a millisecond more.
+    #[test]
+    fn announced_durations_may_be_a_day() {
+        const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+        let at_most = Announced {
+            heartbeat_ms: DAY_MS - 1,
+            lease_ms: DAY_MS,
+            election_timeout_ms: DAY_MS,
+            max_drift_ppm: 499_999,
+        };
+        let with = |t: Announced| Message {
+            timings: Some(t),
+            ..heartbeat()
+        };
+        assert!(parses(&with(at_most)), "{at_most:?}");
+        for over in [
+            Announced {
+                lease_ms: DAY_MS + 1,
+                ..at_most
+            },
+            Announced {
+                election_timeout_ms: DAY_MS + 1,
+                ..at_most
+            },
+        ] {
+            assert!(!parses(&with(over)), "{over:?}");
+        }
+    }
+
+    /// A promise (`guard_ms` of an ack or a granted vote) may be up to four days
+    /// (345 600 000 ms), not a millisecond more.
+    #[test]
+    fn a_promise_may_be_four_days() {
+        const FOUR_DAYS_MS: u64 = 4 * 24 * 60 * 60 * 1000;
+        let ack = |ms: u64| Message {
+            body: Body::Ack {
+                leader: "b".into(),
+                hb_seq: 4,
+                guard_ms: Some(ms),
+                advert: advert(),
+            },
+            ..heartbeat()
+        };
+        let vote = |ms: u64| Message {
+            body: Body::Vote {
+                candidate: "b".into(),
+                granted: true,
+                pre_vote: false,
+                guard_ms: Some(ms),
+            },
+            ..heartbeat()
+        };
+        let bodies: [fn(u64) -> Message; 2] = [ack, vote];
+        for m in bodies {
+            for ok in [1, 3000, FOUR_DAYS_MS - 1, FOUR_DAYS_MS] {
+                assert!(parses(&m(ok)), "{ok}");
+            }
+            for bad in [FOUR_DAYS_MS + 1, u64::MAX] {
+                assert!(
+                    matches!(
+                        Message::parse(m(bad).to_json().as_bytes()),
+                        Err(WireError::Invalid(_))
+                    ),
+                    "{bad}"
+                );
+            }
+        }
+    }
+
+    /// `kid`, when present, is an id of 1 to 256 bytes.
+    #[test]
+    fn a_key_id_is_one_to_256_bytes() {
+        let with = |kid: String| Message {
+            kid: Some(kid),
+            sig: Some("c2ln".into()),
+            ..heartbeat()
+        };
+        assert!(parses(&with("k1".into())));
+        assert!(parses(&with(id(256))));
+        assert!(!parses(&with(String::new())));
+        assert!(!parses(&with(id(257))));
+    }
+
+    /// `members`, the fingerprint, is 1 to 64 bytes.
+    #[test]
+    fn the_member_fingerprint_is_one_to_64_bytes() {
+        let with = |members: String| Message {
+            members,
+            ..heartbeat()
+        };
+        assert!(parses(&with("0".into())));
+        assert!(parses(&with(id(63))));
+        assert!(parses(&with(id(64))));
+        assert!(!parses(&with(String::new())));
+        assert!(!parses(&with(id(65))));
+    }
+
+    /// `hears` and `member_ids` hold at most 1024 ids (`MAX_HEARS`).
+    #[test]
+    fn an_advert_lists_at_most_1024_ids() {
+        fn ids(n: usize) -> Vec<String> {
+            (0..n).map(|i| i.to_string()).collect()
+        }
+        let hears = |n: usize| Message {
+            body: Body::Presence {
+                advert: Advert {
+                    hears: ids(n),
+                    ..advert()
+                },
+            },
+            ..heartbeat()
+        };
+        let members = |n: usize| Message {
+            body: Body::Presence {
+                advert: Advert {
+                    member_ids: ids(n),
+                    ..advert()
+                },
+            },
+            ..heartbeat()
+        };
+        let lists: [fn(usize) -> Message; 2] = [hears, members];
+        for m in lists {
+            assert!(parses(&m(1023)));
+            assert!(parses(&m(1024)));
+            assert!(!parses(&m(1025)));
+        }
+    }
+
+    /// A candidacy names its sender; an ack's leader, a vote's candidate and a resign's
+    /// successor name someone else, but each is an id of 1 to 256 bytes.
+    #[test]
+    fn the_ids_a_body_names_are_checked() {
+        fn with(body: Body) -> Message {
+            Message {
+                body,
+                ..heartbeat()
+            }
+        }
+        let election = |candidate: &str| {
+            with(Body::Election {
+                candidate: candidate.into(),
+                priority: 3,
+                pre_vote: true,
+            })
+        };
+        assert!(parses(&election("a")));
+        assert!(!parses(&election("b")));
+        let ack = |leader: String| {
+            with(Body::Ack {
+                leader,
+                hb_seq: 4,
+                guard_ms: Some(3000),
+                advert: advert(),
+            })
+        };
+        let vote = |candidate: String| {
+            with(Body::Vote {
+                candidate,
+                granted: false,
+                pre_vote: false,
+                guard_ms: None,
+            })
+        };
+        let resign = |successor: String| {
+            with(Body::Resign {
+                leader: "a".into(),
+                successor: Some(successor),
+                lost_quorum: false,
+            })
+        };
+        let naming: [fn(String) -> Message; 3] = [ack, vote, resign];
+        for m in naming {
+            assert!(parses(&m("b".into())));
+            assert!(parses(&m(id(256))));
+            assert!(!parses(&m(String::new())));
+            assert!(!parses(&m(id(257))));
+        }
+    }
+
+    /// `stamp` writes the time of the win into a victory that has none, and leaves a victory
+    /// that already carries its time (sent again later) as it was.
+    #[test]
+    fn a_victory_keeps_the_time_of_the_win() {
+        let leader = |elected_at: u64| Message {
+            body: Body::Leader {
+                leader: "a".into(),
+                elected_at,
+            },
+            ..heartbeat()
+        };
+        let mut fresh = leader(0);
+        fresh.stamp(1_700_000_000_123);
+        assert_eq!(fresh.ts, 1_700_000_000_123);
+        assert_eq!(fresh.body, leader(1_700_000_000_123).body);
+        let mut again = fresh.clone();
+        again.stamp(1_700_000_009_000);
+        assert_eq!(again.ts, 1_700_000_009_000);
+        assert_eq!(again.body, leader(1_700_000_000_123).body);
+    }
+
+    /// The names the API shows and the logs and metrics count by are the wire names.
+    #[test]
+    fn candidacies_and_types_go_by_their_wire_names() {
+        for (c, name) in [
+            (Candidacy::Eligible, "eligible"),
+            (Candidacy::Booting, "booting"),
+            (Candidacy::Cooling, "cooling"),
+            (Candidacy::Withdrawn, "withdrawn"),
+            (Candidacy::Stopping, "stopping"),
+        ] {
+            assert_eq!(c.as_str(), name);
+            assert_eq!(serde_json::to_value(c).unwrap(), name);
+        }
+        let names = [
+            "heartbeat",
+            "ack",
+            "presence",
+            "election",
+            "vote",
+            "leader",
+            "resign",
+            "resign",
+        ];
+        for (body, name) in bodies().into_iter().zip(names) {
+            assert_eq!(body.kind(), name);
+            let m = Message {
+                body,
+                ..heartbeat()
+            };
+            let v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+            assert_eq!(v["type"], name);
+        }
+    }
 }
