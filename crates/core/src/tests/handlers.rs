@@ -522,8 +522,21 @@ fn lead_beside_c(t: Timings, span: Duration) -> Option<(Duration, Option<String>
     let _ = a.handle(since, grant(&mut b, 1, false));
     assert_eq!(a.role(), Role::Leader);
     let (mut actions, mut sent_at) = (drain(&mut a), since);
+    // Even at four times the rate, a leader sends a heartbeat every H / 4 at most: a step that
+    // made more fails here at once (a heartbeat scheduled in the past answers every ack with
+    // another one, which this loop would ack again, without end).
+    let (mut heartbeats, most) = (0, span.as_millis() / (H / 4).as_millis() + 2);
     for step in 0..=span.as_millis() as u32 / 10 {
         let now = since + MS * 10 * step;
+        heartbeats += published(&actions)
+            .iter()
+            .filter(|x| matches!(x, Body::Heartbeat { .. }))
+            .count() as u128;
+        assert!(
+            heartbeats <= most,
+            "{heartbeats} heartbeats by {:?}",
+            now - since
+        );
         for x in std::mem::take(&mut actions) {
             if let Action::Publish(m) = x {
                 match m.body {
