@@ -25,7 +25,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
         exit 1
     }
 fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest mypy
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check pytest==9.2.0 mypy==2.4.1
 # --force-reinstall of the package alone: the tests run against the code as it is now.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     --force-reinstall "$root/clients/python"

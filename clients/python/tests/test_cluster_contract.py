@@ -1,9 +1,5 @@
-"""The parts of docs/clients.md that need the server of issue 25: the leader's URL and
-metadata, and resumption on the same node with Last-Event-ID (no snapshot, nothing twice).
-
-PENDING: not collected (the name does not match test_*.py) until the "Issue 25 server:" commits
-land; then rebuild the binary and rename this file to test_cluster_contract.py. Until then the
-other tests run the watch's catch-up against the current server through /history."""
+"""The server's side of docs/clients.md as the client sees it: the leader's URL and metadata,
+and resumption on the same node with Last-Event-ID (no snapshot, nothing twice)."""
 
 from __future__ import annotations
 
