@@ -1,17 +1,20 @@
 //! The Rust client (`crates/client`, pilot-election-client) against real nodes: failover when
-//! the member it talks to is killed, `lead()` stopping its work
+//! the member it talks to is killed, `watch()` across a `kill -9` of the leader and a restart
+//! of the watched node (compared with every node's `/history`), `lead()` stopping its work
 //! before another node leads (a sampler of the workers' marker files: never two at once), and
 //! the `Fence` refusing a deposed leader's term.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use pilot_election::clock::wall::{rfc3339, unix_ms_now};
-use pilot_election_client::{Client, Error, Fence, StaleTerm};
+use pilot_election_client::{ChangeSource, Client, Error, Fence, LeaderChange, StaleTerm};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -394,4 +397,195 @@ async fn lead_stops_the_work_before_another_node_leads() {
     for t in tasks {
         t.abort();
     }
+}
+
+/// What a watcher collected, in order.
+type Seen = Arc<Mutex<Vec<LeaderChange>>>;
+
+fn collect(client: &Client) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen: Seen = Arc::new(Mutex::new(Vec::new()));
+    let mut watch = client.watch();
+    let s = seen.clone();
+    let task = tokio::spawn(async move {
+        while let Some(c) = watch.next().await {
+            s.lock().unwrap().push(c);
+        }
+    });
+    (seen, task)
+}
+
+fn pairs(seen: &Seen) -> Vec<(u64, String)> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.term, c.leader.clone()))
+        .collect()
+}
+
+async fn saw(seen: &Seen, term: u64, leader: &str, who: &str) {
+    let ok = wait_for(AGREE, || async {
+        pairs(seen)
+            .iter()
+            .any(|(t, l)| *t == term && l == leader)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        ok.is_some(),
+        "{who} never saw {leader} in term {term}: {:?}",
+        pairs(seen)
+    );
+}
+
+/// Every (term, leader) of every node's `/history` from `from` on.
+async fn history_pairs(c: &Cluster, from: u64) -> BTreeSet<(u64, String)> {
+    let mut out = BTreeSet::new();
+    for n in &c.nodes {
+        let (status, h) = get_json(&format!("{}/history", n.url())).await;
+        assert_eq!(status, 200, "{}: {h}", n.id);
+        for t in h["transitions"].as_array().expect("transitions") {
+            if let (Some(term), Some(leader)) = (t["term"].as_u64(), t["leader"].as_str()) {
+                if term >= from {
+                    out.insert((term, leader.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Two watchers: one of every member (it fails over) and one of a single follower (it must
+/// resume on that node after its restart). Across a `kill -9` of the leader and a restart of
+/// the watched node, during which leadership moves, each yields exactly the leaders every
+/// node's history recorded, each term once and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_misses_no_leader_change_across_a_kill_and_a_restart() {
+    let _serial = serial().await;
+    let mut c = Cluster::start(3, &["--preempt-after", "0s", "--meta", "zone=it"]);
+    let all = [0, 1, 2];
+    let (l1, t1) = c.agreed(&all, AGREE, |_, _| true).await;
+    let li = c.index(&l1);
+    // The watched node: a follower, first in the list.
+    let a = (0..3).find(|i| *i != li).unwrap();
+    let rest: Vec<usize> = (0..3).filter(|i| *i != a).collect();
+    let every = Client::builder(urls(&c, &[a, rest[0], rest[1]]))
+        .reconnect_backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .build()
+        .expect("client");
+    let single = Client::builder([c.nodes[a].url()])
+        .reconnect_backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .build()
+        .expect("client");
+    let (seen_every, task_every) = collect(&every);
+    let (seen_single, task_single) = collect(&single);
+    saw(&seen_every, t1, &l1, "the watcher of every member").await;
+    saw(&seen_single, t1, &l1, "the watcher of one node").await;
+    {
+        let first = seen_every.lock().unwrap()[0].clone();
+        assert_eq!(first.source, ChangeSource::Event);
+        assert_eq!(
+            first.leader_url.as_deref(),
+            Some(c.nodes[li].url().as_str())
+        );
+        assert_eq!(first.answered_by, c.nodes[a].url());
+    }
+    // The leader's URL and labels, from a follower.
+    let l = every.leader().await.expect("answer").expect("a leader");
+    assert_eq!(l.url.as_deref(), Some(c.nodes[li].url().as_str()));
+    assert_eq!(l.node_url.as_deref(), Some(c.nodes[a].url().as_str()));
+    assert_eq!(l.meta.get("zone").map(String::as_str), Some("it"));
+
+    // 1. kill -9 of the leader: the survivors elect; both watchers are on the watched node.
+    c.nodes[li].kill9();
+    let survivors: Vec<usize> = all.iter().copied().filter(|&i| i != li).collect();
+    let (l2, t2) = c.agreed(&survivors, AGREE, |l, _| l != l1).await;
+    saw(&seen_every, t2, &l2, "the watcher of every member").await;
+    saw(&seen_single, t2, &l2, "the watcher of one node").await;
+    c.nodes[li].start();
+    wait_up(&c.nodes[li]).await;
+    c.agreed(&all, AGREE, |l, t| l == l2 && t == t2).await;
+
+    // An event id of the watched node's current run, to resume from after its restart.
+    let old_id = {
+        let mut probe = single.watch();
+        let first = tokio::time::timeout(AGREE, probe.next())
+            .await
+            .expect("the current state")
+            .expect("a change");
+        assert_eq!((first.term, first.leader.as_str()), (t2, l2.as_str()));
+        probe.status().last_event_id.expect("events carry ids")
+    };
+
+    // 2. The watched node goes down, and leadership moves while it is down: its own failover
+    // if it leads, else a handover between the other two.
+    let ids: Vec<String> = c.nodes.iter().map(|n| n.id.clone()).collect();
+    c.nodes[a].kill9();
+    let up: Vec<usize> = rest.clone();
+    if ids[a] != l2 {
+        let successor = up
+            .iter()
+            .map(|i| ids[*i].clone())
+            .find(|id| *id != l2)
+            .expect("the third node");
+        crate::cluster::hand_over(&c, &l2, &successor).await;
+    }
+    let (l3, t3) = c.agreed(&up, AGREE, |_, t| t > t2).await;
+    // The watcher of every member moved to another member and learned it there.
+    saw(&seen_every, t3, &l3, "the watcher of every member").await;
+    assert_ne!(every.last_answered_by(), c.nodes[a].url());
+    // The watched node restarts: the single watcher resumes there with an id of its previous
+    // run, which it cannot resume, so it gets a snapshot of what it missed.
+    c.nodes[a].start();
+    wait_up(&c.nodes[a]).await;
+    c.agreed(&all, AGREE, |l, t| l == l3 && t == t3).await;
+    saw(&seen_single, t3, &l3, "the watcher of one node").await;
+    // Resuming from the id of its previous run, the restarted node cannot resume: its snapshot
+    // names the leader it learned after the restart, from its history, first.
+    let mut resumed = single.watch_resuming(Some(old_id), Some(t2));
+    let change = tokio::time::timeout(AGREE, resumed.next())
+        .await
+        .expect("a change in time")
+        .expect("a change");
+    assert_eq!((change.term, change.leader.as_str()), (t3, l3.as_str()));
+    assert!(
+        matches!(&change.source, ChangeSource::History(t) if t.term == t3),
+        "{change:?}"
+    );
+    if let ChangeSource::History(t) = &change.source {
+        eprintln!(
+            "client watch: resumed on the restarted node from an id of its previous run: term \
+             {} {} from its history ({} at {})",
+            change.term, change.leader, t.reason, t.at
+        );
+    }
+    drop(resumed);
+
+    // 3. One more kill -9 of the leader, with every node up again.
+    let i3 = c.index(&l3);
+    c.nodes[i3].kill9();
+    let others: Vec<usize> = all.iter().copied().filter(|&i| i != i3).collect();
+    let (l4, t4) = c.agreed(&others, AGREE, |l, t| l != l3 && t > t3).await;
+    saw(&seen_every, t4, &l4, "the watcher of every member").await;
+    saw(&seen_single, t4, &l4, "the watcher of one node").await;
+    c.nodes[i3].start();
+    wait_up(&c.nodes[i3]).await;
+    c.agreed(&all, AGREE, |l, t| l == l4 && t == t4).await;
+
+    // Each watcher yielded exactly the leaders the histories recorded, terms rising.
+    let recorded = history_pairs(&c, t1).await;
+    for (who, seen) in [("every member", &seen_every), ("one node", &seen_single)] {
+        let got = pairs(seen);
+        assert!(
+            got.windows(2).all(|w| w[0].0 < w[1].0),
+            "the watcher of {who} went back or repeated a term: {got:?}"
+        );
+        let got_set: BTreeSet<(u64, String)> = got.iter().cloned().collect();
+        assert_eq!(
+            got_set, recorded,
+            "the watcher of {who} differs from the histories"
+        );
+        eprintln!("client watch ({who}): {got:?}");
+    }
+    task_every.abort();
+    task_single.abort();
 }
