@@ -560,13 +560,37 @@ async fn watch_misses_no_leader_change_across_a_kill_and_a_restart() {
     }
     drop(resumed);
 
-    // 3. One more kill -9 of the leader, with every node up again.
+    // 3. One more kill -9 of the leader, with every node up again. A node that stays up
+    // gives an id first: resumed from it afterwards, that node can resume from its log.
     let i3 = c.index(&l3);
+    let x = (0..3).find(|i| *i != i3).unwrap();
+    let of_x = Client::new([c.nodes[x].url()]).expect("client");
+    let x_id = {
+        let mut probe = of_x.watch();
+        let first = tokio::time::timeout(AGREE, probe.next())
+            .await
+            .expect("the current state")
+            .expect("a change");
+        assert_eq!((first.term, first.leader.as_str()), (t3, l3.as_str()));
+        probe.status().last_event_id.expect("events carry ids")
+    };
     c.nodes[i3].kill9();
     let others: Vec<usize> = all.iter().copied().filter(|&i| i != i3).collect();
     let (l4, t4) = c.agreed(&others, AGREE, |l, t| l != l3 && t > t3).await;
     saw(&seen_every, t4, &l4, "the watcher of every member").await;
     saw(&seen_single, t4, &l4, "the watcher of one node").await;
+    let mut resumed = of_x.watch_resuming(Some(x_id), Some(t3));
+    let change = tokio::time::timeout(AGREE, resumed.next())
+        .await
+        .expect("a change in time")
+        .expect("a change");
+    assert_eq!((change.term, change.leader.as_str()), (t4, l4.as_str()));
+    assert_eq!(
+        change.source,
+        ChangeSource::Event,
+        "resumed from the log: {change:?}"
+    );
+    drop(resumed);
     c.nodes[i3].start();
     wait_up(&c.nodes[i3]).await;
     c.agreed(&all, AGREE, |l, t| l == l4 && t == t4).await;
