@@ -1,0 +1,59 @@
+//! The gate between the API and the election loop: a command that would hand leadership over
+//! (a step-down, a candidacy withdrawal) reaches the loop only once the child is gone.
+
+use super::*;
+
+/// Whether a command hands leadership over when it succeeds.
+fn hands_over(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::StepDown { .. }
+            | Input::SetCandidacy {
+                eligible: false,
+                ..
+            }
+    )
+}
+
+pub(super) async fn gate(
+    mut from_api: mpsc::Receiver<Command>,
+    to_loop: mpsc::Sender<Command>,
+    exec: ExecHandle,
+    snapshot: watch::Receiver<Snapshot>,
+) {
+    while let Some(cmd) = from_api.recv().await {
+        let view = snapshot.borrow().view.clone();
+        // Commands the core will refuse anyway do not cost the child its run.
+        let refused = match &cmd.input {
+            Input::StepDown {
+                expected_term: Some(t),
+                ..
+            } => *t != view.term,
+            _ => false,
+        };
+        if !hands_over(&cmd.input) || refused || !view.is_leader_at(clock::now()) {
+            if to_loop.send(cmd).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        exec.hold(DRAIN_GRACE).await;
+        let (reply, answer) = oneshot::channel();
+        let forwarded = Command {
+            input: cmd.input,
+            reply,
+        };
+        if to_loop.send(forwarded).await.is_err() {
+            return;
+        }
+        let Ok(result) = answer.await else {
+            return;
+        };
+        let release = match result {
+            Ok(_) => Control::ReleaseAfter { term: view.term },
+            Err(_) => Control::Release,
+        };
+        let _ = exec.control.send(release).await;
+        let _ = cmd.reply.send(result);
+    }
+}
