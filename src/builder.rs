@@ -343,6 +343,22 @@ fn check_member_change(store: &Store, members: &MemberSet, accept: bool) -> Resu
     Ok(())
 }
 
+/// Runs one node on `listeners` (a `TcpListener`, or the API's and the peers') until
+/// `shutdown` resolves (then hands over leadership if it has it) or the election loop fails.
+/// An `Err` means the process must exit non-zero.
+pub async fn run(
+    mut config: NodeConfig,
+    listeners: impl Into<Listeners>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    // The process's open-file limit, raised to its hard limit; caps that do not fit are lowered.
+    crate::open_files::prepare(&mut config.limits, config.peers.len());
+    NodeBuilder::new(config)
+        .build()?
+        .serve(listeners, shutdown)
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@
 //!   marks).
 //! - [`directory`]: where each member's API is and its operator's labels, for clients (never
 //!   read by the election).
+//! - [`tls`]: rustls configurations for the listeners and the peer client, reloaded on SIGHUP.
 //! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
 //! - [`transport`]: how messages leave and arrive (`http` built in, `pilot` through pilotctl,
 //!   `memory` for tests).
@@ -25,7 +26,7 @@
 //! - [`exec`]: `run --exec`, a command that runs only while this node leads.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`cli`]: command-line parsing, the client commands and the demo; `main.rs` only dispatches.
-//! - [`run`]: one node, from configuration to a serving process.
+//! - [`run`] (in [`builder`]): one node, from configuration to a serving process.
 #![forbid(unsafe_code)]
 
 pub mod api;
@@ -43,25 +44,7 @@ pub mod runtime;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod tls;
 pub mod transport;
 
-use std::future::Future;
-
-pub use builder::{NodeBuilder, NodeConfig, RunError};
-use server::Listeners;
-
-/// Runs one node on `listeners` (a `TcpListener`, or the API's and the peers') until
-/// `shutdown` resolves (then hands over leadership if it has it) or the election loop fails.
-/// An `Err` means the process must exit non-zero.
-pub async fn run(
-    mut config: NodeConfig,
-    listeners: impl Into<Listeners>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), RunError> {
-    // The process's open-file limit, raised to its hard limit; caps that do not fit are lowered.
-    open_files::prepare(&mut config.limits, config.peers.len());
-    NodeBuilder::new(config)
-        .build()?
-        .serve(listeners, shutdown)
-        .await
-}
+pub use builder::{run, NodeBuilder, NodeConfig, RunError};
