@@ -69,6 +69,21 @@ async fn every_member_says_where_the_leader_is_and_how_it_is_labelled() {
     );
 }
 
+/// The URL is information: nodes that announce one nobody can reach (TEST-NET-1, RFC 5737)
+/// elect as usual, and clients are told that URL.
+#[tokio::test]
+async fn a_leader_whose_url_nobody_can_reach_still_leads() {
+    let _serial = serial().await;
+    let c = Cluster::start(3, &["--advertise-url", "http://192.0.2.1:9"]);
+    let (leader, _) = c.agreed(&[0, 1, 2], FIRST_LEADER, |_, _| true).await;
+    for n in &c.nodes {
+        let (code, body) = get_json(&format!("{}/leader", n.url())).await;
+        assert_eq!(code, 200, "{}: {body}", n.id);
+        assert_eq!(body["leader"], json!(leader));
+        assert_eq!(body["leader_url"], json!("http://192.0.2.1:9"));
+    }
+}
+
 #[test]
 fn an_advertise_url_that_cannot_be_derived_or_used_is_refused_at_start() {
     let cases: &[(&[&str], &str)] = &[
