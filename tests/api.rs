@@ -106,7 +106,7 @@ async fn call(
     let resp = send(router, req.body(Body::from(body)).expect("request")).await;
     let status = resp.status().as_u16();
     // An event stream never ends: its status is all this test reads of it.
-    if path == "/events" || method == Method::HEAD {
+    if path == "/events" || method == Method::HEAD || method == Method::OPTIONS {
         return (status, Value::Null);
     }
     let bytes = body_of(resp).await;
@@ -248,6 +248,16 @@ async fn every_answer_follows_the_spec_bad_requests_get_json_errors_and_leadersh
     assert_eq!(get(follower, "/role/leader").await.0, 503);
     let (s, _) = call(leader, "head", "/role/leader", None, None, Vec::new()).await;
     assert_eq!(s, 200);
+    // OPTIONS answers as HEAD does, for health checkers that send it.
+    for (router, path, want) in [
+        (leader, "/role/leader", 200),
+        (follower, "/role/leader", 503),
+        (leader, "/role/follower", 503),
+        (follower, "/role/follower", 200),
+    ] {
+        let (s, _) = call(router, "options", path, None, None, Vec::new()).await;
+        assert_eq!(s, want, "OPTIONS {path}");
+    }
     let metrics = text(leader, "/metrics").await;
     assert!(metrics.contains("pilot_election_is_leader 1"), "{metrics}");
     assert!(

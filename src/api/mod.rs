@@ -85,8 +85,14 @@ pub fn router(state: AppState) -> Router {
         .route("/step-down", post(membership::post_step_down))
         .route("/events", get(events::get_events))
         .route("/history", get(history::get_history))
-        .route("/role/leader", get(role::get_role_leader))
-        .route("/role/follower", get(role::get_role_follower))
+        .route(
+            "/role/leader",
+            get(role::get_role_leader).options(role::options_role_leader),
+        )
+        .route(
+            "/role/follower",
+            get(role::get_role_follower).options(role::options_role_follower),
+        )
         .route("/healthz", get(health::get_healthz))
         .route("/readyz", get(health::get_readyz))
         .route("/metrics", get(metrics::get_metrics))
@@ -112,8 +118,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/history"),
     ("get", "/role/leader"),
     ("head", "/role/leader"),
+    ("options", "/role/leader"),
     ("get", "/role/follower"),
     ("head", "/role/follower"),
+    ("options", "/role/follower"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

@@ -5,7 +5,7 @@
 //! "leader" at once.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::Json;
 use serde::Serialize;
 
@@ -44,4 +44,26 @@ pub async fn get_role_leader(State(s): State<AppState>) -> (StatusCode, Json<Rol
 
 pub async fn get_role_follower(State(s): State<AppState>) -> (StatusCode, Json<RoleBody>) {
     answer(&s, false)
+}
+
+/// `OPTIONS` answers as `HEAD` does (the status, no body): HAProxy's bare `option httpchk` and
+/// Patroni-style checks send it.
+fn options(
+    s: &AppState,
+    want_leader: bool,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1]) {
+    let (code, _) = answer(s, want_leader);
+    (code, [(header::ALLOW, "GET, HEAD, OPTIONS")])
+}
+
+pub async fn options_role_leader(
+    State(s): State<AppState>,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1]) {
+    options(&s, true)
+}
+
+pub async fn options_role_follower(
+    State(s): State<AppState>,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1]) {
+    options(&s, false)
 }
