@@ -18,6 +18,7 @@
 //! cargo run --release --example bench -- attack    --secs 10              # needs wrk
 //! cargo run --release --example bench -- faults    --transport http  --secs 60 --runs 1
 //! cargo run --release --example bench -- faults    --transport pilot --secs 60 --runs 1
+//! cargo run --release --example bench -- watchers  --watchers 100 --changes 10
 //! ```
 //!
 //! Nodes run at default timings (h 500 ms, L 2 s, T 3 s) with `--preempt-after 0s`, so that a
@@ -28,6 +29,7 @@
 use support::app;
 mod attack;
 mod faults;
+mod watchers;
 use support::devnet;
 use support::flood;
 use support::pilot_cluster;
@@ -65,6 +67,9 @@ struct Opts {
     change: String,
     /// kernel-deaf: which build the nodes run (`current`, or `previous`: the release before).
     build: String,
+    /// watchers: how many `/events` streams, and how many leader changes they see.
+    watchers: usize,
+    changes: usize,
 }
 
 fn parse() -> Opts {
@@ -80,6 +85,8 @@ fn parse() -> Opts {
         secs_given: false,
         change: "none".into(),
         build: "current".into(),
+        watchers: 100,
+        changes: 10,
     };
     while let Some(flag) = a.next() {
         let v = a.next().unwrap_or_else(|| usage("flag without value"));
@@ -97,6 +104,8 @@ fn parse() -> Opts {
             "--rounds" => o.rounds = v.parse().unwrap_or_else(|_| usage("--rounds")),
             "--change" if ["none", "timings", "upgrade"].contains(&v.as_str()) => o.change = v,
             "--build" if ["current", "previous"].contains(&v.as_str()) => o.build = v,
+            "--watchers" => o.watchers = v.parse().unwrap_or_else(|_| usage("--watchers")),
+            "--changes" => o.changes = v.parse().unwrap_or_else(|_| usage("--changes")),
             _ => usage(&flag),
         }
     }
@@ -105,8 +114,9 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf [--nodes N] \
-         [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)]"
+        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers [--nodes N] \
+         [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] \
+         [--watchers N] [--changes N] (watchers)"
     );
     std::process::exit(64)
 }
@@ -922,6 +932,7 @@ async fn main() {
         "stability" => stability(&o).await,
         "attack" => attack::attack(&o).await,
         "kernel-deaf" => kernel_deaf(&o).await,
+        "watchers" => watchers::watchers(&o).await,
         "faults" => {
             let runs = if o.runs_given { o.runs } else { 1 };
             let secs = if o.secs_given { o.secs } else { 60 };
