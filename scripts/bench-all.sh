@@ -39,6 +39,8 @@ run idle-http-3 "$B" idle --nodes 3 --transport http --secs 30
 run idle-pilot-3 "$B" idle --nodes 3 --transport pilot --secs 30
 run api "$B" api --secs 10 --rounds 2
 run attack "$B" attack --secs 10
+# Issue 25: 100 /events watchers through the Rust client, 10 handovers; about a minute.
+run watchers "$B" watchers --watchers 100 --changes 10
 run sim-figures target/release/examples/sim-figures
 # Three minutes more: each etcd run waits out the 60 s session TTL.
 if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
