@@ -19,6 +19,7 @@ use crate::runtime::{Runtime, RuntimeError, Wiring};
 use crate::server::{Limits, Listeners};
 use crate::signing::KeyRing;
 use crate::store::{self, Store, StoreError};
+use crate::tls::Tls;
 use crate::transport::http::{HttpTransport, Peer};
 use crate::transport::pilot::{PilotConfig, PilotTransport};
 use crate::transport::{Inbound, Transport, INBOUND_CAPACITY};
@@ -53,6 +54,9 @@ pub struct NodeConfig {
     /// `--advertise-url` and `--meta`, announced to clients (docs/clients.md); `None`
     /// announces nothing.
     pub info: Option<NodeInfo>,
+    /// `--tls-cert` and friends, loaded and checked: TLS on the listeners and to `https://`
+    /// peers, reloaded on SIGHUP; `None` is plain HTTP.
+    pub tls: Option<Arc<Tls>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +103,7 @@ pub struct BuiltNode {
     pub runtime: Runtime,
     pub state: AppState,
     limits: Limits,
+    tls: Option<Arc<Tls>>,
     /// The `--exec` supervisor, if any.
     exec: Option<Exec>,
     /// Stops the transport when the node is done; it outlives the loop's shutdown, because a
@@ -169,11 +174,18 @@ impl NodeBuilder {
                     transport_stop.clone(),
                 )),
                 None => Arc::new(
-                    HttpTransport::start(
+                    HttpTransport::start_with_tls(
                         config.peers.clone(),
                         config.members.quorum(),
                         in_tx.clone(),
                         metrics.clone(),
+                        config
+                            .tls
+                            .clone()
+                            .filter(|t| t.peer_client().is_some())
+                            .map(|tls| -> crate::transport::http::PeerClients {
+                                Arc::new(move || tls.peer_client())
+                            }),
                     )
                     .map_err(|e| RunError::Transport(e.to_string()))?,
                 ),
@@ -231,6 +243,7 @@ impl NodeBuilder {
             runtime,
             state,
             limits: config.limits,
+            tls: config.tls,
             exec,
             transport_stop,
         })
@@ -263,7 +276,16 @@ impl BuiltNode {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), RunError> {
         let listeners = listeners.into();
+        // The SIGHUP handler is in place before the node serves, so a reload asked for once it
+        // answers never ends the process.
+        let _stop_watch = self.tls.as_ref().map(|tls| {
+            let stop = CancellationToken::new();
+            tls.watch(stop.clone());
+            stop.drop_guard()
+        });
         tracing::info!(
+            tls = self.tls.as_ref().is_some_and(|t| t.server_config().is_some()),
+            client_certificates = self.tls.as_ref().is_some_and(|t| t.requires_client_certs()),
             listen = %listeners.api.local_addr().map(|a| a.to_string()).unwrap_or_default(),
             peer_listen = %listeners.peer.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.to_string()).unwrap_or_default(),
             "serving"
@@ -287,6 +309,7 @@ impl BuiltNode {
             listeners,
             crate::api::router(self.state),
             self.limits,
+            self.tls,
             metrics,
             server_done.clone(),
         ));

@@ -17,6 +17,7 @@ pub mod config;
 pub mod demo;
 mod process;
 pub mod server;
+pub mod tls;
 
 pub use config::{parse_duration, ConfigError, PilotctlVerdict};
 pub use process::shutdown_signal;
@@ -92,6 +93,8 @@ pub struct RunArgs {
     pub meta: Vec<String>,
     #[command(flatten)]
     pub server: server::ServerArgs,
+    #[command(flatten)]
+    pub tls: tls::TlsArgs,
     #[arg(
         long,
         env = "PILOT_ELECTION_TRANSPORT",
@@ -196,6 +199,8 @@ pub struct ClientArgs {
     pub admin_token_file: Option<PathBuf>,
     #[arg(long = "admin-token", env = "PILOT_ELECTION_ADMIN_TOKEN", hide = true)]
     pub admin_token: Option<String>,
+    #[command(flatten)]
+    pub tls: tls::ClientTlsArgs,
 }
 
 #[derive(Debug, Args)]

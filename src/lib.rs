@@ -15,6 +15,7 @@
 //!   marks).
 //! - [`directory`]: where each member's API is and its operator's labels, for clients (never
 //!   read by the election).
+//! - [`tls`]: rustls configurations for the listeners and the peer client, reloaded on SIGHUP.
 //! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
 //! - [`transport`]: how messages leave and arrive (`http` built in, `pilot` through pilotctl,
 //!   `memory` for tests).
@@ -43,6 +44,7 @@ pub mod runtime;
 pub mod server;
 pub mod signing;
 pub mod store;
+pub mod tls;
 pub mod transport;
 
 pub use builder::{run, NodeBuilder, NodeConfig, RunError};

@@ -14,6 +14,8 @@ use super::{
 enum Reply {
     Answer(u16, Value),
     Unreachable(String),
+    /// A bad client flag (a CA or certificate file): exit 64.
+    Usage(String),
 }
 
 async fn call(
@@ -22,10 +24,14 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> Reply {
-    let client = match reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
+    let builder = match args
+        .tls
+        .apply(reqwest::Client::builder().timeout(Duration::from_secs(5)))
     {
+        Ok(b) => b,
+        Err(e) => return Reply::Usage(e),
+    };
+    let client = match builder.build() {
         Ok(c) => c,
         Err(e) => return Reply::Unreachable(e.to_string()),
     };
@@ -50,6 +56,10 @@ async fn call(
 /// Prints and maps to an exit code; `ok` renders a success body for people.
 fn finish(args: &ClientArgs, reply: Reply, ok: impl Fn(&Value) -> String) -> i32 {
     match reply {
+        Reply::Usage(e) => {
+            eprintln!("pilot-election: {e}");
+            EXIT_USAGE
+        }
         Reply::Unreachable(e) => {
             eprintln!("pilot-election: cannot reach the node: {e}");
             EXIT_UNREACHABLE

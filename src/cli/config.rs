@@ -89,6 +89,7 @@ impl RunArgs {
             });
         }
         let members = self.member_set(&node_id, &peers, pilot.is_some())?;
+        let tls = self.tls.load(&peers)?;
         let timings = Timings {
             heartbeat: self.heartbeat_interval,
             lease: self.lease,
@@ -131,6 +132,7 @@ impl RunArgs {
             pilot,
             cluster_keys,
             limits: self.server.to_limits()?,
+            tls,
         })
     }
 

@@ -11,6 +11,12 @@
 //! - Peer ingress never depends on the API having room: on a shared port, `--peer-connections`
 //!   slots beyond the cap carry only `POST /peer/messages`; with `--peer-listen` the peers have
 //!   a listener (and cap) of their own.
+//! - With `--tls-cert`, every connection (on both listeners) is a TLS connection. Its handshake
+//!   runs in the connection's own task, after admission: it holds a slot of the cap, can be
+//!   evicted like a connection that has not sent a head, and must be done, with the first
+//!   head, within the header timeout of the accept. A failed handshake (plain HTTP, garbage,
+//!   a client certificate the CA did not sign or that has expired) closes the connection and
+//!   is logged, at most [`HANDSHAKE_LOGS_PER_SECOND`] lines a second.
 //! - On shutdown, the listeners close, waiting connections are closed at once and requests in
 //!   progress are finished (event streams end with the election loop).
 //!
@@ -37,9 +43,11 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -49,6 +57,7 @@ use conn::{Conn, Watched};
 
 use crate::api::{ApiError, PEER_MESSAGES};
 use crate::metrics::Metrics;
+use crate::tls::Tls;
 
 /// Connection limits and timeouts (`--max-connections` and friends).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +94,9 @@ pub const OWN_FILES: u64 = 64;
 /// Largest request head (all header lines) a client may send.
 const MAX_HEAD: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
+/// Failed handshakes logged in one second; the others are counted in the next line logged
+/// (and all of them in `refusals_total{reason="tls_handshake"}`).
+pub const HANDSHAKE_LOGS_PER_SECOND: u32 = 5;
 /// Pause after an accept error such as EMFILE, so that a full table does not spin the loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -241,6 +253,62 @@ struct Shared {
     stop: CancellationToken,
     next_id: AtomicU64,
     http: http1::Builder,
+    tls: Option<Arc<Tls>>,
+    handshake_log: Mutex<LogWindow>,
+}
+
+/// At most [`HANDSHAKE_LOGS_PER_SECOND`] lines a second, with a count of those left out.
+#[derive(Default)]
+struct LogWindow {
+    window: Option<Instant>,
+    logged: u32,
+    left_out: u64,
+}
+
+impl LogWindow {
+    fn admit(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .window
+            .is_none_or(|w| now >= w + Duration::from_secs(1))
+        {
+            self.window = Some(now);
+            self.logged = 0;
+        }
+        if self.logged >= HANDSHAKE_LOGS_PER_SECOND {
+            self.left_out += 1;
+            return None;
+        }
+        self.logged += 1;
+        Some(std::mem::take(&mut self.left_out))
+    }
+}
+
+impl Shared {
+    /// The acceptor for a new connection (the configuration in use now), if TLS is on.
+    fn acceptor(&self) -> Option<TlsAcceptor> {
+        self.tls
+            .as_ref()
+            .and_then(|t| t.server_config())
+            .map(TlsAcceptor::from)
+    }
+
+    fn handshake_failed(&self, remote: SocketAddr, error: &std::io::Error) {
+        self.metrics.refused("tls_handshake");
+        let admitted = self
+            .handshake_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .admit(Instant::now());
+        if let Some(left_out) = admitted {
+            // rustls names a plain-text first byte this way: say what it usually is.
+            let hint = if error.to_string().contains("InvalidContentType") {
+                "not TLS (plain HTTP to the TLS port?)"
+            } else {
+                ""
+            };
+            tracing::warn!(%remote, error = %error, hint, left_out, "TLS handshake refused");
+        }
+    }
 }
 
 const API: usize = 0;
@@ -252,6 +320,7 @@ pub async fn serve(
     listeners: Listeners,
     router: Router,
     limits: Limits,
+    tls: Option<Arc<Tls>>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
@@ -276,6 +345,8 @@ pub async fn serve(
         stop,
         next_id: AtomicU64::new(0),
         http,
+        tls,
+        handshake_log: Mutex::new(LogWindow::default()),
     });
     let tasks = shared.tasks.clone();
     tasks.spawn(accept_loop(listeners.api, false, shared.clone()));
@@ -349,7 +420,8 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream, remote: SocketAddr, peer: bool
     refuse(shared, stream);
 }
 
-/// Serves one admitted connection until it closes, times out, is evicted or the server stops.
+/// Serves one admitted connection until it closes, times out, is evicted or the server stops:
+/// over TLS once its handshake is done, if TLS is on.
 async fn serve_connection(
     stream: TcpStream,
     remote: SocketAddr,
@@ -358,6 +430,71 @@ async fn serve_connection(
     membership: Membership,
 ) {
     let shared = membership.shared.clone();
+    let io = Watched::new(stream, conn.clone());
+    match shared.acceptor() {
+        None => serve_http(io, remote, conn, scope, &shared).await,
+        Some(acceptor) => {
+            if let Some(tls) = handshake(&shared, &conn, acceptor, io, remote).await {
+                serve_http(tls, remote, conn, scope, &shared).await;
+            }
+        }
+    }
+    drop(membership);
+}
+
+/// The TLS handshake of an admitted connection, within its header deadline; `None` when it
+/// failed, timed out, was evicted or the server stops.
+async fn handshake<I>(
+    shared: &Shared,
+    conn: &Conn,
+    acceptor: TlsAcceptor,
+    io: I,
+    remote: SocketAddr,
+) -> Option<tokio_rustls::server::TlsStream<I>>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let accept = acceptor.accept(io);
+    tokio::pin!(accept);
+    loop {
+        let deadline = conn.deadline();
+        tokio::select! {
+            done = accept.as_mut() => {
+                return match done {
+                    Ok(tls) => Some(tls),
+                    Err(e) => {
+                        shared.handshake_failed(remote, &e);
+                        None
+                    }
+                };
+            }
+            _ = conn.changed.notified() => {
+                if conn.evicted() {
+                    return None;
+                }
+            }
+            _ = sleep_until(deadline) => {
+                if let Some(wait) = conn.expired(Instant::now()) {
+                    shared.metrics.timed_out(wait.label());
+                    return None;
+                }
+            }
+            _ = shared.stop.cancelled() => return None,
+        }
+    }
+}
+
+/// HTTP/1.1 on an admitted connection (plain or TLS) until it closes, times out, is evicted or
+/// the server stops.
+async fn serve_http<I>(
+    io: I,
+    remote: SocketAddr,
+    conn: Arc<Conn>,
+    scope: Scope,
+    shared: &Arc<Shared>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = {
         let (conn, shared) = (conn.clone(), shared.clone());
         hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -369,8 +506,7 @@ async fn serve_connection(
             }
         })
     };
-    let io = TokioIo::new(Watched::new(stream, conn.clone()));
-    let http = shared.http.serve_connection(io, service);
+    let http = shared.http.serve_connection(TokioIo::new(io), service);
     tokio::pin!(http);
     let mut stopping = false;
     loop {
@@ -398,7 +534,6 @@ async fn serve_connection(
             }
         }
     }
-    drop(membership);
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -453,21 +588,39 @@ fn refuse(shared: &Arc<Shared>, stream: TcpStream) {
         return;
     };
     let (stop, wait) = (shared.stop.clone(), shared.limits.header_timeout);
-    let mut http = http1::Builder::new();
-    http.keep_alive(false)
-        .header_read_timeout(None)
-        .max_header_size(MAX_HEAD);
+    let acceptor = shared.acceptor();
     shared.tasks.spawn(async move {
-        let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
-            Ok::<_, Infallible>(closing(ApiError::TooManyConnections))
-        });
-        let conn = http.serve_connection(TokioIo::new(stream), service);
+        // The handshake and the answer share one header timeout.
+        let answer = async move {
+            match acceptor {
+                None => answer_refusal(stream).await,
+                Some(acceptor) => {
+                    if let Ok(tls) = acceptor.accept(stream).await {
+                        answer_refusal(tls).await;
+                    }
+                }
+            }
+        };
         tokio::select! {
-            _ = tokio::time::timeout(wait, conn) => {}
+            _ = tokio::time::timeout(wait, answer) => {}
             _ = stop.cancelled() => {}
         }
         drop(permit);
     });
+}
+
+async fn answer_refusal<I>(io: I)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut http = http1::Builder::new();
+    http.keep_alive(false)
+        .header_read_timeout(None)
+        .max_header_size(MAX_HEAD);
+    let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+        Ok::<_, Infallible>(closing(ApiError::TooManyConnections))
+    });
+    let _ = http.serve_connection(TokioIo::new(io), service).await;
 }
 
 #[cfg(test)]

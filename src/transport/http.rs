@@ -13,6 +13,10 @@ use tokio::sync::{mpsc, Semaphore};
 use super::{Health, HealthCell, Inbound, Transport};
 use crate::metrics::Metrics;
 
+/// The current client for `https://` peers (from the tls module, replaced when the certificates are
+/// reloaded); `None` falls back to the plain client.
+pub type PeerClients = Arc<dyn Fn() -> Option<reqwest::Client> + Send + Sync>;
+
 /// Messages waiting for one peer; older ones are worth little once newer ones exist.
 const PEER_QUEUE: usize = 32;
 /// Requests in flight to one peer, hence also the most connections to it.
@@ -22,6 +26,32 @@ const REQUEST_TIMEOUT: Duration = Duration::from_millis(1000);
 /// A pooled connection unused this long is closed by us, well before the peer's own idle
 /// timeout (`--idle-timeout`, 60 s by default) could close it under a request.
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The peer client's settings; the tls module adds TLS to them for `https://` peers.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .pool_max_idle_per_host(PEER_IN_FLIGHT)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+}
+
+/// Where each request gets its client: one for good, or the TLS configuration's current one
+/// (replaced when the certificates are reloaded).
+#[derive(Clone)]
+enum Clients {
+    Plain(reqwest::Client),
+    Tls(reqwest::Client, PeerClients),
+}
+
+impl Clients {
+    fn get(&self) -> reqwest::Client {
+        match self {
+            Clients::Plain(c) => c.clone(),
+            Clients::Tls(fallback, current) => current().unwrap_or_else(|| fallback.clone()),
+        }
+    }
+}
 
 /// A peer: its node id and base URL (`http://host:port`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,12 +83,23 @@ impl HttpTransport {
         inbound: Inbound,
         metrics: Arc<Metrics>,
     ) -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(REQUEST_TIMEOUT)
-            .pool_max_idle_per_host(PEER_IN_FLIGHT)
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .build()?;
+        Self::start_with_tls(peers, quorum, inbound, metrics, None)
+    }
+
+    /// As [`HttpTransport::start`], every request sent with the client `tls` gives at that
+    /// moment (`--peer-ca` and the node's client certificate, replaced on reload).
+    pub fn start_with_tls(
+        peers: Vec<Peer>,
+        quorum: usize,
+        inbound: Inbound,
+        metrics: Arc<Metrics>,
+        tls: Option<PeerClients>,
+    ) -> Result<Self, reqwest::Error> {
+        let plain = client_builder().build()?;
+        let client = match tls {
+            Some(current) => Clients::Tls(plain, current),
+            None => Clients::Plain(plain),
+        };
         let needed = quorum.saturating_sub(1);
         let health = Arc::new(HealthCell::new("http", needed == 0));
         let reach = Arc::new(Reach {
@@ -90,7 +131,7 @@ impl HttpTransport {
 async fn peer_task(
     peer: Peer,
     mut rx: mpsc::Receiver<Arc<[u8]>>,
-    client: reqwest::Client,
+    client: Clients,
     health: Arc<HealthCell>,
     reach: Arc<Reach>,
     metrics: Arc<Metrics>,
@@ -102,7 +143,7 @@ async fn peer_task(
             return;
         };
         let (client, url, health, reach, metrics, id) = (
-            client.clone(),
+            client.get(),
             url.clone(),
             health.clone(),
             reach.clone(),
@@ -140,6 +181,15 @@ fn without_url(e: &reqwest::Error) -> String {
     let kind = if e.is_timeout() {
         "timed out"
     } else if e.is_connect() {
+        // A TLS failure (an unknown CA, a wrong name) is a connect error too: say which.
+        let mut cause: &dyn std::error::Error = e;
+        while let Some(next) = cause.source() {
+            cause = next;
+        }
+        let cause = cause.to_string();
+        if cause.contains("certificate") || cause.contains("TLS") || cause.contains("tls") {
+            return format!("TLS handshake failed: {cause}");
+        }
         "connection refused or unreachable"
     } else if let Some(s) = e.status() {
         return format!("answered {s}");

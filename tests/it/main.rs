@@ -28,5 +28,6 @@ use support::pilot_cluster;
 use support::proxy;
 mod rolling;
 mod state;
+mod tls;
 mod transition;
 use support::watch;

@@ -548,6 +548,7 @@ pub fn node_config(
         limits: pilot_election::server::Limits::default(),
         exec: None,
         info: None,
+        tls: None,
     }
 }
 
