@@ -18,6 +18,7 @@ mod exec;
 mod faults;
 use support::flood;
 mod fuzz;
+mod haproxy;
 mod health;
 mod kernel;
 mod membership;
