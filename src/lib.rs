@@ -24,6 +24,7 @@
 //! - [`server`]: the HTTP server around the router: connection caps, timeouts, the peers' own
 //!   share; [`open_files`] raises the open-file limit it needs.
 //! - [`exec`]: `run --exec`, a command that runs only while this node leads.
+//! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`cli`]: command-line parsing, the client commands and the demo; `main.rs` only dispatches.
 //! - [`run`] (in [`builder`]): one node, from configuration to a serving process.
@@ -37,6 +38,7 @@ pub mod directory;
 pub use pilot_election_core as election;
 pub mod exec;
 pub mod exit_budget;
+pub mod log_limit;
 pub mod metrics;
 pub mod open_files;
 pub mod pilotctl;

@@ -9,7 +9,8 @@ use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
 use axum::http::{header, request::Parts};
 use serde::de::DeserializeOwned;
 use subtle::ConstantTimeEq;
-use tokio::time::Instant;
+
+use crate::log_limit::LogLimit;
 
 use super::{ApiError, AppState};
 
@@ -154,37 +155,7 @@ impl FromRequestParts<AppState> for Admin {
 /// lines (disk and CPU); the next line logged counts those left out.
 const REFUSALS_LOGGED_PER_SECOND: u32 = 20;
 
-struct RefusalLog {
-    window: Option<Instant>,
-    logged: u32,
-    left_out: u64,
-}
-
-static REFUSAL_LOG: Mutex<RefusalLog> = Mutex::new(RefusalLog {
-    window: None,
-    logged: 0,
-    left_out: 0,
-});
-
-impl RefusalLog {
-    /// Whether to log a refusal at `now`, with how many were left out since the last one
-    /// logged.
-    fn admit(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .window
-            .is_none_or(|w| now >= w + Duration::from_secs(1))
-        {
-            self.window = Some(now);
-            self.logged = 0;
-        }
-        if self.logged >= REFUSALS_LOGGED_PER_SECOND {
-            self.left_out += 1;
-            return None;
-        }
-        self.logged += 1;
-        Some(std::mem::take(&mut self.left_out))
-    }
-}
+static REFUSAL_LOG: Mutex<LogLimit> = Mutex::new(LogLimit::new(REFUSALS_LOGGED_PER_SECOND));
 
 fn refusal_to_log() -> Option<u64> {
     let mut log = REFUSAL_LOG.lock().unwrap_or_else(|e| e.into_inner());
@@ -197,11 +168,7 @@ mod tests {
 
     #[test]
     fn refusals_are_logged_twenty_a_second_and_the_rest_counted() {
-        let mut log = RefusalLog {
-            window: None,
-            logged: 0,
-            left_out: 0,
-        };
+        let mut log = LogLimit::new(REFUSALS_LOGGED_PER_SECOND);
         let t0 = crate::clock::now();
         let first: Vec<_> = (0..25).map(|_| log.admit(t0)).collect();
         assert_eq!(first.iter().filter(|x| x.is_some()).count(), 20);

@@ -47,6 +47,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use crate::log_limit::LogLimit;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -254,33 +256,8 @@ struct Shared {
     next_id: AtomicU64,
     http: http1::Builder,
     tls: Option<Arc<Tls>>,
-    handshake_log: Mutex<LogWindow>,
-}
-
-/// At most [`HANDSHAKE_LOGS_PER_SECOND`] lines a second, with a count of those left out.
-#[derive(Default)]
-struct LogWindow {
-    window: Option<Instant>,
-    logged: u32,
-    left_out: u64,
-}
-
-impl LogWindow {
-    fn admit(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .window
-            .is_none_or(|w| now >= w + Duration::from_secs(1))
-        {
-            self.window = Some(now);
-            self.logged = 0;
-        }
-        if self.logged >= HANDSHAKE_LOGS_PER_SECOND {
-            self.left_out += 1;
-            return None;
-        }
-        self.logged += 1;
-        Some(std::mem::take(&mut self.left_out))
-    }
+    /// At most [`HANDSHAKE_LOGS_PER_SECOND`] lines a second, with a count of those left out.
+    handshake_log: Mutex<LogLimit>,
 }
 
 impl Shared {
@@ -346,7 +323,7 @@ pub async fn serve(
         next_id: AtomicU64::new(0),
         http,
         tls,
-        handshake_log: Mutex::new(LogWindow::default()),
+        handshake_log: Mutex::new(LogLimit::new(HANDSHAKE_LOGS_PER_SECOND)),
     });
     let tasks = shared.tasks.clone();
     tasks.spawn(accept_loop(listeners.api, false, shared.clone()));
