@@ -153,16 +153,37 @@ fn published(actions: &[Action]) -> Vec<&Body> {
         .collect()
 }
 
-fn pre_vote(b: &mut Bench, candidate: &str, term: u64, priority: u32) -> Input {
+/// `candidate`'s request for pre-votes (`pre_vote`) or votes in `term`.
+fn ask(b: &mut Bench, candidate: &str, term: u64, priority: u32, pre_vote: bool) -> Input {
     b.msg(
         candidate,
         term,
         Body::Election {
             candidate: candidate.into(),
             priority,
-            pre_vote: true,
+            pre_vote,
         },
     )
+}
+
+fn pre_vote(b: &mut Bench, candidate: &str, term: u64, priority: u32) -> Input {
+    ask(b, candidate, term, priority, true)
+}
+
+fn election(b: &mut Bench, candidate: &str, term: u64, priority: u32) -> Input {
+    ask(b, candidate, term, priority, false)
+}
+
+/// Leader `a` steps down at `at`, naming no successor; it must lead then.
+fn step_down(a: &mut Node, at: Instant) {
+    a.handle(
+        at,
+        Input::StepDown {
+            successor: None,
+            expected_term: None,
+        },
+    )
+    .expect("it leads");
 }
 
 fn grants_pre_vote(actions: &[Action], candidate: &str) -> bool {

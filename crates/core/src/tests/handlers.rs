@@ -74,30 +74,11 @@ fn every_change_of_the_known_leader_is_reported_once() {
     let mut b = Bench::new(&MEMBERS);
     let mut a = leader(&mut b);
     let x = b.at(T + H + MS * 10);
-    a.handle(
-        x,
-        Input::StepDown {
-            successor: None,
-            expected_term: None,
-        },
-    )
-    .expect("it leads");
+    step_down(&mut a, x);
     assert_eq!(
         transitions(&drain(&mut a)),
         [(Some("a".to_string()), None, Reason::StepDown)]
     );
-}
-
-fn election(b: &mut Bench, candidate: &str, term: u64, priority: u32) -> Input {
-    b.msg(
-        candidate,
-        term,
-        Body::Election {
-            candidate: candidate.into(),
-            priority,
-            pre_vote: false,
-        },
-    )
 }
 
 fn grants_vote(actions: &[Action], candidate: &str) -> bool {
@@ -234,14 +215,7 @@ fn a_resign_says_whether_the_quorum_was_lost_and_only_that_is_a_flap() {
     let mut b = Bench::new(&MEMBERS);
     let mut a = leader(&mut b);
     let x = b.at(T + H + MS * 10);
-    a.handle(
-        x,
-        Input::StepDown {
-            successor: None,
-            expected_term: None,
-        },
-    )
-    .expect("it leads");
+    step_down(&mut a, x);
     let mut sent: Vec<Body> = published(&drain(&mut a)).into_iter().cloned().collect();
     sent.extend(run_ticks(&mut a, x, 6));
     assert_eq!(lost_quorum(&sent), [false; 1 + REPEATS]);
@@ -261,14 +235,7 @@ fn a_resign_is_no_longer_repeated_once_a_leader_is_known() {
     let mut b = Bench::new(&MEMBERS);
     let mut a = leader(&mut b);
     let x = b.at(T + H + MS * 10);
-    a.handle(
-        x,
-        Input::StepDown {
-            successor: None,
-            expected_term: None,
-        },
-    )
-    .expect("it leads");
+    step_down(&mut a, x);
     drain(&mut a);
     // Another leader of the same term (the test's, not the protocol's: it isolates the clause).
     let _ = a.handle(x + MS, b.heartbeat_from_b(1));

@@ -87,14 +87,7 @@ fn a_cooldown_ends_at_its_instant() {
     let mut b = Bench::new(&MEMBERS);
     let mut a = leader(&mut b);
     let x = b.at(T + H + MS * 10);
-    a.handle(
-        x,
-        Input::StepDown {
-            successor: None,
-            expected_term: None,
-        },
-    )
-    .expect("it leads");
+    step_down(&mut a, x);
     for at in [x, x + T - NS] {
         let v = a.view(at);
         assert_eq!(v.candidacy, Candidacy::Cooling, "{:?} after", at - x);
