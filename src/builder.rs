@@ -192,6 +192,7 @@ impl NodeBuilder {
             },
         };
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
+        let (maintenance_tx, maintenance_rx) = mpsc::channel(8);
         let (mut runtime, snapshot, clock) = Runtime::new(
             node,
             loaded.store,
@@ -204,6 +205,7 @@ impl NodeBuilder {
                 metrics: metrics.clone(),
                 group: config.group.clone(),
                 info: config.info.clone(),
+                maintenance: maintenance_rx,
             },
         );
         tracing::info!(
@@ -226,9 +228,12 @@ impl NodeBuilder {
         };
         let events =
             crate::api::start_event_log(snapshot.clone(), event_run(&config.node_id, loaded.boot));
+        let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
         let state = AppState {
+            scheduler,
             snapshot,
             commands,
+            maintenance: maintenance_tx,
             ingress: in_tx,
             clock,
             metrics,

@@ -8,7 +8,8 @@
 //!   messages, timings), its own crate `pilot-election-core` (`crates/core`), re-exported here.
 //! - [`clock`]: the suspend-aware monotonic clock every protocol timer is measured on, and
 //!   (`clock::wall`) the wall clock, for display only.
-//! - [`runtime`]: the tokio task that drives the core: timers, messages, commands, durable state.
+//! - [`runtime`]: the tokio task that drives the core: timers, messages, commands, durable state,
+//!   and the operator's maintenance pause it spreads (`runtime/maintenance.rs`, rule 16).
 //! - [`builder`]: assembles a node (store, core, transport, runtime, API state); used by the
 //!   binary, the tests and the benchmarks.
 //! - [`store`]: the data directory (state file with term, vote and boot counter; history; replay
@@ -24,6 +25,7 @@
 //! - [`server`]: the HTTP server around the router: connection caps, timeouts, the peers' own
 //!   share; [`open_files`] raises the open-file limit it needs.
 //! - [`exec`]: `run --exec`, a command that runs only while this node leads.
+//! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
 //! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`cli`]: command-line parsing, the client commands and the demo; `main.rs` only dispatches.
@@ -43,6 +45,7 @@ pub mod metrics;
 pub mod open_files;
 pub mod pilotctl;
 pub mod runtime;
+pub mod scheduled;
 pub mod server;
 pub mod signing;
 pub mod store;

@@ -40,6 +40,10 @@ pub struct Metrics {
     pub ready: Family<Labels, Gauge>,
     pub exec_running: Gauge,
     pub exec_exits: Family<Labels, Counter>,
+    /// 1 while the operator's maintenance pause holds here (rule 16); set at scrape time.
+    pub maintenance: Gauge,
+    /// 1 while a step-down waits for its hour on this node; set at scrape time.
+    pub step_down_scheduled: Gauge,
 }
 
 impl Default for Metrics {
@@ -73,6 +77,8 @@ impl Metrics {
             ready: Family::default(),
             exec_running: Gauge::default(),
             exec_exits: Family::default(),
+            maintenance: Gauge::default(),
+            step_down_scheduled: Gauge::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -165,6 +171,16 @@ impl Metrics {
                 "event_subscribers",
                 "Open GET /events streams",
                 m.event_subscribers.clone(),
+            );
+            r.register(
+                "maintenance",
+                "1 while the operator's maintenance pause holds on this node: no automatic failover, no preemption",
+                m.maintenance.clone(),
+            );
+            r.register(
+                "step_down_scheduled",
+                "1 while a scheduled step-down waits for its hour on this node",
+                m.step_down_scheduled.clone(),
             );
             r.register(
                 "ready",

@@ -24,15 +24,17 @@ use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::directory::Directory;
 use crate::election::stop::{self, Exit};
 use crate::election::{
-    Action, Body, CommandError, Input, Member, MemberSet, Message, Node, NodeInfo, Outcome, Role,
-    Timings, Transition, View,
+    Action, Body, CommandError, Input, Maintenance, Member, MemberSet, Message, Node, NodeInfo,
+    Outcome, Role, Timings, Transition, View,
 };
 use crate::metrics::Metrics;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
+mod maintenance;
 mod stray;
+pub use maintenance::MaintenanceRequest;
 use stray::StrayLog;
 
 use crate::exit_budget::{FLUSH as FLUSH_GRACE, HANDOVER as SHUTDOWN_GRACE};
@@ -59,6 +61,9 @@ pub struct Snapshot {
     pub info: Option<NodeInfo>,
     /// What the other members announced.
     pub directory: Arc<Directory>,
+    /// The newest maintenance write this node has seen (rule 16); whether it is in force now
+    /// is `view.maintenance`.
+    pub maintenance: Option<Maintenance>,
 }
 
 impl Snapshot {
@@ -107,6 +112,11 @@ pub struct Runtime {
     /// Stamped on every message that leaves (see [`crate::directory`]).
     info: Option<NodeInfo>,
     directory: Arc<Directory>,
+    maintenance_requests: mpsc::Receiver<MaintenanceRequest>,
+    /// The newest maintenance write seen, sent on every message (rule 16).
+    maintenance: Option<Maintenance>,
+    /// What the core was last told of it.
+    maintenance_in_core: bool,
 }
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
@@ -127,6 +137,8 @@ pub struct Wiring {
     pub group: String,
     /// What this node announces to clients (`--advertise-url`, `--meta`).
     pub info: Option<NodeInfo>,
+    /// `POST /pause` and `DELETE /pause`.
+    pub maintenance: mpsc::Receiver<MaintenanceRequest>,
 }
 
 impl Runtime {
@@ -142,11 +154,12 @@ impl Runtime {
         let history: VecDeque<_> = history.into_iter().collect();
         let role = node.role();
         let directory = Arc::new(Directory::default());
+        let maintenance = store.maintenance();
         let first = snapshot_of(
             &node,
             wiring.transport.health(),
             Arc::new(history.clone()),
-            (&wiring.info, &directory),
+            (&wiring.info, &directory, &maintenance),
             now,
         );
         let (tx, rx) = watch::channel(first);
@@ -178,6 +191,9 @@ impl Runtime {
             group: wiring.group,
             info: wiring.info,
             directory,
+            maintenance_requests: wiring.maintenance,
+            maintenance,
+            maintenance_in_core: false,
         };
         (rt, rx, loop_clock)
     }
@@ -245,6 +261,9 @@ impl Runtime {
         let mut stopping: Option<(Instant, bool)> = None;
         self.publish_snapshot(clock::now());
         loop {
+            // Before anything else: a restarted node holds the pause it kept on disk from its
+            // first step, and a pause that reached its end lapses here.
+            self.sync_maintenance().await?;
             let now = clock::now();
             *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
             if let Some((since, hand_over)) = stopping {
@@ -282,6 +301,9 @@ impl Runtime {
                 Some(cmd) = self.commands.recv() => {
                     let result = self.step(cmd.input).await?;
                     let _ = cmd.reply.send(result);
+                }
+                Some(req) = self.maintenance_requests.recv() => {
+                    self.on_maintenance_request(req).await?;
                 }
                 _ = stop.cancelled(), if stopping.is_none() => {
                     let now = clock::now();
@@ -331,6 +353,13 @@ impl Runtime {
                         msg.seq,
                         msg.info.as_ref(),
                     );
+                }
+                // Before the message itself: a resign that arrives with the pause that came
+                // first must find the core already holding its campaigns back.
+                if let Some(write) = &msg.maintenance {
+                    if msg.group == self.group && self.node.members().contains(&msg.from) {
+                        self.on_maintenance_heard(write).await?;
+                    }
                 }
                 let kind = msg.body.kind();
                 let (from, members) = (msg.from.clone(), msg.members.clone());
@@ -417,6 +446,7 @@ impl Runtime {
                     }
                     msg.stamp(unix_ms_now());
                     msg.info.clone_from(&self.info);
+                    msg.maintenance.clone_from(&self.maintenance);
                     if let Some(keys) = &self.keys {
                         keys.sign(&mut msg);
                     }
@@ -494,7 +524,7 @@ impl Runtime {
             &self.node,
             self.transport.health(),
             self.history.clone(),
-            (&self.info, &self.directory),
+            (&self.info, &self.directory, &self.maintenance),
             now,
         );
         self.snapshot.send_replace(snap);
@@ -536,7 +566,7 @@ fn snapshot_of(
     node: &Node,
     transport: Health,
     history: Arc<VecDeque<HistoryEntry>>,
-    (info, directory): (&Option<NodeInfo>, &Arc<Directory>),
+    (info, directory, maintenance): (&Option<NodeInfo>, &Arc<Directory>, &Option<Maintenance>),
     now: Instant,
 ) -> Snapshot {
     Snapshot {
@@ -548,5 +578,6 @@ fn snapshot_of(
         timings: *node.timings(),
         info: info.clone(),
         directory: directory.clone(),
+        maintenance: maintenance.clone(),
     }
 }

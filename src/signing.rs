@@ -377,6 +377,7 @@ mod tests {
                 },
             },
             info: None,
+            maintenance: None,
             kid: None,
             sig: None,
         }

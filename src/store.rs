@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::{MemberSet, Persistent};
+use crate::election::{Maintenance, MemberSet, Persistent};
 
 pub const STATE_FILE: &str = "state.json";
 pub const HISTORY_FILE: &str = "history.json";
@@ -24,6 +24,8 @@ pub const REPLAY_FILE: &str = "replay.json";
 pub const MEMBERS_FILE: &str = "members.json";
 /// The longest promise beyond `T` that may still hold (docs/protocol.md, rule 8).
 pub const PROMISE_FILE: &str = "promise.json";
+/// The newest write of the operator's maintenance this node has seen (rule 16).
+pub const MAINTENANCE_FILE: &str = "maintenance.json";
 /// Transitions kept in memory and on disk.
 pub const HISTORY_LIMIT: usize = 200;
 
@@ -281,6 +283,34 @@ impl Store {
                 BTreeMap::new()
             }
         }
+    }
+
+    /// The maintenance write a previous run kept. It is not safety state (maintenance only
+    /// holds campaigns back), so a damaged file is reported and ignored: the node then learns
+    /// the setting from the next message of any member that has it.
+    pub fn maintenance(&self) -> Option<Maintenance> {
+        let path = self.dir.join(MAINTENANCE_FILE);
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .inspect_err(|e| {
+                    tracing::warn!(file = %path.display(), error = %e,
+                        "maintenance file unreadable: ignored until a member sends the setting");
+                })
+                .ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e,
+                    "maintenance file unreadable: ignored until a member sends the setting");
+                None
+            }
+        }
+    }
+
+    /// Keeps `m` across restarts (fsynced: a pause an operator was told about must hold after a
+    /// power cut).
+    pub fn save_maintenance(&self, m: &Maintenance) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec_pretty(m).expect("maintenance serializes");
+        write_atomic(&self.dir, MAINTENANCE_FILE, &bytes)
     }
 
     pub fn save_replay_marks(&self, marks: &BTreeMap<String, u64>) -> Result<(), StoreError> {

@@ -173,7 +173,7 @@ fn error_cases() -> Vec<Case> {
     const OK: Option<&str> = Some(TOKEN);
     let big = vec![b' '; 70 * 1024];
     let mut cases = Vec::new();
-    for path in ["/step-down", "/candidacy"] {
+    for path in ["/step-down", "/candidacy", "/pause"] {
         cases.extend([
             case("post", path, None, J, "{}", 401, "unauthorized"),
             case("post", path, Some("wrong"), J, "{}", 403, "forbidden"),
@@ -198,7 +198,20 @@ fn error_cases() -> Vec<Case> {
         case("get", "/no-such-route", None, None, "", 404, "not_found"),
         case("delete", "/leader", None, None, "", 405, "method_not_allowed"),
         case("post", "/status", None, J, "{}", 405, "method_not_allowed"),
-        case("get", "/step-down", None, None, "", 405, "method_not_allowed"),
+        case("put", "/step-down", None, None, "", 405, "method_not_allowed"),
+        case("put", "/pause", None, None, "", 405, "method_not_allowed"),
+        // A scheduled step-down's hour, and the pause's end and reason.
+        case("post", "/step-down", OK, J, r#"{"at": "tomorrow"}"#, 422, "invalid_body"),
+        case("post", "/step-down", OK, J, r#"{"at": "2001-01-01T00:00:00Z"}"#, 422, "invalid_body"),
+        case("post", "/step-down", OK, J, r#"{"at": "9999-01-01T00:00:00Z"}"#, 422, "invalid_body"),
+        case("post", "/step-down", OK, J, r#"{"at": 5}"#, 422, "invalid_body"),
+        case("post", "/pause", OK, J, r#"{"until": "2026-02-30T00:00:00Z"}"#, 422, "invalid_body"),
+        case("post", "/pause", OK, J, r#"{"until": "2001-01-01T00:00:00Z"}"#, 422, "invalid_body"),
+        case("post", "/pause", OK, J, format!(r#"{{"reason": "{}"}}"#, "x".repeat(257)), 422, "invalid_body"),
+        case("delete", "/pause", None, None, "", 401, "unauthorized"),
+        case("delete", "/pause", Some("wrong"), None, "", 403, "forbidden"),
+        case("delete", "/step-down", None, None, "", 401, "unauthorized"),
+        case("delete", "/step-down", OK, None, "", 404, "nothing_scheduled"),
         case("put", "/peer/messages", None, None, "", 405, "method_not_allowed"),
     ]);
     cases
@@ -238,6 +251,8 @@ async fn every_answer_follows_the_spec_bad_requests_get_json_errors_and_leadersh
             "/role/follower",
             "/healthz",
             "/readyz",
+            "/pause",
+            "/step-down",
         ] {
             let (status, body) = get(router, path).await;
             spec.check("get", path, status, &body);
@@ -326,6 +341,101 @@ async fn every_answer_follows_the_spec_bad_requests_get_json_errors_and_leadersh
         spec.check("post", "/step-down", got, &answer);
     }
 
+    // A step-down scheduled for later: accepted by the leader only, one at a time, shown, and
+    // cancelled.
+    let post = |router, path: &'static str, body: Value| {
+        call(
+            router,
+            "post",
+            path,
+            Some(TOKEN),
+            Some("application/json"),
+            body.to_string().into_bytes(),
+        )
+    };
+    let later = pilot_election::clock::wall::rfc3339(
+        pilot_election::clock::wall::unix_ms_now() + 3_600_000,
+    );
+    let (got, answer) = post(follower, "/step-down", json!({"at": later})).await;
+    assert_eq!(
+        (got, answer["error"].as_str()),
+        (409, Some("not_leader")),
+        "{answer}"
+    );
+    let (got, answer) = post(
+        leader,
+        "/step-down",
+        json!({"at": later, "successor": "a1"}),
+    )
+    .await;
+    assert_eq!(got, 202, "{answer}");
+    spec.check("post", "/step-down", got, &answer);
+    let id = answer["operation"]["id"]
+        .as_str()
+        .expect("an operation id")
+        .to_string();
+    assert_eq!(answer["operation"]["term"], json!(term));
+    let (got, again) = post(leader, "/step-down", json!({"at": later})).await;
+    assert_eq!(
+        (got, again["error"].as_str()),
+        (409, Some("already_scheduled")),
+        "{again}"
+    );
+    assert_eq!(again["operation"].as_str(), Some(id.as_str()));
+    spec.check("post", "/step-down", got, &again);
+    for path in ["/step-down", "/status"] {
+        let (got, body) = get(leader, path).await;
+        spec.check("get", path, got, &body);
+        let pending = if path == "/status" {
+            &body["scheduled_step_down"]
+        } else {
+            &body["pending"]
+        };
+        assert_eq!(pending["id"].as_str(), Some(id.as_str()), "{path}: {body}");
+    }
+    assert!(text(leader, "/metrics")
+        .await
+        .contains("pilot_election_step_down_scheduled 1"));
+    let (got, cancelled) = call(
+        leader,
+        "delete",
+        "/step-down",
+        Some(TOKEN),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(
+        (got, cancelled["ending"].as_str()),
+        (200, Some("cancelled")),
+        "{cancelled}"
+    );
+    spec.check("delete", "/step-down", got, &cancelled);
+    let (_, schedule) = get(leader, "/step-down").await;
+    assert_eq!(schedule["pending"], Value::Null);
+    assert_eq!(schedule["finished"][0]["id"].as_str(), Some(id.as_str()));
+
+    // The maintenance pause: on, shown everywhere, off.
+    let (got, paused) = post(follower, "/pause", json!({"reason": "restoring a backup"})).await;
+    assert_eq!((got, &paused["paused"]), (200, &json!(true)), "{paused}");
+    spec.check("post", "/pause", got, &paused);
+    let follower_id = c.nodes[fi].snapshot.borrow().view.node_id.clone();
+    assert_eq!(paused["setting"]["by"].as_str(), Some(follower_id.as_str()));
+    let (got, status) = get(follower, "/status").await;
+    spec.check("get", "/status", got, &status);
+    assert_eq!(status["paused"], json!(true));
+    assert_eq!(
+        status["maintenance"]["reason"].as_str(),
+        Some("restoring a backup")
+    );
+    assert!(text(follower, "/metrics")
+        .await
+        .contains("pilot_election_maintenance 1"));
+    let (got, resumed) = call(follower, "delete", "/pause", Some(TOKEN), None, Vec::new()).await;
+    assert_eq!((got, &resumed["paused"]), (200, &json!(false)), "{resumed}");
+    spec.check("delete", "/pause", got, &resumed);
+    assert_eq!(resumed["setting"]["version"], json!(2));
+
     // Nothing of the above moved leadership.
     assert_eq!(c.agreed().await, (li, term));
 }
@@ -345,6 +455,7 @@ async fn without_a_token_mutations_are_refused_unless_explicitly_allowed() {
     for (path, body) in [
         ("/step-down", json!({})),
         ("/candidacy", json!({"eligible": true})),
+        ("/pause", json!({})),
     ] {
         let body = body.to_string().into_bytes();
         let ct = Some("application/json");
@@ -437,4 +548,9 @@ fn the_checker_rejects_what_breaks_a_schema() {
     let extra = json!({"term": 1, "leader": null, "voted_for": null, "x": 1});
     let r = std::panic::catch_unwind(|| spec.check("get", "/term", 200, &extra));
     assert!(r.is_err(), "an unknown field must fail");
+    // `oneOf`: a setting or null, nothing else.
+    spec.check("get", "/pause", 200, &json!({"paused": false, "setting": null}));
+    let neither = json!({"paused": false, "setting": 5});
+    let r = std::panic::catch_unwind(|| spec.check("get", "/pause", 200, &neither));
+    assert!(r.is_err(), "a value matching no oneOf branch must fail");
 }

@@ -223,6 +223,7 @@ fn message(from: String, term: u64, seq: u64, body: Body, v: u32, timings: Annou
         timings: (v >= 3).then_some(timings),
         body,
         info: None,
+        maintenance: None,
         kid: None,
         sig: None,
     }

@@ -50,6 +50,16 @@ pub enum ApiError {
     TooManySubscribers { max: usize },
     #[error("the request body did not arrive within {after_ms} ms (--body-timeout)")]
     RequestTimeout { after_ms: u64 },
+    #[error("{0}")]
+    NoSuccessorInMaintenance(String),
+    #[error("the setting could not be kept on disk, so it was not made: {0}")]
+    StorageFailed(String),
+    #[error(
+        "step-down {operation} is already scheduled for {at}; cancel it first (DELETE /step-down)"
+    )]
+    AlreadyScheduled { operation: String, at: String },
+    #[error("no step-down is scheduled on this node")]
+    NothingScheduled,
 }
 
 impl ApiError {
@@ -60,16 +70,20 @@ impl ApiError {
             | LoopStopped
             | Overloaded
             | TooManyConnections
-            | TooManySubscribers { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | TooManySubscribers { .. }
+            | StorageFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            NotLeader { .. } | TermMismatch { .. } => StatusCode::CONFLICT,
+            NotLeader { .. }
+            | TermMismatch { .. }
+            | NoSuccessorInMaintenance(_)
+            | AlreadyScheduled { .. } => StatusCode::CONFLICT,
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Unauthorized => StatusCode::UNAUTHORIZED,
             Forbidden | AdminTokenNotConfigured => StatusCode::FORBIDDEN,
             InvalidJson(_) | BadRequest(_) | MalformedMessage(_) => StatusCode::BAD_REQUEST,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            NotFound(_) => StatusCode::NOT_FOUND,
+            NotFound(_) | NothingScheduled => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -97,6 +111,10 @@ impl ApiError {
             TooManyConnections => "too_many_connections",
             TooManySubscribers { .. } => "too_many_subscribers",
             RequestTimeout { .. } => "request_timeout",
+            NoSuccessorInMaintenance(_) => "no_successor_in_maintenance",
+            StorageFailed(_) => "storage_failed",
+            AlreadyScheduled { .. } => "already_scheduled",
+            NothingScheduled => "nothing_scheduled",
         }
     }
 
@@ -118,6 +136,10 @@ impl ApiError {
             ApiError::SuccessorIneligible { successor, reason } => {
                 m.insert("successor".into(), json!(successor));
                 m.insert("reason".into(), json!(reason));
+            }
+            ApiError::AlreadyScheduled { operation, at } => {
+                m.insert("operation".into(), json!(operation));
+                m.insert("at".into(), json!(at));
             }
             _ => {}
         }

@@ -18,6 +18,9 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     };
     m.last_heartbeat_age.set(hb_age);
     m.event_subscribers.set(s.subscribers.open() as i64);
+    m.maintenance.set(i64::from(snap.view.maintenance));
+    m.step_down_scheduled
+        .set(i64::from(s.scheduler.pending().is_some()));
     m.ready
         .get_or_create(&vec![("transport", snap.transport.kind.to_string())])
         .set(i64::from(super::health::readiness(&snap).ready));

@@ -15,6 +15,7 @@ mod membership;
 mod metrics;
 mod openapi;
 mod page;
+mod pause;
 mod peer;
 mod role;
 mod status;
@@ -37,13 +38,17 @@ pub use page::PAGE_HTML;
 use crate::clock::wall::unix_ms_now;
 use crate::election::{CommandError, Input, Outcome, View};
 use crate::metrics::Metrics;
-use crate::runtime::{Command, LoopClock, Snapshot};
+use crate::runtime::{Command, LoopClock, MaintenanceRequest, Snapshot};
 
 /// What every handler may use.
 #[derive(Clone)]
 pub struct AppState {
     pub snapshot: watch::Receiver<Snapshot>,
     pub commands: mpsc::Sender<Command>,
+    /// Step-downs scheduled for later.
+    pub scheduler: crate::scheduled::Scheduler,
+    /// `POST /pause` and `DELETE /pause` to the election loop.
+    pub maintenance: mpsc::Sender<MaintenanceRequest>,
     /// Where `/peer/messages` delivers (the HTTP transport's inbound side).
     pub ingress: mpsc::Sender<Vec<u8>>,
     pub clock: LoopClock,
@@ -82,7 +87,18 @@ pub fn router(state: AppState) -> Router {
         .route("/term", get(leader::get_term))
         .route("/status", get(status::get_status))
         .route("/candidacy", post(membership::post_candidacy))
-        .route("/step-down", post(membership::post_step_down))
+        .route(
+            "/step-down",
+            post(membership::post_step_down)
+                .get(membership::get_step_down)
+                .delete(membership::delete_step_down),
+        )
+        .route(
+            "/pause",
+            get(pause::get_pause)
+                .post(pause::post_pause)
+                .delete(pause::delete_pause),
+        )
         .route("/events", get(events::get_events))
         .route("/history", get(history::get_history))
         .route(
@@ -114,6 +130,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/status"),
     ("post", "/candidacy"),
     ("post", "/step-down"),
+    ("get", "/step-down"),
+    ("delete", "/step-down"),
+    ("get", "/pause"),
+    ("post", "/pause"),
+    ("delete", "/pause"),
     ("get", "/events"),
     ("get", "/history"),
     ("get", "/role/leader"),

@@ -40,6 +40,12 @@ pub struct StatusBody {
     members: Vec<MemberBody>,
     timings: TimingsBody,
     transport: Health,
+    /// The operator's maintenance pause holds here (rule 16): no automatic failover.
+    paused: bool,
+    /// The newest maintenance write this node has seen; `null` if none was ever made.
+    maintenance: Option<super::pause::SettingBody>,
+    /// A step-down waiting for its hour on this node; `null` if none.
+    scheduled_step_down: Option<super::membership::ScheduledBody>,
 }
 
 #[derive(Serialize)]
@@ -172,5 +178,8 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
             max_drift: t.max_drift,
         },
         transport: snap.transport.clone(),
+        paused: v.maintenance,
+        maintenance: snap.maintenance.as_ref().map(super::pause::SettingBody::of),
+        scheduled_step_down: s.scheduler.pending().map(super::membership::scheduled_body),
     })
 }

@@ -289,6 +289,7 @@ mod tests {
             shutting_down: false,
             promise: None,
             writes_version: crate::election::PROTOCOL_VERSION,
+            maintenance: false,
         }
     }
 
@@ -307,6 +308,7 @@ mod tests {
             history: Arc::new(VecDeque::new()),
             timings: timings(),
             info: None,
+            maintenance: None,
             directory: Default::default(),
         }
     }

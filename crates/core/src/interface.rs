@@ -173,6 +173,8 @@ pub struct View {
     /// The protocol version this node writes now: the newest every member it heard speaks
     /// (rule 15).
     pub writes_version: u32,
+    /// Maintenance is on here: no campaign of its own, no preemption (rule 16).
+    pub maintenance: bool,
 }
 
 /// The one judgement of "who leads, as of now" that everything answering for a node makes (the
@@ -305,6 +307,13 @@ pub enum Input {
         /// A new priority; a presence tells the others at once so their ranking follows.
         priority: Option<u32>,
     },
+    /// Maintenance (the operator's cluster-wide pause, which the shell keeps and spreads):
+    /// while on, this node starts no campaign of its own and never preempts (rule 16). A
+    /// leader keeps leading; a member named by a leader's resign still campaigns.
+    SetMaintenance {
+        /// On or off.
+        on: bool,
+    },
     /// The process is stopping: hand over if leading, never campaign again.
     Shutdown,
 }
@@ -378,6 +387,10 @@ pub enum CommandError {
         /// The term now.
         current: u64,
     },
+    /// Maintenance is on and the leader has nobody to hand over to: stepping down would leave
+    /// the cluster leaderless until maintenance ends, since nobody campaigns (rule 16).
+    #[error("maintenance is on and no member can take over now; name a successor that can, or end maintenance first")]
+    NoSuccessorInMaintenance,
     /// The named successor could not win an election now (rule 10).
     #[error("successor {successor:?} cannot lead: {reason}")]
     SuccessorIneligible {
@@ -415,6 +428,7 @@ pub(crate) mod tests {
             shutting_down: false,
             promise: None,
             writes_version: 3,
+            maintenance: false,
         }
     }
 

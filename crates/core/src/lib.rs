@@ -34,8 +34,9 @@ pub use interface::{
 };
 pub use membership::{quorum_of, MemberSet, MembershipError};
 pub use message::{
-    Advert, Announced, Body, Candidacy, Message, NodeInfo, Versions, WireError, MAX_ANNOUNCED_MS,
-    MAX_HEARS, MAX_ID_BYTES, MAX_MESSAGE_BYTES, PREVIOUS_VERSION, PROTOCOL_VERSION,
+    Advert, Announced, Body, Candidacy, Maintenance, Message, NodeInfo, Versions, WireError,
+    MAX_ANNOUNCED_MS, MAX_HEARS, MAX_ID_BYTES, MAX_MESSAGE_BYTES, PREVIOUS_VERSION,
+    PROTOCOL_VERSION,
 };
 pub use node::Node;
 pub use priority::{cksum, default_priority};

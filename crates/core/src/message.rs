@@ -67,6 +67,11 @@ pub struct Message {
     /// input. Older builds ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info: Option<NodeInfo>,
+    /// The operator's maintenance setting as the sender knows it (rule 16). The shell spreads
+    /// it, keeps the newest and tells its core whether maintenance is on; the core never reads
+    /// this field. Older builds ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
     /// Id of the cluster key that signed this message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kid: Option<String>,
@@ -84,6 +89,40 @@ pub struct NodeInfo {
     /// The operator's `KEY=VALUE` labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meta: BTreeMap<String, String>,
+}
+
+/// One write of the operator's maintenance setting (`POST /pause`, `DELETE /pause`). Every
+/// member keeps the newest write it has seen, by `(version, by)`, and sends it on every
+/// message, so a write made on any member reaches all of them and survives their restarts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Maintenance {
+    /// Paused (true) or resumed.
+    pub on: bool,
+    /// Unix milliseconds at which a pause ends by itself; `None`: until resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
+    /// Unix milliseconds of the write, for display.
+    pub at: u64,
+    /// The member the operator wrote it on.
+    pub by: String,
+    /// One more than the newest version that member had seen: later writes win.
+    pub version: u64,
+    /// The operator's words, for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Maintenance {
+    /// Whether this write supersedes `other`: a higher version, or the same one from a member
+    /// whose id sorts after (two writes made at once on different members).
+    pub fn supersedes(&self, other: &Maintenance) -> bool {
+        (self.version, &self.by) > (other.version, &other.by)
+    }
+
+    /// Whether it holds maintenance on at `now_ms` (unix milliseconds).
+    pub fn in_force(&self, now_ms: u64) -> bool {
+        self.on && self.until.is_none_or(|u| now_ms < u)
+    }
 }
 
 /// The range of protocol versions a build speaks, both ends included (rule 15).
@@ -524,6 +563,7 @@ mod tests {
                 advert: advert(),
             },
             info: None,
+            maintenance: None,
             kid: None,
             sig: None,
         }

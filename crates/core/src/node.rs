@@ -210,6 +210,8 @@ pub struct Node {
     /// The candidacy the others last heard from us; a change is announced at once.
     advertised: Option<Candidacy>,
     pending_resign: Option<PendingResign>,
+    /// The operator's maintenance (rule 16): no campaign of our own, no preemption.
+    maintenance: bool,
     actions: VecDeque<Action>,
 }
 
@@ -278,6 +280,7 @@ impl Node {
             last_sent: None,
             advertised: None,
             pending_resign: None,
+            maintenance: false,
             actions: VecDeque::new(),
         };
         node.timer.jitter = node.draw_jitter();
@@ -380,6 +383,7 @@ impl Node {
                 .filter(|g| now < g.until)
                 .map(|g| (g.holder.clone(), g.until)),
             writes_version: self.wire_version(),
+            maintenance: self.maintenance,
         }
     }
 
@@ -440,6 +444,10 @@ impl Node {
             } => self.on_step_down(now, successor, expected_term),
             Input::SetCandidacy { eligible, priority } => {
                 self.on_set_candidacy(now, eligible, priority)
+            }
+            Input::SetMaintenance { on } => {
+                self.on_set_maintenance(now, on);
+                Ok(Outcome::Accepted)
             }
             Input::Shutdown => {
                 self.on_shutdown(now);
@@ -583,6 +591,17 @@ impl Node {
             && !self.booting(now)
             && !self.cooling(now)
             && !self.config_conflict(now)
+            && !self.held_by_maintenance(now)
+    }
+
+    /// Rule 16: in maintenance only a member a leader's resign named campaigns, for as long as
+    /// it is favored (`T`).
+    fn held_by_maintenance(&self, now: Instant) -> bool {
+        self.maintenance
+            && !self
+                .favored
+                .as_ref()
+                .is_some_and(|f| f.candidate == self.id && now < f.until)
     }
 
     /// Rule 1: a live member lists members more than one id away from ours.
@@ -639,6 +658,7 @@ impl Node {
         if !matches!(self.state, State::Follower { leader: None })
             || !self.eligible
             || self.shutting_down
+            || self.held_by_maintenance(self.last_input)
         {
             return None;
         }
@@ -708,6 +728,7 @@ impl Node {
             timings: Some(Announced::of(&self.timings)),
             body,
             info: None,
+            maintenance: None,
             kid: None,
             sig: None,
         }
@@ -1613,6 +1634,15 @@ impl Node {
         if let Some(s) = &successor {
             self.check_successor(now, s)?;
         }
+        // Rule 16: nobody campaigns unless named, so a resign naming nobody would leave the
+        // cluster leaderless; the best successor is named instead.
+        let successor = match successor {
+            None if self.maintenance => Some(
+                self.best_successor(now)
+                    .ok_or(CommandError::NoSuccessorInMaintenance)?,
+            ),
+            named => named,
+        };
         let term = self.term;
         let reason = if successor.is_some() {
             Reason::Transfer
@@ -1650,6 +1680,18 @@ impl Node {
         Ok(Outcome::Accepted)
     }
 
+    fn on_set_maintenance(&mut self, now: Instant, on: bool) {
+        self.maintenance = on;
+        // A round of our own that is under way would finish as a campaign: abandon it, as a
+        // withdrawal does (rule 16).
+        if matches!(self.state, State::PreCandidate(_) | State::Candidate(_))
+            && self.held_by_maintenance(now)
+        {
+            self.state = State::Follower { leader: None };
+            self.reset_timer(now, self.timings.election_timeout);
+        }
+    }
+
     fn on_shutdown(&mut self, now: Instant) {
         if self.shutting_down {
             return;
@@ -1668,7 +1710,8 @@ impl Node {
     /// so a crash-looping node is not handed leadership again and again.
     fn maybe_preempt(&mut self, now: Instant) {
         let p_after = self.timings.preempt_after;
-        if p_after.is_zero() || !self.leading(now) {
+        // Rule 16: maintenance holds leadership where it is.
+        if p_after.is_zero() || self.maintenance || !self.leading(now) {
             return;
         }
         // At least T, so the member is past its own start-up guard and can campaign at once; and

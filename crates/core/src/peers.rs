@@ -369,6 +369,7 @@ mod tests {
                 },
             },
             info: None,
+            maintenance: None,
             kid: None,
             sig: None,
         }

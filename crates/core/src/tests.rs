@@ -68,6 +68,7 @@ impl Bench {
             timings: Some(Announced::of(&Timings::default())),
             body,
             info: None,
+            maintenance: None,
             kid: None,
             sig: None,
         })
@@ -1473,4 +1474,5 @@ fn a_member_slow_to_announce_itself_has_not_flapped() {
 }
 
 mod handlers;
+mod maintenance;
 mod timers;

@@ -31,6 +31,9 @@ pub struct Filtered {
     inbound: fn(&mut Message),
     /// Applied to every message it sends.
     outbound: fn(&mut Message),
+    /// Whether it takes [`Input::SetMaintenance`]: the previous build had no maintenance
+    /// (rule 16), and its shell ignores the field that spreads it.
+    maintenance: bool,
 }
 
 impl Filtered {
@@ -45,12 +48,22 @@ impl Filtered {
             reads,
             inbound,
             outbound,
+            maintenance: true,
+        }
+    }
+
+    /// The same, deaf to [`Input::SetMaintenance`].
+    pub fn without_maintenance(self) -> Filtered {
+        Filtered {
+            maintenance: false,
+            ..self
         }
     }
 
     /// The build that spoke only [`PREVIOUS_VERSION`].
     pub fn previous(inner: Box<dyn Protocol>) -> Filtered {
         Filtered::new(inner, |m| m.v == PREVIOUS_VERSION, read_as_previous, strip)
+            .without_maintenance()
     }
 }
 
@@ -59,6 +72,7 @@ fn strip(m: &mut Message) {
     m.v = PREVIOUS_VERSION;
     m.speaks = None;
     m.timings = None;
+    m.maintenance = None;
     match &mut m.body {
         Body::Ack { guard_ms, .. } | Body::Vote { guard_ms, .. } => *guard_ms = None,
         _ => {}
@@ -77,6 +91,7 @@ impl Protocol for Filtered {
     fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
         let input = match input {
             Input::Message(m) if !(self.reads)(&m) => return Ok(Outcome::Ignored),
+            Input::SetMaintenance { .. } if !self.maintenance => return Ok(Outcome::Ignored),
             Input::Message(mut m) => {
                 (self.inbound)(&mut m);
                 Input::Message(m)

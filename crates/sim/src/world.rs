@@ -209,6 +209,12 @@ struct Slot {
     stalled_until: u64,
     /// Its latest resign: when it left (true ns) and the successor it named.
     last_resign: Option<(u64, Option<String>)>,
+    /// The operator's maintenance as its shell keeps it (on disk: it survives restarts).
+    maintenance: bool,
+    /// Maintenance as its running core was last told.
+    core_maintenance: bool,
+    /// When (true ns) its core last took a resign that named it the successor.
+    named_at: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -386,6 +392,9 @@ impl World {
                 overdue: 0,
                 stalled_until: 0,
                 last_resign: None,
+                maintenance: false,
+                core_maintenance: false,
+                named_at: None,
             })
             .collect();
         let mut w = World {
@@ -673,8 +682,21 @@ impl World {
         slot.stopping = None;
         slot.crash_after = None;
         slot.exec_missed = false;
-        let _ = self.step(i, Input::Tick);
+        slot.core_maintenance = false;
+        slot.named_at = None;
+        // The shell reads the maintenance it kept on disk before the loop's first step.
+        let first = if slot.maintenance {
+            Input::SetMaintenance { on: true }
+        } else {
+            Input::Tick
+        };
+        let _ = self.step(i, first);
         self.drain(i);
+    }
+
+    /// Whether node `i`'s shell keeps maintenance on (rule 16).
+    pub fn in_maintenance(&self, i: usize) -> bool {
+        self.slots[i].maintenance
     }
 
     /// Kills node `i` (`kill -9`): volatile state and the actions it had not run are lost,
@@ -835,6 +857,10 @@ impl World {
                 self.slots[i].config.priority = *p;
             }
         }
+        if let Input::SetMaintenance { on } = &input {
+            // Kept on disk by the shell, like the candidacy.
+            self.slots[i].maintenance = *on;
+        }
         self.slots[i].node.as_ref()?;
         if !self.slots[i].running.is_empty() {
             self.slots[i].inbox.push_back(input);
@@ -888,6 +914,11 @@ impl World {
                 }
             }
         }
+        let named = matches!(&input, Input::Message(m) if matches!(&m.body,
+            Body::Resign { successor: Some(s), .. } if *s == self.slots[i].config.node_id));
+        if let Input::SetMaintenance { on } = &input {
+            self.slots[i].core_maintenance = *on;
+        }
         let Some(node) = self.slots[i].node.as_mut() else {
             return Ok(Outcome::Ignored);
         };
@@ -897,6 +928,9 @@ impl World {
             out.push_back(a);
         }
         let view = node.view(now);
+        if named && result == Ok(Outcome::Accepted) {
+            self.slots[i].named_at = Some(self.now);
+        }
         let slot = &self.slots[i];
         self.checker
             .on_view(self.now, i, &slot.config, &slot.persisted, &view);
@@ -974,6 +1008,7 @@ impl World {
                 self.checker
                     .on_send(self.now, i, &self.slots[i].persisted, claims, &m);
                 self.check_version(i, &m);
+                self.check_maintenance(i, &m);
                 if let Body::Resign { successor, .. } = &m.body {
                     self.slots[i].last_resign = Some((self.now, successor.clone()));
                 }
@@ -1141,6 +1176,39 @@ impl World {
             );
             self.checker.violate(self.now, what);
         }
+    }
+
+    /// Rule 16: a node whose core was told maintenance is on campaigns only when a leader's
+    /// resign named it, and only while it is favored (`T` on its clock; twice that in true time
+    /// leaves room for any drift). Checked at every send of a pre-vote or vote request of its own.
+    fn check_maintenance(&mut self, from: usize, m: &Message) {
+        let slot = &self.slots[from];
+        let Body::Election {
+            candidate,
+            pre_vote,
+            ..
+        } = &m.body
+        else {
+            return;
+        };
+        if !slot.core_maintenance
+            || slot.running_build != Build::Current
+            || *candidate != slot.config.node_id
+        {
+            return;
+        }
+        let window = slot.config.timings.election_timeout.as_nanos() as u64 * 2;
+        if slot.named_at.is_some_and(|at| self.now < at + window) {
+            return;
+        }
+        let what = format!(
+            "rule 16: {} campaigned in maintenance (pre_vote={pre_vote}, term {}) without a \
+             resign naming it (last named at {:?})",
+            candidate,
+            m.term,
+            slot.named_at.map(Duration::from_nanos)
+        );
+        self.checker.violate(self.now, what);
     }
 
     /// Rule 15: a node never writes a version that a member it has heard from (in that member's

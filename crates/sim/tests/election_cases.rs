@@ -441,3 +441,83 @@ fn shutdown_of_the_leader_hands_over_to_the_next_ranked() {
         assert_safe(&w);
     }
 }
+
+/// Rule 16: in maintenance a dead leader is not replaced, and a restarted member keeps it; a
+/// step-down naming a successor still hands over; once maintenance ends a leader is elected.
+#[test]
+fn maintenance_holds_failover_until_it_ends_and_a_named_successor_still_takes_over() {
+    let te = t().election_timeout;
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, _) = elect(&mut w);
+        for i in 0..3 {
+            w.command(i, Input::SetMaintenance { on: true });
+        }
+        // A handover the operator names goes ahead.
+        let next = (leader + 1) % 3;
+        let r = w.command(
+            leader,
+            Input::StepDown {
+                successor: Some(w.id(next).to_string()),
+                expected_term: None,
+            },
+        );
+        assert!(matches!(r, Some(Ok(_))), "seed {seed}: {r:?}");
+        run_until_cond(&mut w, te * 2, |w| {
+            w.agreed_leader().is_some_and(|(l, _)| l == next)
+        });
+        // Its death is not repaired, even by a member that restarts meanwhile.
+        w.crash(next);
+        let other = (next + 1) % 3;
+        w.crash(other);
+        w.restart(other);
+        w.run_until(w.now() + te * 6);
+        assert_eq!(w.current_leader(), None, "seed {seed}: {}", w.describe());
+        assert!(
+            (0..3).all(|i| w
+                .view(i)
+                .is_none_or(|v| v.term == w.view(leader).unwrap().term)),
+            "seed {seed}: someone campaigned: {}",
+            w.describe()
+        );
+        // Ending it elects a leader among the two left.
+        for i in 0..3 {
+            w.command(i, Input::SetMaintenance { on: false });
+        }
+        run_until_cond(&mut w, te * 4, |w| w.agreed_leader().is_some());
+        assert_safe(&w);
+    }
+}
+
+/// Rule 16: in maintenance a step-down naming nobody names the best successor, so the cluster
+/// is not left leaderless.
+#[test]
+fn a_step_down_in_maintenance_hands_over_to_the_best_successor() {
+    let te = t().election_timeout;
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        w.run_until(w.now() + te);
+        for i in 0..3 {
+            w.command(i, Input::SetMaintenance { on: true });
+        }
+        let r = w.command(
+            leader,
+            Input::StepDown {
+                successor: None,
+                expected_term: None,
+            },
+        );
+        let Some(Ok(Outcome::SteppedDown {
+            successor: Some(s), ..
+        })) = r
+        else {
+            panic!("seed {seed}: {r:?}");
+        };
+        run_until_cond(&mut w, te * 2, |w| {
+            w.agreed_leader()
+                .is_some_and(|(l, t)| w.id(l) == s && t > term)
+        });
+        assert_safe(&w);
+    }
+}

@@ -72,6 +72,7 @@ impl NaiveBully {
             timings: None,
             body,
             info: None,
+            maintenance: None,
             kid: None,
             sig: None,
         }));
@@ -165,6 +166,7 @@ impl Protocol for NaiveBully {
             shutting_down: false,
             promise: None,
             writes_version: PROTOCOL_VERSION - 1,
+            maintenance: false,
         }
     }
 }
@@ -807,4 +809,55 @@ fn timings_below_rule_7_are_reported_at_start() {
         "drift left out"
     );
     assert!(run(at_floor.lease.mul_f64(1.05 / 0.95)) > 0, "h left out");
+}
+
+/// Rule 16 broken: a shell that never tells its core about maintenance. The simulator's own
+/// record of what each core was told is what the check at every send reads, so a core that
+/// campaigns anyway is seen the moment its first request leaves.
+#[test]
+fn a_core_deaf_to_maintenance_is_caught_at_its_first_campaign() {
+    let deaf = || -> Factory {
+        Box::new(|c, p, now, seed, seq| {
+            Box::new(
+                Filtered::new(
+                    Box::new(Node::new(c, p, now, seed, seq)),
+                    |_| true,
+                    keep,
+                    keep,
+                )
+                .without_maintenance(),
+            )
+        })
+    };
+    let t = Timings::default();
+    for (factory, broken) in [(deaf(), true), (core_factory(), false)] {
+        let nodes = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, id)| NodeSpec::new(*id, 100 + i as u32))
+            .collect();
+        let mut w = World::new(
+            WorldConfig {
+                seed: 3,
+                group: "maintenance".into(),
+                timings: t,
+                nodes,
+                rates: vec![1.0; 3],
+            },
+            factory,
+        );
+        w.run_until(t.election_timeout * 4);
+        let leader = w.current_leader().expect("a leader");
+        for i in 0..3 {
+            w.command(i, Input::SetMaintenance { on: true });
+        }
+        w.crash(leader);
+        w.run_until(w.now() + t.election_timeout * 4);
+        let seen: Vec<String> = w.checker.violations.iter().map(|v| v.to_string()).collect();
+        assert_eq!(
+            seen.iter().any(|v| v.contains("rule 16")),
+            broken,
+            "broken variant: {broken}: {seen:?}"
+        );
+    }
 }

@@ -13,6 +13,7 @@ use pilot_election::api::OPENAPI_YAML;
 
 const KNOWN: &[&str] = &[
     "$ref",
+    "oneOf",
     "type",
     "properties",
     "required",
@@ -101,6 +102,22 @@ impl Spec {
                 KNOWN.contains(&k.as_str()),
                 "the checker does not know `{k}`"
             );
+        }
+        if let Some(branches) = obj.get("oneOf").and_then(Value::as_array) {
+            let matching = branches
+                .iter()
+                .filter(|b| {
+                    let mut errs = Vec::new();
+                    self.validate(b, v, at, &mut errs);
+                    errs.is_empty()
+                })
+                .count();
+            if matching != 1 {
+                errors.push(format!(
+                    "{at}: {v} matches {matching} of the {} oneOf branches, not exactly one",
+                    branches.len()
+                ));
+            }
         }
         if let Some(t) = obj.get("type") {
             let types: Vec<&str> = match t {

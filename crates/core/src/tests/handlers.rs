@@ -476,8 +476,13 @@ fn a_favor_ends_at_its_instant() {
 
 /// Leader `a` (priority 1, on `t`) of term 1, elected at `T + H` while c (priority 9) had
 /// advertised since `T + 100 ms`, run in 10 ms steps for `span`, b acking every heartbeat and
-/// c advertising every `H`. When it resigned, counted from its election, and for whom.
-fn lead_beside_c(t: Timings, span: Duration) -> Option<(Duration, Option<String>)> {
+/// c advertising every `H`; in maintenance from its election if `maintenance`. When it
+/// resigned, counted from its election, and for whom.
+fn lead_beside_c(
+    t: Timings,
+    span: Duration,
+    maintenance: bool,
+) -> Option<(Duration, Option<String>)> {
     let mut b = Bench::new(&MEMBERS);
     let mut a = node_with("a", true, Persistent::default(), b.t0, t);
     let c = |b: &mut Bench| b.presence("c", 0, 9, Candidacy::Eligible, &["a", "b"]);
@@ -488,6 +493,10 @@ fn lead_beside_c(t: Timings, span: Duration) -> Option<(Duration, Option<String>
     let _ = a.handle(since, grant(&mut b, 1, true));
     let _ = a.handle(since, grant(&mut b, 1, false));
     assert_eq!(a.role(), Role::Leader);
+    if maintenance {
+        let _ = a.handle(since, Input::SetMaintenance { on: true });
+        assert_eq!(a.role(), Role::Leader, "maintenance keeps the leader");
+    }
     let (mut actions, mut sent_at) = (drain(&mut a), since);
     // Even at four times the rate, a leader sends a heartbeat every H / 4 at most: a step that
     // made more fails here at once (a heartbeat scheduled in the past answers every ack with
@@ -549,12 +558,20 @@ fn a_leader_preempts_at_its_instant_and_never_with_preemption_off() {
     let t = Timings::default();
     let wait = t.preempt_after.max(t.election_timeout);
     assert_eq!(
-        lead_beside_c(t, wait + H),
+        lead_beside_c(t, wait + H, false),
         Some((wait, Some("c".to_string())))
     );
     let off = Timings {
         preempt_after: Duration::ZERO,
         ..t
     };
-    assert_eq!(lead_beside_c(off, T * 3), None);
+    assert_eq!(lead_beside_c(off, T * 3, false), None);
+}
+
+/// Rule 16: maintenance holds leadership where it is; the better-ranked c waits.
+#[test]
+fn a_leader_in_maintenance_never_preempts() {
+    let t = Timings::default();
+    let wait = t.preempt_after.max(t.election_timeout);
+    assert_eq!(lead_beside_c(t, wait * 3, true), None);
 }

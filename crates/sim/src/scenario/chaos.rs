@@ -6,7 +6,7 @@ use super::*;
 /// Since when, as seen at the chaos steps, the network as a whole, each node and each link have
 /// been free of faults, so that a quorum connected both ways on timely links can be held to the
 /// liveness promise (docs/protocol.md, "What it promises") in the middle of the chaos and not
-/// only after healing. A node counts when it is up, unpaused, not stopping, not about to crash,
+/// only after healing. A node counts when it is up, unpaused, out of maintenance, not stopping, not about to crash,
 /// eligible, not stalled and left alone by the operator; a link when it is open both ways
 /// without extra loss or delay; the network when it loses nothing and stays within the timely
 /// delay.
@@ -37,6 +37,7 @@ impl Calm {
         for i in 0..w.size() {
             let ok = w.is_up(i)
                 && !w.is_paused(i)
+                && !w.in_maintenance(i)
                 && !w.is_stopping(i)
                 && !w.crash_armed(i)
                 && w.config(i).eligible
@@ -354,6 +355,20 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                     }
                 }
             }
+            19 if now < commands_until => {
+                // Maintenance (rule 16), on one node or, as the shells spread it, on all; the
+                // spreading itself is the shell's, so a partial spread is a node at a time.
+                let on = rng.chance(0.6);
+                let all = rng.chance(0.5);
+                // (During a spell, not on its quorum.)
+                let nodes: Vec<usize> = if all { outside.clone() } else { vec![i] };
+                let answers: Vec<_> = nodes
+                    .iter()
+                    .map(|&j| w.command(j, Input::SetMaintenance { on }))
+                    .collect();
+                touched = Some(i);
+                format!("maintenance {on} on {nodes:?}: {answers:?}")
+            }
             _ => continue,
         };
         trace.log(&w, what);
@@ -426,6 +441,9 @@ fn calm_spell(w: &mut World, q: &[usize]) {
             w.net.link_delay.remove(&(a, b));
         }
         w.restart(a);
+        if w.in_maintenance(a) {
+            let _ = w.command(a, Input::SetMaintenance { on: false });
+        }
         if !w.config(a).eligible || w.view(a).is_some_and(|v| !v.eligible) {
             let _ = w.command(
                 a,
@@ -440,6 +458,9 @@ fn calm_spell(w: &mut World, q: &[usize]) {
 
 fn restore_candidacy(w: &mut World) {
     for i in 0..w.size() {
+        if w.in_maintenance(i) {
+            let _ = w.command(i, Input::SetMaintenance { on: false });
+        }
         let running_ineligible = w.view(i).is_some_and(|v| !v.eligible);
         if !w.config(i).eligible || running_ineligible {
             let _ = w.command(
