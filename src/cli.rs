@@ -53,6 +53,10 @@ pub enum Command {
     StepDown(StepDownArgs),
     /// Announce or withdraw this node's candidacy.
     Candidacy(CandidacyArgs),
+    /// Pause automatic failover on every member (maintenance; README, "Maintenance").
+    Pause(PauseArgs),
+    /// End the maintenance pause on every member.
+    Resume(ClientArgs),
     /// Exit 0 when the node's election loop is alive (for Docker's HEALTHCHECK).
     Healthcheck(ClientArgs),
     /// Run a local 3-node cluster that elects, fails over and hands over, printing a timeline.
@@ -223,6 +227,31 @@ pub struct StepDownArgs {
     /// Refuse unless the leader is still in this term.
     #[arg(long)]
     pub expected_term: Option<u64>,
+    /// Step down at this time (RFC 3339, e.g. 2026-12-02T02:00:00Z) instead of now; dropped if
+    /// leadership changes first.
+    #[arg(long, conflicts_with_all = ["r#in", "cancel"])]
+    pub at: Option<String>,
+    /// Step down after this long (e.g. 30m) instead of now.
+    #[arg(long = "in", value_parser = parse_duration, conflicts_with = "cancel")]
+    pub r#in: Option<Duration>,
+    /// Cancel the step-down scheduled on the node.
+    #[arg(long, conflicts_with_all = ["successor", "expected_term"])]
+    pub cancel: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// End the pause by itself at this time (RFC 3339); default: until `resume`.
+    #[arg(long, conflicts_with = "r#for")]
+    pub until: Option<String>,
+    /// End the pause by itself after this long (e.g. 2h).
+    #[arg(long = "for", value_parser = parse_duration)]
+    pub r#for: Option<Duration>,
+    /// Why, for /status and the page (at most 256 bytes).
+    #[arg(long)]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -308,6 +337,8 @@ pub fn main() -> i32 {
         Command::Status(a) => rt.block_on(client::status(&a)),
         Command::StepDown(a) => rt.block_on(client::step_down(&a)),
         Command::Candidacy(a) => rt.block_on(client::candidacy(&a)),
+        Command::Pause(a) => rt.block_on(client::pause(&a)),
+        Command::Resume(a) => rt.block_on(client::resume(&a)),
         Command::Healthcheck(a) => rt.block_on(client::healthcheck(&a)),
         Command::Demo(a) => rt.block_on(demo::demo(&a)),
     };

@@ -549,7 +549,12 @@ fn the_checker_rejects_what_breaks_a_schema() {
     let r = std::panic::catch_unwind(|| spec.check("get", "/term", 200, &extra));
     assert!(r.is_err(), "an unknown field must fail");
     // `oneOf`: a setting or null, nothing else.
-    spec.check("get", "/pause", 200, &json!({"paused": false, "setting": null}));
+    spec.check(
+        "get",
+        "/pause",
+        200,
+        &json!({"paused": false, "setting": null}),
+    );
     let neither = json!({"paused": false, "setting": 5});
     let r = std::panic::catch_unwind(|| spec.check("get", "/pause", 200, &neither));
     assert!(r.is_err(), "a value matching no oneOf branch must fail");

@@ -7,9 +7,10 @@ use serde_json::{json, Value};
 
 use super::config::read_token;
 use super::{
-    error_line, CandidacyArgs, ClientArgs, LeaderArgs, StepDownArgs, EXIT_OK, EXIT_REFUSED,
-    EXIT_UNREACHABLE, EXIT_USAGE,
+    error_line, CandidacyArgs, ClientArgs, LeaderArgs, PauseArgs, StepDownArgs, EXIT_OK,
+    EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE,
 };
+use crate::clock::wall::{rfc3339, unix_ms_now};
 
 enum Reply {
     Answer(u16, Value),
@@ -36,9 +37,13 @@ async fn call(
         Err(e) => return Reply::Unreachable(e.to_string()),
     };
     let url = format!("{}{path}", args.url.trim_end_matches('/'));
+    // Everything but a read is an operator's command.
+    let mutates = method != reqwest::Method::GET;
     let mut req = client.request(method, &url);
     if let Some(b) = body {
         req = req.json(&b);
+    }
+    if mutates {
         if let Ok(Some(token)) = read_token(&args.admin_token_file, &args.admin_token) {
             req = req.bearer_auth(token);
         }
@@ -144,6 +149,24 @@ pub async fn status(args: &ClientArgs) -> i32 {
             s(&b["transport"], "kind"),
             s(&b["transport"], "healthy"),
         );
+        if b["paused"] == json!(true) {
+            let m = &b["maintenance"];
+            out.push_str(&format!(
+                "\n  MAINTENANCE: no automatic failover until {} (paused on {}: {})",
+                m["until"].as_str().unwrap_or("resumed"),
+                s(m, "by"),
+                s(m, "reason")
+            ));
+        }
+        if let Some(op) = b["scheduled_step_down"].as_object() {
+            let op = Value::Object(op.clone());
+            out.push_str(&format!(
+                "\n  step-down {} scheduled for {}, successor {}",
+                s(&op, "id"),
+                s(&op, "at"),
+                s(&op, "successor")
+            ));
+        }
         // A member change is complete when every member shows our fingerprint (README,
         // "Changing the members"), so each line says whether it does.
         for m in b["members"].as_array().into_iter().flatten() {
@@ -207,12 +230,29 @@ pub async fn step_down(a: &StepDownArgs) -> i32 {
         eprintln!("pilot-election: {e}");
         return EXIT_USAGE;
     }
+    if a.cancel {
+        let reply = call(&a.client, reqwest::Method::DELETE, "/step-down", None).await;
+        return finish(&a.client, reply, |b| {
+            format!(
+                "cancelled step-down {} (was due at {})",
+                s(b, "id"),
+                s(b, "at")
+            )
+        });
+    }
     let mut body = serde_json::Map::new();
     if let Some(succ) = &a.successor {
         body.insert("successor".into(), json!(succ));
     }
     if let Some(t) = a.expected_term {
         body.insert("expected_term".into(), json!(t));
+    }
+    let at = a.at.clone().or_else(|| {
+        a.r#in
+            .map(|d| rfc3339(unix_ms_now() + d.as_millis() as u64))
+    });
+    if let Some(at) = at {
+        body.insert("at".into(), json!(at));
     }
     let reply = call(
         &a.client,
@@ -222,12 +262,75 @@ pub async fn step_down(a: &StepDownArgs) -> i32 {
     )
     .await;
     finish(&a.client, reply, |b| {
-        format!(
+        match b.get("operation") {
+        Some(op) => format!(
+            "step-down {} scheduled for {} in term {}; successor {} (cancel: pilot-election step-down --cancel; dropped if {})",
+            s(op, "id"),
+            s(op, "at"),
+            s(b, "term"),
+            s(b, "successor"),
+            s(op, "dropped_if")
+        ),
+        None => format!(
             "stepped down from term {}; successor {}",
             s(b, "term"),
             s(b, "successor")
-        )
+        ),
+    }
     })
+}
+
+/// One line for a `/pause` answer.
+fn pause_line(b: &Value) -> String {
+    let setting = &b["setting"];
+    if b["paused"] == json!(true) {
+        let until = match setting["until"].as_str() {
+            Some(u) => format!("until {u}"),
+            None => "until `pilot-election resume`".into(),
+        };
+        format!(
+            "paused: no automatic failover on any member {until} (written on {}, version {})",
+            s(setting, "by"),
+            s(setting, "version")
+        )
+    } else {
+        "not paused: automatic failover is on".into()
+    }
+}
+
+pub async fn pause(a: &PauseArgs) -> i32 {
+    if let Err(e) = read_token(&a.client.admin_token_file, &a.client.admin_token) {
+        eprintln!("pilot-election: {e}");
+        return EXIT_USAGE;
+    }
+    let mut body = serde_json::Map::new();
+    let until = a.until.clone().or_else(|| {
+        a.r#for
+            .map(|d| rfc3339(unix_ms_now() + d.as_millis() as u64))
+    });
+    if let Some(u) = until {
+        body.insert("until".into(), json!(u));
+    }
+    if let Some(r) = &a.reason {
+        body.insert("reason".into(), json!(r));
+    }
+    let reply = call(
+        &a.client,
+        reqwest::Method::POST,
+        "/pause",
+        Some(Value::Object(body)),
+    )
+    .await;
+    finish(&a.client, reply, pause_line)
+}
+
+pub async fn resume(args: &ClientArgs) -> i32 {
+    if let Err(e) = read_token(&args.admin_token_file, &args.admin_token) {
+        eprintln!("pilot-election: {e}");
+        return EXIT_USAGE;
+    }
+    let reply = call(args, reqwest::Method::DELETE, "/pause", None).await;
+    finish(args, reply, pause_line)
 }
 
 pub async fn candidacy(a: &CandidacyArgs) -> i32 {

@@ -15,12 +15,13 @@ use crate::transport::http::Peer;
 use crate::transport::pilot::PilotConfig;
 use crate::NodeConfig;
 
-/// `500ms`, `2s`, `1m`: a number and a unit, nothing else (a bare number would be ambiguous).
+/// `500ms`, `2s`, `1m`, `2h`: a number and a unit, nothing else (a bare number would be
+/// ambiguous). Hours are for the operator's spans (`pause --for`, `step-down --in`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .ok_or_else(|| format!("`{s}` needs a unit: ms, s or m (e.g. 500ms, 2s)"))?;
+        .ok_or_else(|| format!("`{s}` needs a unit: ms, s, m or h (e.g. 500ms, 2s)"))?;
     let (num, unit) = s.split_at(split);
     let n: f64 = num
         .parse()
@@ -29,7 +30,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "ms" => n / 1000.0,
         "s" => n,
         "m" => n * 60.0,
-        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s or m)")),
+        "h" => n * 3600.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
     };
     Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
 }
@@ -358,7 +360,8 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("5").is_err());
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(parse_duration("5d").is_err());
         assert!(parse_duration("ms").is_err());
     }
 

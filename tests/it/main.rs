@@ -10,6 +10,7 @@ mod cli;
 mod client;
 mod cluster;
 mod connections;
+mod controls;
 mod discovery;
 use support::contract;
 use support::devnet;
