@@ -432,6 +432,11 @@ impl Node {
         if let State::PreCandidate(r) | State::Candidate(r) = &mut self.state {
             r.durable = true;
         }
+        // Maintenance before the timers due now: a node told to hold its campaigns must not start
+        // one in the same step (rule 16; simulator seed 3632, a command queued behind a stall).
+        if let Input::SetMaintenance { on } = &input {
+            self.on_set_maintenance(now, *on);
+        }
         // Time first: a node that wakes from a long pause must notice its lease ran out before it
         // does anything as leader.
         self.on_time(now);
@@ -445,10 +450,8 @@ impl Node {
             Input::SetCandidacy { eligible, priority } => {
                 self.on_set_candidacy(now, eligible, priority)
             }
-            Input::SetMaintenance { on } => {
-                self.on_set_maintenance(now, on);
-                Ok(Outcome::Accepted)
-            }
+            // Taken before the timers, above.
+            Input::SetMaintenance { .. } => Ok(Outcome::Accepted),
             Input::Shutdown => {
                 self.on_shutdown(now);
                 Ok(Outcome::Accepted)

@@ -53,6 +53,23 @@ fn a_node_in_maintenance_never_campaigns_of_its_own_and_does_once_it_ends() {
     );
 }
 
+/// A node whose election timer ran out while its loop was busy: maintenance arriving as the
+/// next input holds the campaign back, although its timers are due at the same instant.
+#[test]
+fn maintenance_given_when_the_timer_is_due_starts_no_campaign_in_that_step() {
+    let b = Bench::new(&MEMBERS);
+    let mut a = node_at("a", true, Persistent::default(), b.t0);
+    let _ = a.handle(b.t0, Input::Tick);
+    drain(&mut a);
+    let late = b.at(T * 3);
+    let _ = a.handle(late, Input::SetMaintenance { on: true });
+    assert!(
+        !campaigns(&drain(&mut a)),
+        "campaigned in the step that began maintenance"
+    );
+    assert_eq!(a.role(), Role::Follower);
+}
+
 #[test]
 fn a_leaders_silence_starts_no_campaign_in_maintenance() {
     let mut b = Bench::new(&MEMBERS);
