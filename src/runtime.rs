@@ -107,6 +107,8 @@ pub struct Runtime {
     /// Stamped on every message that leaves (see [`crate::directory`]).
     info: Option<NodeInfo>,
     directory: Arc<Directory>,
+    /// systemd's watchdog, petted from this loop so that a stuck loop stops petting.
+    watchdog: crate::notify::Watchdog,
 }
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
@@ -178,6 +180,7 @@ impl Runtime {
             group: wiring.group,
             info: wiring.info,
             directory,
+            watchdog: crate::notify::Watchdog::from_env(),
         };
         (rt, rx, loop_clock)
     }
@@ -247,6 +250,7 @@ impl Runtime {
         loop {
             let now = clock::now();
             *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
+            self.watchdog.pet(now);
             if let Some((since, hand_over)) = stopping {
                 let view = self.node.view(now);
                 match stop::exit_now(hand_over, &view, now.saturating_duration_since(since)) {
