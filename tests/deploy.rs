@@ -2,6 +2,11 @@
 //! exports, with only labels those metrics carry (plus Prometheus' own `job` and `instance`).
 //! A renamed metric or label fails here instead of leaving an empty panel or a silent alert.
 //! PromQL syntax and the rules' behaviour are checked by promtool (`scripts/check-deploy.sh`).
+//!
+//! The systemd unit keeps the settings the README explains, with values derived from the
+//! binary's own timings (the exit budget, the heartbeat interval), and names only flags and
+//! environment variables the binary accepts (clap's own parsing). Its syntax is checked by
+//! systemd-analyze (`scripts/check-deploy.sh`); tests/it/systemd.rs runs it with a real node.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,6 +16,8 @@ use pilot_election::metrics::Metrics;
 
 const DASHBOARD: &str = include_str!("../deploy/grafana-dashboard.json");
 const ALERTS: &str = include_str!("../deploy/alerts.yml");
+const UNIT: &str = include_str!("../deploy/pilot-election.service");
+const UNIT_ENV: &str = include_str!("../deploy/pilot-election.env");
 
 /// Labels every scraped series gets from Prometheus.
 const TARGET_LABELS: &[&str] = &["job", "instance"];
@@ -226,4 +233,124 @@ fn the_checker_catches_unknown_metrics_and_labels() {
     }
     let good = "sum by (job, outcome) (rate(pilot_election_messages_received_total{outcome!~\"a|b\", job=~\"$job\"}[5m]))";
     assert_eq!(check("test", &[good.to_string()], &exported), 1);
+}
+
+/// The `[Service]` (or any) section's settings in order, `(key, value)`; repeated keys repeat.
+fn unit_section<'a>(unit: &'a str, section: &str) -> Vec<(&'a str, &'a str)> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+        } else if inside && !line.is_empty() && !line.starts_with('#') {
+            let (k, v) = line.split_once('=').expect("KEY=VALUE");
+            out.push((k, v));
+        }
+    }
+    out
+}
+
+fn one<'a>(settings: &[(&str, &'a str)], key: &str) -> &'a str {
+    let values: Vec<&str> = settings
+        .iter()
+        .filter(|(k, _)| *k == key)
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(values.len(), 1, "{key} should be set once: {values:?}");
+    values[0]
+}
+
+/// The environment variable of every `run` flag.
+fn run_env_twins() -> BTreeSet<String> {
+    use clap::CommandFactory;
+    let cli = pilot_election::cli::Cli::command();
+    let run = cli.find_subcommand("run").expect("run");
+    run.get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn the_systemd_unit_keeps_its_settings_and_execstart_parses() {
+    use clap::Parser;
+    let service = unit_section(UNIT, "Service");
+    for (key, want) in [
+        ("Type", "notify"),
+        ("NotifyAccess", "main"),
+        ("Restart", "on-failure"),
+        ("RestartPreventExitStatus", "64"),
+        ("KillMode", "mixed"),
+        ("DynamicUser", "yes"),
+        ("StateDirectory", "pilot-election"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
+        ("EnvironmentFile", "-/etc/pilot-election/env"),
+    ] {
+        assert_eq!(one(&service, key), want, "{key}");
+    }
+    let duration = |key| {
+        pilot_election::cli::parse_duration(one(&service, key))
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    // The stop's whole budget, and a margin for a loaded host, before systemd's SIGKILL.
+    let stop = duration("TimeoutStopSec");
+    let budget = pilot_election::exit_budget::total();
+    assert!(
+        stop >= budget + std::time::Duration::from_secs(2),
+        "{stop:?} for a stop of {budget:?}"
+    );
+    // Pets are at most WatchdogSec/2 + 2h apart (src/notify.rs): WatchdogSec > 4h, with room.
+    let watchdog = duration("WatchdogSec");
+    let h = pilot_election::election::Timings::default().heartbeat;
+    assert!(watchdog >= h * 8, "WatchdogSec {watchdog:?} for h = {h:?}");
+    assert!(watchdog > pilot_election::election::Timings::default().lease);
+
+    // ExecStart's flags are flags `run` accepts, with the unit's specifiers filled in.
+    let exec = one(&service, "ExecStart")
+        .replace("%S", "/var/lib")
+        .replace("%d", "/run/credentials/pilot-election.service");
+    let argv: Vec<&str> = exec.split_whitespace().collect();
+    assert_eq!(argv[0], "/usr/local/bin/pilot-election");
+    let parsed = pilot_election::cli::Cli::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("ExecStart does not parse: {e}"));
+    let pilot_election::cli::Command::Run(run) = parsed.command else {
+        panic!("ExecStart does not run a node");
+    };
+    let state_dir = format!("/var/lib/{}", one(&service, "StateDirectory"));
+    assert_eq!(
+        run.data_dir.as_deref(),
+        Some(std::path::Path::new(&state_dir))
+    );
+    // Each file ExecStart reads from %d is a credential the unit loads.
+    let credentials: Vec<&str> = service
+        .iter()
+        .filter(|(k, _)| *k == "LoadCredential")
+        .map(|(_, v)| v.split_once(':').expect("ID:PATH").0)
+        .collect();
+    for file in [&run.admin_token_file, &run.cluster_key_file] {
+        let file = file.as_ref().expect("read from a credential");
+        let id = file.file_name().unwrap().to_str().unwrap();
+        assert!(
+            credentials.contains(&id),
+            "{id} is not loaded: {credentials:?}"
+        );
+    }
+
+    // Every variable of the example environment file is a flag's twin.
+    let twins = run_env_twins();
+    let keys: Vec<&str> = UNIT_ENV
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_once('=').expect("KEY=VALUE").0)
+        .collect();
+    assert!(keys.contains(&"PILOT_ELECTION_NODE_ID"), "{keys:?}");
+    for k in keys {
+        assert!(twins.contains(k), "{k} is no flag's environment variable");
+    }
 }

@@ -29,6 +29,7 @@ use support::pilot_cluster;
 use support::proxy;
 mod rolling;
 mod state;
+mod systemd;
 mod tls;
 mod transition;
 use support::watch;
