@@ -3,10 +3,11 @@
 //! A renamed metric or label fails here instead of leaving an empty panel or a silent alert.
 //! PromQL syntax and the rules' behaviour are checked by promtool (`scripts/check-deploy.sh`).
 //!
-//! The systemd unit keeps the settings the README explains, with values derived from the
-//! binary's own timings (the exit budget, the heartbeat interval), and names only flags and
-//! environment variables the binary accepts (clap's own parsing). Its syntax is checked by
-//! systemd-analyze (`scripts/check-deploy.sh`); tests/it/systemd.rs runs it with a real node.
+//! The systemd unit and the Kubernetes manifests keep the settings the README explains, with
+//! values derived from the binary's own timings (the exit budget, the heartbeat interval), and
+//! name only flags and environment variables the binary accepts (clap's own parsing). Their
+//! syntax is checked by systemd-analyze and kubectl (`scripts/check-deploy.sh`);
+//! tests/it/systemd.rs and tests/it/kubernetes.rs run them with real nodes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -18,6 +19,9 @@ const DASHBOARD: &str = include_str!("../deploy/grafana-dashboard.json");
 const ALERTS: &str = include_str!("../deploy/alerts.yml");
 const UNIT: &str = include_str!("../deploy/pilot-election.service");
 const UNIT_ENV: &str = include_str!("../deploy/pilot-election.env");
+const STATEFULSET: &str = include_str!("../deploy/kubernetes/statefulset.yaml");
+const SERVICES: &str = include_str!("../deploy/kubernetes/service.yaml");
+const PDB: &str = include_str!("../deploy/kubernetes/poddisruptionbudget.yaml");
 
 /// Labels every scraped series gets from Prometheus.
 const TARGET_LABELS: &[&str] = &["job", "instance"];
@@ -353,4 +357,108 @@ fn the_systemd_unit_keeps_its_settings_and_execstart_parses() {
     for k in keys {
         assert!(twins.contains(k), "{k} is no flag's environment variable");
     }
+}
+
+fn yaml_documents(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).expect("YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn the_kubernetes_manifests_keep_their_settings() {
+    let sts = &yaml_documents(STATEFULSET)[0];
+    assert_eq!(sts["kind"], "StatefulSet");
+    let services = yaml_documents(SERVICES);
+    let pdb = &yaml_documents(PDB)[0];
+    let labels = &sts["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(&sts["spec"]["selector"]["matchLabels"], labels);
+
+    // Quorum systems: start every pod at once, resolve pods before they are ready.
+    assert_eq!(sts["spec"]["replicas"], 3);
+    assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
+    let headless = services
+        .iter()
+        .find(|s| s["metadata"]["name"] == sts["spec"]["serviceName"])
+        .expect("the StatefulSet's headless Service");
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    assert_eq!(headless["spec"]["publishNotReadyAddresses"], true);
+    for s in &services {
+        assert_eq!(&s["spec"]["selector"], labels, "{}", s["metadata"]["name"]);
+    }
+    assert_eq!(pdb["kind"], "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], labels);
+
+    let pod = &sts["spec"]["template"]["spec"];
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("a grace period");
+    let budget = pilot_election::exit_budget::total();
+    assert!(
+        std::time::Duration::from_secs(grace) >= budget + std::time::Duration::from_secs(2),
+        "{grace}s for a stop of {budget:?}"
+    );
+    assert_eq!(pod["enableServiceLinks"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // The Dockerfile's and compose.yaml's image name.
+    assert_eq!(c["image"], "pilot-election");
+
+    // Every PILOT_ELECTION_* variable is a flag's twin, the id comes from the pod's name, and the
+    // data directory is the claim's mount.
+    let twins = run_env_twins();
+    let env = c["env"].as_array().expect("env");
+    let mut values = BTreeMap::new();
+    for e in env {
+        let name = e["name"].as_str().unwrap();
+        if name.starts_with("PILOT_ELECTION_") {
+            assert!(
+                twins.contains(name),
+                "{name} is no flag's environment variable"
+            );
+        }
+        values.insert(name, e);
+    }
+    assert_eq!(
+        values["PILOT_ELECTION_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    assert_eq!(values["PILOT_ELECTION_TRANSPORT"]["value"], "http");
+    // One member per replica, each by its pod's stable name under the headless Service.
+    let name = sts["metadata"]["name"].as_str().unwrap();
+    let service = sts["spec"]["serviceName"].as_str().unwrap();
+    let members: Vec<&str> = values["MEMBER_URLS"]["value"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(
+        members.len() as u64,
+        sts["spec"]["replicas"].as_u64().unwrap()
+    );
+    for (i, m) in members.iter().enumerate() {
+        let want = format!(
+            "{name}-{i}=http://{name}-{i}.{service}.$(POD_NAMESPACE).svc.cluster.local:7070"
+        );
+        assert_eq!(*m, want);
+    }
+    assert!(values.contains_key("PILOT_ELECTION_ADVERTISE_URL"));
+    let claim = &sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"];
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| &m["name"] == claim)
+        .expect("the claim is mounted");
+    assert_eq!(
+        values["PILOT_ELECTION_DATA_DIR"]["value"],
+        mount["mountPath"]
+    );
 }

@@ -21,6 +21,7 @@ mod fuzz;
 mod haproxy;
 mod health;
 mod kernel;
+mod kubernetes;
 mod membership;
 mod page;
 mod peers;
