@@ -89,6 +89,8 @@ pub struct Runtime {
     commands: mpsc::Receiver<Command>,
     snapshot: watch::Sender<Snapshot>,
     clock: LoopClock,
+    /// systemd's watchdog, petted from this loop so that a stuck loop stops petting.
+    watchdog: crate::notify::Watchdog,
     metrics: Arc<Metrics>,
     history: Arc<VecDeque<HistoryEntry>>,
     leaderless_since: Option<Instant>,
@@ -107,8 +109,6 @@ pub struct Runtime {
     /// Stamped on every message that leaves (see [`crate::directory`]).
     info: Option<NodeInfo>,
     directory: Arc<Directory>,
-    /// systemd's watchdog, petted from this loop so that a stuck loop stops petting.
-    watchdog: crate::notify::Watchdog,
 }
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
@@ -167,6 +167,7 @@ impl Runtime {
             commands: wiring.commands,
             snapshot: tx,
             clock: loop_clock.clone(),
+            watchdog: crate::notify::Watchdog::from_env(),
             metrics: wiring.metrics,
             history: Arc::new(history),
             leaderless_since: Some(now),
@@ -180,7 +181,6 @@ impl Runtime {
             group: wiring.group,
             info: wiring.info,
             directory,
-            watchdog: crate::notify::Watchdog::from_env(),
         };
         (rt, rx, loop_clock)
     }
