@@ -301,12 +301,14 @@ impl BuiltNode {
         let exec_drain = self.exec.as_ref().map(Exec::handle);
         tokio::spawn(async move {
             shutdown.await;
+            crate::notify::stopping();
             // The child stops before a leader hands over (its successor may lead at once).
             if let Some(x) = exec_drain {
                 x.drain_for_exit().await;
             }
             stop_loop.cancel();
         });
+        let mut first_view = self.state.snapshot.clone();
         let mut loop_task = tokio::spawn(self.runtime.run(stop));
         let metrics = self.state.metrics.clone();
         let server_done = CancellationToken::new();
@@ -318,6 +320,13 @@ impl BuiltNode {
             metrics,
             server_done.clone(),
         ));
+        // systemd's READY=1 once the loop has published its first view (the server's listeners
+        // were bound before this function, its task is spawned above).
+        tokio::spawn(async move {
+            if first_view.changed().await.is_ok() {
+                crate::notify::ready();
+            }
+        });
         let loop_result = (&mut loop_task).await;
         server_done.cancel();
         // Open event streams end with the loop; give other requests a moment, then stop anyway.

@@ -284,6 +284,8 @@ pub struct DemoArgs {
 
 /// The whole program; returns the exit code.
 pub fn main() -> i32 {
+    // Before any thread starts: it removes systemd's variables from the environment.
+    crate::notify::take_from_env();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -28,6 +28,8 @@
 //! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
 //! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
+//! - [`notify`]: systemd's readiness and watchdog notifications (`Type=notify`), from the
+//!   environment.
 //! - [`cli`]: command-line parsing, the client commands and the demo; `main.rs` only dispatches.
 //! - [`run`] (in [`builder`]): one node, from configuration to a serving process.
 #![forbid(unsafe_code)]
@@ -42,6 +44,7 @@ pub mod exec;
 pub mod exit_budget;
 pub mod log_limit;
 pub mod metrics;
+pub mod notify;
 pub mod open_files;
 pub mod pilotctl;
 pub mod runtime;

@@ -94,6 +94,8 @@ pub struct Runtime {
     commands: mpsc::Receiver<Command>,
     snapshot: watch::Sender<Snapshot>,
     clock: LoopClock,
+    /// systemd's watchdog, petted from this loop so that a stuck loop stops petting.
+    watchdog: crate::notify::Watchdog,
     metrics: Arc<Metrics>,
     history: Arc<VecDeque<HistoryEntry>>,
     leaderless_since: Option<Instant>,
@@ -178,6 +180,7 @@ impl Runtime {
             commands: wiring.commands,
             snapshot: tx,
             clock: loop_clock.clone(),
+            watchdog: crate::notify::Watchdog::from_env(),
             metrics: wiring.metrics,
             history: Arc::new(history),
             leaderless_since: Some(now),
@@ -266,6 +269,7 @@ impl Runtime {
             self.sync_maintenance().await?;
             let now = clock::now();
             *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
+            self.watchdog.pet(now);
             if let Some((since, hand_over)) = stopping {
                 let view = self.node.view(now);
                 match stop::exit_now(hand_over, &view, now.saturating_duration_since(since)) {

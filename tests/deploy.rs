@@ -2,6 +2,12 @@
 //! exports, with only labels those metrics carry (plus Prometheus' own `job` and `instance`).
 //! A renamed metric or label fails here instead of leaving an empty panel or a silent alert.
 //! PromQL syntax and the rules' behaviour are checked by promtool (`scripts/check-deploy.sh`).
+//!
+//! The systemd unit and the Kubernetes manifests keep the settings the README explains, with
+//! values derived from the binary's own timings (the exit budget, the heartbeat interval), and
+//! name only flags and environment variables the binary accepts (clap's own parsing). Their
+//! syntax is checked by systemd-analyze and kubectl (`scripts/check-deploy.sh`);
+//! tests/it/systemd.rs and tests/it/kubernetes.rs run them with real nodes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,6 +17,11 @@ use pilot_election::metrics::Metrics;
 
 const DASHBOARD: &str = include_str!("../deploy/grafana-dashboard.json");
 const ALERTS: &str = include_str!("../deploy/alerts.yml");
+const UNIT: &str = include_str!("../deploy/pilot-election.service");
+const UNIT_ENV: &str = include_str!("../deploy/pilot-election.env");
+const STATEFULSET: &str = include_str!("../deploy/kubernetes/statefulset.yaml");
+const SERVICES: &str = include_str!("../deploy/kubernetes/service.yaml");
+const PDB: &str = include_str!("../deploy/kubernetes/poddisruptionbudget.yaml");
 
 /// Labels every scraped series gets from Prometheus.
 const TARGET_LABELS: &[&str] = &["job", "instance"];
@@ -226,4 +237,228 @@ fn the_checker_catches_unknown_metrics_and_labels() {
     }
     let good = "sum by (job, outcome) (rate(pilot_election_messages_received_total{outcome!~\"a|b\", job=~\"$job\"}[5m]))";
     assert_eq!(check("test", &[good.to_string()], &exported), 1);
+}
+
+/// The `[Service]` (or any) section's settings in order, `(key, value)`; repeated keys repeat.
+fn unit_section<'a>(unit: &'a str, section: &str) -> Vec<(&'a str, &'a str)> {
+    let mut inside = false;
+    let mut out = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+        } else if inside && !line.is_empty() && !line.starts_with('#') {
+            let (k, v) = line.split_once('=').expect("KEY=VALUE");
+            out.push((k, v));
+        }
+    }
+    out
+}
+
+fn one<'a>(settings: &[(&str, &'a str)], key: &str) -> &'a str {
+    let values: Vec<&str> = settings
+        .iter()
+        .filter(|(k, _)| *k == key)
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(values.len(), 1, "{key} should be set once: {values:?}");
+    values[0]
+}
+
+/// The environment variable of every `run` flag.
+fn run_env_twins() -> BTreeSet<String> {
+    use clap::CommandFactory;
+    let cli = pilot_election::cli::Cli::command();
+    let run = cli.find_subcommand("run").expect("run");
+    run.get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn the_systemd_unit_keeps_its_settings_and_execstart_parses() {
+    use clap::Parser;
+    let service = unit_section(UNIT, "Service");
+    for (key, want) in [
+        ("Type", "notify"),
+        ("NotifyAccess", "main"),
+        ("Restart", "on-failure"),
+        ("RestartPreventExitStatus", "64"),
+        ("KillMode", "mixed"),
+        ("DynamicUser", "yes"),
+        ("StateDirectory", "pilot-election"),
+        ("ProtectSystem", "strict"),
+        ("ProtectHome", "yes"),
+        ("PrivateTmp", "yes"),
+        ("NoNewPrivileges", "yes"),
+        ("CapabilityBoundingSet", ""),
+        ("RestrictAddressFamilies", "AF_INET AF_INET6 AF_UNIX"),
+        ("EnvironmentFile", "-/etc/pilot-election/env"),
+    ] {
+        assert_eq!(one(&service, key), want, "{key}");
+    }
+    let duration = |key| {
+        pilot_election::cli::parse_duration(one(&service, key))
+            .unwrap_or_else(|e| panic!("{key}: {e}"))
+    };
+    // The stop's whole budget, and a margin for a loaded host, before systemd's SIGKILL.
+    let stop = duration("TimeoutStopSec");
+    let budget = pilot_election::exit_budget::total();
+    assert!(
+        stop >= budget + std::time::Duration::from_secs(2),
+        "{stop:?} for a stop of {budget:?}"
+    );
+    // Pets are at most WatchdogSec/2 + 2h apart (src/notify.rs): WatchdogSec > 4h, with room.
+    let watchdog = duration("WatchdogSec");
+    let h = pilot_election::election::Timings::default().heartbeat;
+    assert!(watchdog >= h * 8, "WatchdogSec {watchdog:?} for h = {h:?}");
+    assert!(watchdog > pilot_election::election::Timings::default().lease);
+
+    // ExecStart's flags are flags `run` accepts, with the unit's specifiers filled in.
+    let exec = one(&service, "ExecStart")
+        .replace("%S", "/var/lib")
+        .replace("%d", "/run/credentials/pilot-election.service");
+    let argv: Vec<&str> = exec.split_whitespace().collect();
+    assert_eq!(argv[0], "/usr/local/bin/pilot-election");
+    let parsed = pilot_election::cli::Cli::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("ExecStart does not parse: {e}"));
+    let pilot_election::cli::Command::Run(run) = parsed.command else {
+        panic!("ExecStart does not run a node");
+    };
+    let state_dir = format!("/var/lib/{}", one(&service, "StateDirectory"));
+    assert_eq!(
+        run.data_dir.as_deref(),
+        Some(std::path::Path::new(&state_dir))
+    );
+    // Each file ExecStart reads from %d is a credential the unit loads.
+    let credentials: Vec<&str> = service
+        .iter()
+        .filter(|(k, _)| *k == "LoadCredential")
+        .map(|(_, v)| v.split_once(':').expect("ID:PATH").0)
+        .collect();
+    for file in [&run.admin_token_file, &run.cluster_key_file] {
+        let file = file.as_ref().expect("read from a credential");
+        let id = file.file_name().unwrap().to_str().unwrap();
+        assert!(
+            credentials.contains(&id),
+            "{id} is not loaded: {credentials:?}"
+        );
+    }
+
+    // Every variable of the example environment file is a flag's twin.
+    let twins = run_env_twins();
+    let keys: Vec<&str> = UNIT_ENV
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split_once('=').expect("KEY=VALUE").0)
+        .collect();
+    assert!(keys.contains(&"PILOT_ELECTION_NODE_ID"), "{keys:?}");
+    for k in keys {
+        assert!(twins.contains(k), "{k} is no flag's environment variable");
+    }
+}
+
+fn yaml_documents(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).expect("YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+#[test]
+fn the_kubernetes_manifests_keep_their_settings() {
+    let sts = &yaml_documents(STATEFULSET)[0];
+    assert_eq!(sts["kind"], "StatefulSet");
+    let services = yaml_documents(SERVICES);
+    let pdb = &yaml_documents(PDB)[0];
+    let labels = &sts["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(&sts["spec"]["selector"]["matchLabels"], labels);
+
+    // Quorum systems: start every pod at once, resolve pods before they are ready.
+    assert_eq!(sts["spec"]["replicas"], 3);
+    assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
+    let headless = services
+        .iter()
+        .find(|s| s["metadata"]["name"] == sts["spec"]["serviceName"])
+        .expect("the StatefulSet's headless Service");
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    assert_eq!(headless["spec"]["publishNotReadyAddresses"], true);
+    for s in &services {
+        assert_eq!(&s["spec"]["selector"], labels, "{}", s["metadata"]["name"]);
+    }
+    assert_eq!(pdb["kind"], "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], labels);
+
+    let pod = &sts["spec"]["template"]["spec"];
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("a grace period");
+    let budget = pilot_election::exit_budget::total();
+    assert!(
+        std::time::Duration::from_secs(grace) >= budget + std::time::Duration::from_secs(2),
+        "{grace}s for a stop of {budget:?}"
+    );
+    assert_eq!(pod["enableServiceLinks"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // The Dockerfile's and compose.yaml's image name.
+    assert_eq!(c["image"], "pilot-election");
+
+    // Every PILOT_ELECTION_* variable is a flag's twin, the id comes from the pod's name, and the
+    // data directory is the claim's mount.
+    let twins = run_env_twins();
+    let env = c["env"].as_array().expect("env");
+    let mut values = BTreeMap::new();
+    for e in env {
+        let name = e["name"].as_str().unwrap();
+        if name.starts_with("PILOT_ELECTION_") {
+            assert!(
+                twins.contains(name),
+                "{name} is no flag's environment variable"
+            );
+        }
+        values.insert(name, e);
+    }
+    assert_eq!(
+        values["PILOT_ELECTION_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    assert_eq!(values["PILOT_ELECTION_TRANSPORT"]["value"], "http");
+    // One member per replica, each by its pod's stable name under the headless Service.
+    let name = sts["metadata"]["name"].as_str().unwrap();
+    let service = sts["spec"]["serviceName"].as_str().unwrap();
+    let members: Vec<&str> = values["MEMBER_URLS"]["value"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(
+        members.len() as u64,
+        sts["spec"]["replicas"].as_u64().unwrap()
+    );
+    for (i, m) in members.iter().enumerate() {
+        let want = format!(
+            "{name}-{i}=http://{name}-{i}.{service}.$(POD_NAMESPACE).svc.cluster.local:7070"
+        );
+        assert_eq!(*m, want);
+    }
+    assert!(values.contains_key("PILOT_ELECTION_ADVERTISE_URL"));
+    let claim = &sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"];
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| &m["name"] == claim)
+        .expect("the claim is mounted");
+    assert_eq!(
+        values["PILOT_ELECTION_DATA_DIR"]["value"],
+        mount["mountPath"]
+    );
 }
