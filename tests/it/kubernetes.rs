@@ -196,12 +196,7 @@ async fn the_statefulsets_container_elects_and_fails_over() {
         a.start();
         nodes.push(a);
     }
-    let logs = |nodes: &[App]| -> String {
-        nodes
-            .iter()
-            .map(|n| format!("==== {}\n{}", n.id, n.log()))
-            .collect()
-    };
+    let logs = crate::app::logs_of;
 
     let all: Vec<&App> = nodes.iter().collect();
     let (leader, term) = agreed(&all, AGREE, |l, _| pods.iter().any(|p| p == l))

@@ -387,10 +387,7 @@ impl Cluster {
     }
 
     pub fn logs(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("==== {}\n{}", n.id, n.log()))
-            .collect()
+        logs_of(&self.nodes)
     }
 
     /// Waits until every node in `which` names the same leader, accepted by `accept`.
@@ -409,6 +406,14 @@ impl Cluster {
             ),
         }
     }
+}
+
+/// Every node's log under a header with its id, for a failing assertion's message.
+pub fn logs_of(nodes: &[App]) -> String {
+    nodes
+        .iter()
+        .map(|n| format!("==== {}\n{}", n.id, n.log()))
+        .collect()
 }
 
 pub fn client() -> reqwest::Client {

@@ -237,12 +237,7 @@ pub async fn deaf_leader(binary: Option<PathBuf>) -> DeafLeader {
     for n in &mut nodes {
         n.start();
     }
-    let logs = |nodes: &[App]| -> String {
-        nodes
-            .iter()
-            .map(|n| format!("==== {}\n{}", n.id, n.log()))
-            .collect()
-    };
+    let logs = crate::app::logs_of;
     let all: Vec<&App> = nodes.iter().collect();
     let Some((_, term)) = agreed(&all, Duration::from_secs(20), |l, _| l == "n1").await else {
         panic!("n1 did not lead\n{}", logs(&nodes));

@@ -70,15 +70,21 @@ fn maintenance_given_when_the_timer_is_due_starts_no_campaign_in_that_step() {
     assert_eq!(a.role(), Role::Follower);
 }
 
-#[test]
-fn a_leaders_silence_starts_no_campaign_in_maintenance() {
-    let mut b = Bench::new(&MEMBERS);
-    let mut a = in_maintenance(&b);
+/// [`in_maintenance`], following leader b of term 1 since `T + H` (returned).
+fn following_b_in_maintenance(b: &mut Bench) -> (Node, Instant) {
+    let mut a = in_maintenance(b);
     let now = b.at(T + H);
     let hb = b.heartbeat_from_b(1);
     let _ = a.handle(now, hb);
     drain(&mut a);
     assert_eq!(a.view(now).leader.as_deref(), Some("b"));
+    (a, now)
+}
+
+#[test]
+fn a_leaders_silence_starts_no_campaign_in_maintenance() {
+    let mut b = Bench::new(&MEMBERS);
+    let (mut a, now) = following_b_in_maintenance(&mut b);
     // b dies: a forgets it after T and waits, however long.
     assert!(!run(&mut a, now, T * 10));
     assert_eq!(a.view(now + T * 10).leader, None);
@@ -88,11 +94,7 @@ fn a_leaders_silence_starts_no_campaign_in_maintenance() {
 fn a_member_named_by_a_resign_campaigns_in_maintenance_and_only_it() {
     for (named, expected) in [(Some("a"), true), (Some("c"), false), (None, false)] {
         let mut b = Bench::new(&MEMBERS);
-        let mut a = in_maintenance(&b);
-        let now = b.at(T + H);
-        let hb = b.heartbeat_from_b(1);
-        let _ = a.handle(now, hb);
-        drain(&mut a);
+        let (mut a, now) = following_b_in_maintenance(&mut b);
         let resign = b.resign_from_b(1, named);
         let _ = a.handle(now, resign);
         let at_once = campaigns(&drain(&mut a));
