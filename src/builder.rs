@@ -230,6 +230,7 @@ impl NodeBuilder {
             crate::api::start_event_log(snapshot.clone(), event_run(&config.node_id, loaded.boot));
         let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
         let state = AppState {
+            tls: config.tls.clone(),
             scheduler,
             snapshot,
             commands,

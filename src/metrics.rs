@@ -44,6 +44,9 @@ pub struct Metrics {
     pub maintenance: Gauge,
     /// 1 while a step-down waits for its hour on this node; set at scrape time.
     pub step_down_scheduled: Gauge,
+    /// Seconds until each certificate in use expires (negative once it has), by `cert`; set at
+    /// scrape time.
+    pub tls_cert_expiry: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -79,6 +82,7 @@ impl Metrics {
             exec_exits: Family::default(),
             maintenance: Gauge::default(),
             step_down_scheduled: Gauge::default(),
+            tls_cert_expiry: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -181,6 +185,11 @@ impl Metrics {
                 "step_down_scheduled",
                 "1 while a scheduled step-down waits for its hour on this node",
                 m.step_down_scheduled.clone(),
+            );
+            r.register(
+                "tls_cert_expiry_seconds",
+                "Seconds until the certificate in use expires, by cert (server: --tls-cert; peer_client: what this node presents to its peers)",
+                m.tls_cert_expiry.clone(),
             );
             r.register(
                 "ready",

@@ -19,6 +19,8 @@ use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
+pub mod cert;
+
 /// How often the files' modification times are compared with those last loaded.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -65,6 +67,16 @@ impl TlsFiles {
 struct Loaded {
     server: Option<Arc<ServerConfig>>,
     peer_client: Option<reqwest::Client>,
+    expiry: Vec<Expiry>,
+}
+
+/// When a certificate in use stops being valid, for `pilot_election_tls_cert_expiry_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    /// `server` (`--tls-cert`) or `peer_client` (what this node presents to its peers).
+    pub role: &'static str,
+    /// Unix seconds.
+    pub not_after: i64,
 }
 
 /// The node's TLS configuration in use, swapped whole by a successful reload.
@@ -72,6 +84,7 @@ pub struct Tls {
     files: TlsFiles,
     server: RwLock<Option<Arc<ServerConfig>>>,
     peer_client: RwLock<Option<reqwest::Client>>,
+    expiry: RwLock<Vec<Expiry>>,
     /// The files' modification times and sizes as last loaded (or refused).
     stamps: Mutex<Vec<Option<(SystemTime, u64)>>>,
 }
@@ -91,6 +104,7 @@ impl Tls {
             files,
             server: RwLock::new(loaded.server),
             peer_client: RwLock::new(loaded.peer_client),
+            expiry: RwLock::new(loaded.expiry),
             stamps: Mutex::new(stamps),
         }))
     }
@@ -111,6 +125,14 @@ impl Tls {
             .clone()
     }
 
+    /// The certificates in use and when each expires.
+    pub fn expiry(&self) -> Vec<Expiry> {
+        self.expiry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Whether client certificates are required.
     pub fn requires_client_certs(&self) -> bool {
         self.files.client_ca.is_some()
@@ -123,6 +145,7 @@ impl Tls {
         let loaded = load(&self.files)?;
         *self.server.write().unwrap_or_else(|e| e.into_inner()) = loaded.server;
         *self.peer_client.write().unwrap_or_else(|e| e.into_inner()) = loaded.peer_client;
+        *self.expiry.write().unwrap_or_else(|e| e.into_inner()) = loaded.expiry;
         Ok(())
     }
 
@@ -189,9 +212,26 @@ fn stamps(files: &TlsFiles) -> Vec<Option<(SystemTime, u64)>> {
 }
 
 fn load(files: &TlsFiles) -> Result<Loaded, String> {
+    let mut expiry = Vec::new();
+    let mut expires = |role, path: &Path, flag| -> Result<(), String> {
+        let leaf = read_certs(path, flag)?.into_iter().next();
+        if let Some(not_after) = leaf.and_then(|c| cert::not_after(&c)) {
+            expiry.push(Expiry { role, not_after });
+        }
+        Ok(())
+    };
+    if let Some(c) = &files.cert {
+        expires("server", c, "--tls-cert")?;
+    }
+    if files.peer_ca.is_some() {
+        if let Some((c, _, flag, _)) = files.peer_identity() {
+            expires("peer_client", c, flag)?;
+        }
+    }
     Ok(Loaded {
         server: server_config(files)?,
         peer_client: peer_client(files)?,
+        expiry,
     })
 }
 

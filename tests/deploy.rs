@@ -40,6 +40,9 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     m.ready
         .get_or_create(&vec![("transport", "http".to_string())])
         .set(1);
+    m.tls_cert_expiry
+        .get_or_create(&vec![("cert", "server".to_string())])
+        .set(86_400);
     m.observe_publish(std::time::Duration::from_millis(1));
     let text = m.encode();
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

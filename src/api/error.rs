@@ -60,6 +60,8 @@ pub enum ApiError {
     AlreadyScheduled { operation: String, at: String },
     #[error("no step-down is scheduled on this node")]
     NothingScheduled,
+    #[error("the message says it is from {from:?}, but the client certificate is issued for {names:?}; a peer's certificate must name its member id (a DNS name, or urn:pilot-election:member:<id>)")]
+    WrongCertificate { from: String, names: Vec<String> },
 }
 
 impl ApiError {
@@ -79,7 +81,7 @@ impl ApiError {
             | AlreadyScheduled { .. } => StatusCode::CONFLICT,
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Unauthorized => StatusCode::UNAUTHORIZED,
-            Forbidden | AdminTokenNotConfigured => StatusCode::FORBIDDEN,
+            Forbidden | AdminTokenNotConfigured | WrongCertificate { .. } => StatusCode::FORBIDDEN,
             InvalidJson(_) | BadRequest(_) | MalformedMessage(_) => StatusCode::BAD_REQUEST,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -115,6 +117,7 @@ impl ApiError {
             StorageFailed(_) => "storage_failed",
             AlreadyScheduled { .. } => "already_scheduled",
             NothingScheduled => "nothing_scheduled",
+            WrongCertificate { .. } => "wrong_certificate",
         }
     }
 

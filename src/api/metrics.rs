@@ -19,6 +19,14 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     m.last_heartbeat_age.set(hb_age);
     m.event_subscribers.set(s.subscribers.open() as i64);
     m.maintenance.set(i64::from(snap.view.maintenance));
+    if let Some(tls) = &s.tls {
+        let now = (crate::clock::wall::unix_ms_now() / 1000) as i64;
+        for e in tls.expiry() {
+            m.tls_cert_expiry
+                .get_or_create(&vec![("cert", e.role.to_string())])
+                .set(e.not_after - now);
+        }
+    }
     m.step_down_scheduled
         .set(i64::from(s.scheduler.pending().is_some()));
     m.ready

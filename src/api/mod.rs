@@ -45,6 +45,8 @@ use crate::runtime::{Command, LoopClock, MaintenanceRequest, Snapshot};
 pub struct AppState {
     pub snapshot: watch::Receiver<Snapshot>,
     pub commands: mpsc::Sender<Command>,
+    /// The TLS configuration in use, for the certificate expiry metric.
+    pub tls: Option<Arc<crate::tls::Tls>>,
     /// Step-downs scheduled for later.
     pub scheduler: crate::scheduled::Scheduler,
     /// `POST /pause` and `DELETE /pause` to the election loop.

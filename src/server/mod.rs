@@ -50,6 +50,8 @@ use tokio::time::Instant;
 
 use crate::log_limit::LogLimit;
 use tokio_rustls::TlsAcceptor;
+
+use crate::tls::cert::ClientNames;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -409,10 +411,18 @@ async fn serve_connection(
     let shared = membership.shared.clone();
     let io = Watched::new(stream, conn.clone());
     match shared.acceptor() {
-        None => serve_http(io, remote, conn, scope, &shared).await,
+        None => serve_http(io, remote, conn, scope, &shared, None).await,
         Some(acceptor) => {
             if let Some(tls) = handshake(&shared, &conn, acceptor, io, remote).await {
-                serve_http(tls, remote, conn, scope, &shared).await;
+                // A verified client certificate's names go with every request of the
+                // connection (POST /peer/messages checks the sender against them).
+                let names = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| ClientNames::of(c));
+                serve_http(tls, remote, conn, scope, &shared, names).await;
             }
         }
     }
@@ -469,14 +479,18 @@ async fn serve_http<I>(
     conn: Arc<Conn>,
     scope: Scope,
     shared: &Arc<Shared>,
+    names: Option<ClientNames>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = {
         let (conn, shared) = (conn.clone(), shared.clone());
-        hyper::service::service_fn(move |req: Request<Incoming>| {
+        hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let exchange = conn.begin();
             let shared = shared.clone();
+            if let Some(n) = &names {
+                req.extensions_mut().insert(n.clone());
+            }
             async move {
                 let resp = answer(&shared, req, remote, scope).await;
                 Ok::<_, Infallible>(resp.map(|b| Body::new(Tracked::new(b, exchange))))

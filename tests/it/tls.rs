@@ -46,10 +46,15 @@ impl Ca {
         self.cert.pem()
     }
 
+    /// A leaf for 127.0.0.1 whose names include `name` (a member's certificate names its id).
     fn leaf(&self, name: &str, expired: bool) -> Leaf {
         let key = KeyPair::generate().expect("leaf key");
-        let mut p = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .expect("leaf params");
+        let mut p = CertificateParams::new(vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+            name.to_string(),
+        ])
+        .expect("leaf params");
         p.distinguished_name.push(DnType::CommonName, name);
         p.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -88,9 +93,11 @@ struct Files {
     key: PathBuf,
 }
 
-fn files_for(ca: &Ca, id: &str) -> Files {
+/// The files of member `id`, its certificate issued for `name` (its id, unless a test gives it
+/// another member's).
+fn files_named(ca: &Ca, id: &str, name: &str) -> Files {
     let dir = TempDir::new(&format!("tls-{id}"));
-    let leaf = ca.leaf(id, false);
+    let leaf = ca.leaf(name, false);
     Files {
         ca: write(&dir.0, "ca.pem", &ca.pem()),
         cert: write(&dir.0, "cert.pem", &leaf.cert),
@@ -107,11 +114,17 @@ struct TlsCluster {
 
 impl TlsCluster {
     fn start(ca: &Ca) -> TlsCluster {
+        TlsCluster::start_named(ca, ["n1", "n2", "n3"])
+    }
+
+    /// Nodes n1..n3 whose certificates are issued for `names` (their ids, unless a test
+    /// gives one another's).
+    fn start_named(ca: &Ca, names: [&str; 3]) -> TlsCluster {
         let ports: Vec<(String, u16)> = (1..=3).map(|i| (format!("n{i}"), free_port())).collect();
         let mut nodes = Vec::new();
         let mut files = Vec::new();
-        for (id, port) in &ports {
-            let f = files_for(ca, id);
+        for ((id, port), name) in ports.iter().zip(names) {
+            let f = files_named(ca, id, name);
             let dir = TempDir::new(id);
             let mut args = node_args(id, *port, &dir.0.join("data"), &[], &[]);
             for (pid, pport) in ports.iter().filter(|(p, _)| p != id) {
@@ -414,6 +427,99 @@ fn sighup(app: &App) {
         .expect("kill")
         .success();
     assert!(ok, "kill -HUP {pid}");
+}
+
+/// Over mutual TLS a peer is known by its certificate: n3's names n1, so what n3 sends is
+/// refused (403 `wrong_certificate`, counted) and never counts; n3 can still follow the leader
+/// of the other two. An operator's certificate cannot speak for a member either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_certificate_names_another_member_is_refused() {
+    let _serial = serial().await;
+    let ca = Ca::new("pilot-election test CA");
+    let c = TlsCluster::start_named(&ca, ["n1", "n2", "n1"]);
+    let ca_pem = ca.pem();
+    let operator = ca.leaf("operator", false);
+    let good = client(&ca_pem, Some(&operator));
+    let (leader, _) = agreed(&c, &good, &[0, 1], FIRST_LEADER, |_, _| true).await;
+    assert_ne!(leader, "n3", "a node whose messages are refused led");
+    let counted = wait_for(Duration::from_secs(10), || async {
+        let text = good
+            .get(format!("{}/metrics", c.url(0)))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let n: f64 = text
+            .lines()
+            .filter(|l| l.contains("outcome=\"wrong_certificate\"") && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        (n > 0.0).then_some(n)
+    })
+    .await;
+    assert!(
+        counted.is_some(),
+        "n3's messages were not refused\n{}",
+        c.logs()
+    );
+    let status: Value = good
+        .get(format!("{}/status", c.url(0)))
+        .send()
+        .await
+        .expect("status")
+        .json()
+        .await
+        .expect("json");
+    let n3 = status["members"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["id"] == "n3"))
+        .expect("n3 listed");
+    assert_eq!(n3["last_seen_ms"], Value::Null, "n3 was heard: {n3}");
+    // The operator's certificate names "operator": it cannot post as n2.
+    use pilot_election::election::{
+        Advert, Announced, Body, Candidacy, Message, Timings, Versions, PROTOCOL_VERSION,
+    };
+    let forged = Message {
+        v: PROTOCOL_VERSION,
+        group: "it".into(),
+        from: "n2".into(),
+        term: 99,
+        seq: 1,
+        ts: 0,
+        members: "00000000".into(),
+        speaks: Some(Versions::OURS),
+        timings: Some(Announced::of(&Timings::default())),
+        body: Body::Presence {
+            advert: Advert {
+                priority: 1,
+                candidacy: Candidacy::Eligible,
+                hears: Vec::new(),
+                member_ids: Vec::new(),
+                flapped: false,
+            },
+        },
+        info: None,
+        maintenance: None,
+        kid: None,
+        sig: None,
+    }
+    .to_json();
+    let resp = good
+        .post(format!("{}/peer/messages", c.url(0)))
+        .header("content-type", "application/json")
+        .body(forged)
+        .send()
+        .await
+        .expect("post");
+    let code = resp.status().as_u16();
+    let body: Value = resp.json().await.unwrap_or(Value::Null);
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (403, Some("wrong_certificate")),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -535,6 +535,53 @@ fn is_false(b: &bool) -> bool {
 mod tests {
     use super::*;
 
+    fn write(on: bool, until: Option<u64>, by: &str, version: u64) -> Maintenance {
+        Maintenance {
+            on,
+            until,
+            at: 0,
+            by: by.into(),
+            version,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn a_later_maintenance_write_supersedes_by_version_then_member() {
+        let w = write(true, None, "b", 3);
+        assert!(
+            write(false, None, "a", 4).supersedes(&w),
+            "a higher version"
+        );
+        assert!(
+            !write(false, None, "z", 2).supersedes(&w),
+            "a lower version"
+        );
+        assert!(
+            write(false, None, "c", 3).supersedes(&w),
+            "same version, later id"
+        );
+        assert!(
+            !write(false, None, "a", 3).supersedes(&w),
+            "same version, earlier id"
+        );
+        assert!(!w.supersedes(&w.clone()), "itself");
+    }
+
+    #[test]
+    fn a_pause_is_in_force_when_on_and_before_its_end() {
+        assert!(write(true, None, "a", 1).in_force(u64::MAX));
+        assert!(!write(false, None, "a", 1).in_force(0));
+        let until = write(true, Some(1_000), "a", 1);
+        assert!(until.in_force(999));
+        assert!(!until.in_force(1_000), "the end is outside it");
+        assert!(!until.in_force(1_001));
+        assert!(
+            !write(false, Some(1_000), "a", 1).in_force(5),
+            "off, whatever its end"
+        );
+    }
+
     fn advert() -> Advert {
         Advert {
             priority: 7,

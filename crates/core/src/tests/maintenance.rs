@@ -108,6 +108,27 @@ fn a_member_named_by_a_resign_campaigns_in_maintenance_and_only_it() {
     }
 }
 
+/// The favored window is the named member's own, and it ends at `T` exactly: a node that
+/// favors another member stays held, and the named one is free only inside its window.
+#[test]
+fn only_the_named_member_is_free_of_maintenance_and_only_for_t() {
+    for named in ["a", "c"] {
+        let mut b = Bench::new(&MEMBERS);
+        let (mut a, now) = following_b_in_maintenance(&mut b);
+        let resign = b.resign_from_b(1, Some(named));
+        let _ = a.handle(now, resign);
+        drain(&mut a);
+        let ms = Duration::from_millis(1);
+        assert_eq!(a.view(now).can_campaign, named == "a", "named {named}");
+        assert_eq!(
+            a.view(now + T - ms).can_campaign,
+            named == "a",
+            "named {named}"
+        );
+        assert!(!a.view(now + T).can_campaign, "named {named}: free past T");
+    }
+}
+
 #[test]
 fn maintenance_abandons_a_round_of_its_own() {
     let mut b = Bench::new(&MEMBERS);
