@@ -37,6 +37,9 @@ pub struct TlsFiles {
     /// The certificate this node presents to its peers (default: `cert` and `key`).
     pub peer_cert: Option<PathBuf>,
     pub peer_key: Option<PathBuf>,
+    /// With `client_ca`: a connection without a client certificate is let in, but may only
+    /// read (`--tls-anonymous-reads`); what a certificate is presented is still verified.
+    pub anonymous_reads: bool,
 }
 
 impl TlsFiles {
@@ -133,9 +136,15 @@ impl Tls {
             .clone()
     }
 
-    /// Whether client certificates are required.
+    /// Whether client certificates are required (on every connection, or, with
+    /// `--tls-anonymous-reads`, for everything but reads).
     pub fn requires_client_certs(&self) -> bool {
         self.files.client_ca.is_some()
+    }
+
+    /// Whether a connection without a client certificate may read.
+    pub fn anonymous_reads(&self) -> bool {
+        self.files.anonymous_reads
     }
 
     /// Reads every file again; on success the new configuration is used by new connections,
@@ -322,9 +331,15 @@ fn server_config(files: &TlsFiles) -> Result<Option<Arc<ServerConfig>>, String> 
             let verifier = WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots(ca, "--tls-client-ca")?),
                 provider(),
-            )
-            .build()
-            .map_err(|e| format!("--tls-client-ca {}: {e}", ca.display()))?;
+            );
+            let verifier = if files.anonymous_reads {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|e| format!("--tls-client-ca {}: {e}", ca.display()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),

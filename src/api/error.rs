@@ -62,6 +62,8 @@ pub enum ApiError {
     NothingScheduled,
     #[error("the message says it is from {from:?}, but the client certificate is issued for {names:?}; a peer's certificate must name its member id (a DNS name, or urn:pilot-election:member:<id>)")]
     WrongCertificate { from: String, names: Vec<String> },
+    #[error("this request needs a client certificate (the node lets connections without one only read: --tls-anonymous-reads)")]
+    ClientCertificateRequired,
 }
 
 impl ApiError {
@@ -80,7 +82,7 @@ impl ApiError {
             | NoSuccessorInMaintenance(_)
             | AlreadyScheduled { .. } => StatusCode::CONFLICT,
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Unauthorized => StatusCode::UNAUTHORIZED,
+            Unauthorized | ClientCertificateRequired => StatusCode::UNAUTHORIZED,
             Forbidden | AdminTokenNotConfigured | WrongCertificate { .. } => StatusCode::FORBIDDEN,
             InvalidJson(_) | BadRequest(_) | MalformedMessage(_) => StatusCode::BAD_REQUEST,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -118,6 +120,7 @@ impl ApiError {
             AlreadyScheduled { .. } => "already_scheduled",
             NothingScheduled => "nothing_scheduled",
             WrongCertificate { .. } => "wrong_certificate",
+            ClientCertificateRequired => "client_certificate_required",
         }
     }
 

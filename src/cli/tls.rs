@@ -21,6 +21,10 @@ pub struct TlsArgs {
     /// Require a client certificate signed by this CA (PEM) on every connection.
     #[arg(long, env = "PILOT_ELECTION_TLS_CLIENT_CA")]
     pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: let connections without a client certificate read (GET, HEAD,
+    /// OPTIONS: /leader, /role/*, /metrics, ...); mutations and peer messages still need one.
+    #[arg(long, env = "PILOT_ELECTION_TLS_ANONYMOUS_READS")]
+    pub tls_anonymous_reads: bool,
     /// The CA (PEM) that signed the peers' server certificates: needed for https:// peers.
     #[arg(long, env = "PILOT_ELECTION_PEER_CA")]
     pub peer_ca: Option<PathBuf>,
@@ -42,6 +46,7 @@ impl TlsArgs {
             peer_ca: self.peer_ca.clone(),
             peer_cert: self.peer_cert.clone(),
             peer_key: self.peer_key.clone(),
+            anonymous_reads: self.tls_anonymous_reads,
         };
         match (&files.cert, &files.key) {
             (Some(_), None) => return Err("--tls-cert needs --tls-key (its private key)".into()),
@@ -49,6 +54,9 @@ impl TlsArgs {
                 return Err("--tls-key needs --tls-cert (the certificate of that key)".into())
             }
             _ => {}
+        }
+        if files.anonymous_reads && files.client_ca.is_none() {
+            return Err("--tls-anonymous-reads needs --tls-client-ca (without it every connection is anonymous already)".into());
         }
         if files.client_ca.is_some() && files.cert.is_none() {
             return Err("--tls-client-ca needs --tls-cert and --tls-key (client certificates are asked for in the TLS handshake)".into());

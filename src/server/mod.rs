@@ -51,7 +51,7 @@ use tokio::time::Instant;
 use crate::log_limit::LogLimit;
 use tokio_rustls::TlsAcceptor;
 
-use crate::tls::cert::ClientNames;
+use crate::tls::cert::{Anonymous, ClientNames};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -411,7 +411,7 @@ async fn serve_connection(
     let shared = membership.shared.clone();
     let io = Watched::new(stream, conn.clone());
     match shared.acceptor() {
-        None => serve_http(io, remote, conn, scope, &shared, None).await,
+        None => serve_http(io, remote, conn, scope, &shared, Client::Unasked).await,
         Some(acceptor) => {
             if let Some(tls) = handshake(&shared, &conn, acceptor, io, remote).await {
                 // A verified client certificate's names go with every request of the
@@ -422,11 +422,31 @@ async fn serve_connection(
                     .peer_certificates()
                     .and_then(|c| c.first())
                     .map(|c| ClientNames::of(c));
-                serve_http(tls, remote, conn, scope, &shared, names).await;
+                let anonymous = names.is_none()
+                    && shared
+                        .tls
+                        .as_ref()
+                        .is_some_and(|t| t.requires_client_certs());
+                let who = match names {
+                    Some(n) => Client::Named(n),
+                    None if anonymous => Client::Anonymous,
+                    None => Client::Unasked,
+                };
+                serve_http(tls, remote, conn, scope, &shared, who).await;
             }
         }
     }
     drop(membership);
+}
+
+/// Who is at the other end of a connection, as its handshake told.
+enum Client {
+    /// Plain HTTP, or TLS that asks for no client certificate.
+    Unasked,
+    /// A verified client certificate, and the names it presents.
+    Named(ClientNames),
+    /// Client certificates are asked for and none came (`--tls-anonymous-reads`).
+    Anonymous,
 }
 
 /// The TLS handshake of an admitted connection, within its header deadline; `None` when it
@@ -479,7 +499,7 @@ async fn serve_http<I>(
     conn: Arc<Conn>,
     scope: Scope,
     shared: &Arc<Shared>,
-    names: Option<ClientNames>,
+    who: Client,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -488,8 +508,14 @@ async fn serve_http<I>(
         hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let exchange = conn.begin();
             let shared = shared.clone();
-            if let Some(n) = &names {
-                req.extensions_mut().insert(n.clone());
+            match &who {
+                Client::Named(n) => {
+                    req.extensions_mut().insert(n.clone());
+                }
+                Client::Anonymous => {
+                    req.extensions_mut().insert(Anonymous);
+                }
+                Client::Unasked => {}
             }
             async move {
                 let resp = answer(&shared, req, remote, scope).await;
@@ -548,6 +574,12 @@ async fn answer(
             return closing(e);
         }
         return e.into_response();
+    }
+    // Without a client certificate a request may only read (`--tls-anonymous-reads`).
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if req.extensions().get::<Anonymous>().is_some() && !reads {
+        shared.metrics.refused("client_certificate_required");
+        return ApiError::ClientCertificateRequired.into_response();
     }
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(ConnectInfo(remote));

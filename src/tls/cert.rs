@@ -52,6 +52,11 @@ impl ClientNames {
     }
 }
 
+/// Put on the requests of a connection that presented no client certificate where client
+/// certificates are asked for (`--tls-anonymous-reads`): such a request may only read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Anonymous;
+
 /// The end of a DER certificate's validity, in unix seconds; `None` when it does not parse.
 pub fn not_after(der: &[u8]) -> Option<i64> {
     let (_, cert) = X509Certificate::from_der(der).ok()?;
