@@ -1,5 +1,5 @@
-//! TLS with real processes: a 3-node cluster over https with mutual TLS, the connections it
-//! refuses (no client certificate, another CA's, an expired one, plain HTTP, a handshake never
+//! TLS with real processes: a 3-node cluster over https with mutual TLS (election, kill -9
+//! failover, a step-down, a rolling restart), the connections it refuses (no client certificate, another CA's, an expired one, plain HTTP, a handshake never
 //! finished), the CLI against it, certificate rotation by SIGHUP under polling, and the bad
 //! flags, each with its one-line exit-64 message. Certificates are made here with rcgen.
 
@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::app::{bin, free_port, node_args, serial, wait_for, App, TempDir};
+use crate::app::{bin, free_port, node_args, serial, wait_for, App, TempDir, TOKEN};
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Slack for a loaded machine on top of a deadline the node keeps.
@@ -147,6 +147,7 @@ impl TlsCluster {
                 .map(String::from),
             );
             let mut n = App::new(id, *port, dir, args);
+            n.env = vec![("PILOT_ELECTION_ADMIN_TOKEN".into(), TOKEN.into())];
             n.start();
             nodes.push(n);
             files.push(f);
@@ -382,7 +383,45 @@ async fn a_mutual_tls_cluster_elects_refuses_strangers_and_fails_over() {
     .await;
     assert_ne!(next, leader);
     assert!(next_term > term);
+
+    // The killed node comes back, and a step-down over TLS hands leadership back to it.
+    c.nodes[li].start();
+    tls_ready(&c, &good, li).await;
+    let ni = c.nodes.iter().position(|n| n.id == next).expect("next");
+    let r = good
+        .post(format!("{}/step-down", c.url(ni)))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({ "successor": leader }))
+        .send()
+        .await
+        .expect("step-down over TLS");
+    assert_eq!(r.status().as_u16(), 202, "{:?}", r.text().await);
+    let (back, back_term) = agreed(&c, &good, &[0, 1, 2], Duration::from_secs(10), |l, t| {
+        l == leader && t > next_term
+    })
+    .await;
+
+    // A rolling restart over TLS, one node at a time, each waited for with /readyz.
+    for i in 0..3 {
+        c.nodes[i].sigterm();
+        c.nodes[i].wait_exit(Duration::from_secs(15)).await;
+        c.nodes[i].start();
+        tls_ready(&c, &good, i).await;
+    }
+    let (_, last_term) = agreed(&c, &good, &[0, 1, 2], FIRST_LEADER, |_, t| t >= back_term).await;
+    eprintln!("over mutual TLS: {leader} -> {next} -> {back}; term {term} -> {last_term}");
     drop(c.files);
+}
+
+/// Waits until node `i` answers 200 on `/readyz` over TLS.
+async fn tls_ready(c: &TlsCluster, client: &reqwest::Client, i: usize) {
+    let url = format!("{}/readyz", c.url(i));
+    let ok = wait_for(FIRST_LEADER, || async {
+        let r = client.get(&url).send().await.ok()?;
+        (r.status().as_u16() == 200).then_some(())
+    })
+    .await;
+    assert!(ok.is_some(), "node {i} never became ready\n{}", c.logs());
 }
 
 /// The served leaf certificate of `port`, read with a TLS handshake that presents `identity`.
