@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # OpenAPI contract fuzzing from outside the process: a pinned schemathesis generates requests
-# from the committed openapi/openapi.yaml and sends them to ONE live node on 127.0.0.1. Any 5xx
+# from the committed openapi/openapi.yaml and sends them to a live node on 127.0.0.1 (plain
+# HTTP, then a second one over mutual TLS). Any 5xx
 # the spec does not declare, or any status code, content type, header or body the spec does not
 # describe, fails the run. The in-process contract test (tests/it, `contract`) checks that routes
 # and spec agree; this checks that what the running binary actually answers agrees with the spec.
@@ -44,11 +45,12 @@ fi
 
 WORK="$(mktemp -d)"
 NODE_PID=""
+TLS_PID=""
 cleanup() {
-    if [ -n "$NODE_PID" ]; then
-        kill "$NODE_PID" 2>/dev/null || true
-        wait "$NODE_PID" 2>/dev/null || true
-    fi
+    for pid in $NODE_PID $TLS_PID; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -108,12 +110,56 @@ echo "schemathesis.sh: fuzzing ${URL} as the operator (bearer token)"
 # Without a token the mutating endpoints must answer 401 as the spec says, whatever the body.
 echo "schemathesis.sh: fuzzing the mutating endpoints of ${URL} without a token"
 "$ST" "${COMMON[@]}" --include-path /candidacy --include-path /step-down \
-    --max-examples 20 --max-time 20 || status=1
+    --include-path /pause --max-examples 20 --max-time 20 || status=1
 
 if ! kill -0 "$NODE_PID" 2>/dev/null; then
     echo "schemathesis.sh: the node died during the run; its log:" >&2
     cat "$WORK/node.log" >&2
     status=1
 fi
+
+# The same contract over mutual TLS: a second node with a server certificate and client
+# certificates required, fuzzed with the operator's certificate (made here with openssl, never
+# committed).
+command -v openssl >/dev/null || die "openssl is missing: apt-get install -y openssl"
+tls="$WORK/tls"
+mkdir -p "$tls"
+openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -days 2 \
+    -subj "/CN=schemathesis CA" -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+for who in node operator; do
+    openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -subj "/CN=$who" \
+        -keyout "$tls/$who.key" -out "$tls/$who.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:%s,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' \
+        "$who" >"$tls/$who.ext"
+    openssl x509 -req -in "$tls/$who.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+        -CAcreateserial -days 2 -extfile "$tls/$who.ext" -out "$tls/$who.pem" 2>/dev/null
+done
+TLS_PORT="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+TLS_URL="https://127.0.0.1:${TLS_PORT}"
+"$BIN" run --node-id solo --listen "127.0.0.1:${TLS_PORT}" --data-dir "$WORK/tls-data" \
+    --admin-token-file "$WORK/admin-token" --tls-cert "$tls/node.pem" --tls-key "$tls/node.key" \
+    --tls-client-ca "$tls/ca.pem" >"$WORK/tls-node.log" 2>&1 &
+TLS_PID=$!
+CURL_TLS=(--cacert "$tls/ca.pem" --cert "$tls/operator.pem" --key "$tls/operator.key")
+deadline=$((SECONDS + 30))
+until curl -fsS "${CURL_TLS[@]}" -o /dev/null "${TLS_URL}/healthz" 2>/dev/null; do
+    if ! kill -0 "$TLS_PID" 2>/dev/null || [ "$SECONDS" -ge "$deadline" ]; then
+        cat "$WORK/tls-node.log" >&2
+        kill "$TLS_PID" 2>/dev/null || true
+        die "the TLS node did not answer ${TLS_URL}/healthz within 30 s"
+    fi
+    sleep 0.1
+done
+echo "schemathesis.sh: fuzzing ${TLS_URL} over mutual TLS as the operator"
+"$ST" "${COMMON[@]/$URL/$TLS_URL}" --header "Authorization: Bearer ${TOKEN}" \
+    --tls-verify "$tls/ca.pem" --request-cert "$tls/operator.pem" \
+    --request-cert-key "$tls/operator.key" --max-examples 20 --max-time 30 || status=1
+if ! kill -0 "$TLS_PID" 2>/dev/null; then
+    echo "schemathesis.sh: the TLS node died during the run; its log:" >&2
+    cat "$WORK/tls-node.log" >&2
+    status=1
+fi
+kill "$TLS_PID" 2>/dev/null || true
+wait "$TLS_PID" 2>/dev/null || true
 [ "$status" -eq 0 ] || die "schemathesis found failures (report above)"
 echo "schemathesis.sh: no failures"
