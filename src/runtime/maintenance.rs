@@ -29,7 +29,11 @@ impl Runtime {
             until: req.until,
             at: unix_ms_now(),
             by: self.node.id().to_string(),
-            version: self.maintenance.as_ref().map_or(0, |m| m.version) + 1,
+            version: self
+                .maintenance
+                .as_ref()
+                .map_or(0, |m| m.version)
+                .saturating_add(1),
             reason: req.reason,
         };
         let answer = match self.save_maintenance(&write).await {
