@@ -247,11 +247,7 @@ pub async fn step_down(a: &StepDownArgs) -> i32 {
     if let Some(t) = a.expected_term {
         body.insert("expected_term".into(), json!(t));
     }
-    let at = a.at.clone().or_else(|| {
-        a.r#in
-            .map(|d| rfc3339(unix_ms_now() + d.as_millis() as u64))
-    });
-    if let Some(at) = at {
+    if let Some(at) = time_from(&a.at, a.r#in) {
         body.insert("at".into(), json!(at));
     }
     let reply = call(
@@ -280,6 +276,13 @@ pub async fn step_down(a: &StepDownArgs) -> i32 {
     })
 }
 
+/// An operator's time, given as RFC 3339 (`--at`, `--until`, sent as typed: the node checks
+/// it) or as a span from now (`--in`, `--for`).
+fn time_from(at: &Option<String>, after: Option<Duration>) -> Option<String> {
+    at.clone()
+        .or_else(|| after.map(|d| rfc3339(unix_ms_now() + d.as_millis() as u64)))
+}
+
 /// One line for a `/pause` answer.
 fn pause_line(b: &Value) -> String {
     let setting = &b["setting"];
@@ -304,11 +307,7 @@ pub async fn pause(a: &PauseArgs) -> i32 {
         return EXIT_USAGE;
     }
     let mut body = serde_json::Map::new();
-    let until = a.until.clone().or_else(|| {
-        a.r#for
-            .map(|d| rfc3339(unix_ms_now() + d.as_millis() as u64))
-    });
-    if let Some(u) = until {
+    if let Some(u) = time_from(&a.until, a.r#for) {
         body.insert("until".into(), json!(u));
     }
     if let Some(r) = &a.reason {

@@ -93,6 +93,22 @@ struct Files {
     key: PathBuf,
 }
 
+impl Files {
+    /// The flags that serve these files with client certificates required.
+    fn server_args(&self) -> Vec<String> {
+        [
+            "--tls-cert",
+            &s(&self.cert),
+            "--tls-key",
+            &s(&self.key),
+            "--tls-client-ca",
+            &s(&self.ca),
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+}
+
 /// The files of member `id`, its certificate issued for `name` (its id, unless a test gives it
 /// another member's).
 fn files_named(ca: &Ca, id: &str, name: &str) -> Files {
@@ -131,21 +147,8 @@ impl TlsCluster {
                 args.push("--peer".into());
                 args.push(format!("{pid}=https://127.0.0.1:{pport}"));
             }
-            args.extend(
-                [
-                    "--tls-cert",
-                    &s(&f.cert),
-                    "--tls-key",
-                    &s(&f.key),
-                    "--tls-client-ca",
-                    &s(&f.ca),
-                    "--peer-ca",
-                    &s(&f.ca),
-                    "--header-timeout",
-                    "2s",
-                ]
-                .map(String::from),
-            );
+            args.extend(f.server_args());
+            args.extend(["--peer-ca", &s(&f.ca), "--header-timeout", "2s"].map(String::from));
             let mut n = App::new(id, *port, dir, args);
             n.env = vec![("PILOT_ELECTION_ADMIN_TOKEN".into(), TOKEN.into())];
             n.start();
@@ -572,18 +575,8 @@ async fn anonymous_connections_may_read_and_nothing_else() {
     let port = free_port();
     let dir = TempDir::new("solo");
     let mut args = node_args("solo", port, &dir.0.join("data"), &[], &[]);
-    args.extend(
-        [
-            "--tls-cert",
-            &s(&f.cert),
-            "--tls-key",
-            &s(&f.key),
-            "--tls-client-ca",
-            &s(&f.ca),
-            "--tls-anonymous-reads",
-        ]
-        .map(String::from),
-    );
+    args.extend(f.server_args());
+    args.push("--tls-anonymous-reads".into());
     let mut node = App::new("solo", port, dir, args);
     node.start();
     let url = format!("https://127.0.0.1:{port}");
