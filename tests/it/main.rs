@@ -6,6 +6,7 @@
 
 use support::app;
 use support::browser;
+use support::certs;
 mod cli;
 mod client;
 mod cluster;

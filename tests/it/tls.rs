@@ -1,76 +1,24 @@
 //! TLS with real processes: a 3-node cluster over https with mutual TLS (election, kill -9
 //! failover, a step-down, a rolling restart), the connections it refuses (no client certificate, another CA's, an expired one, plain HTTP, a handshake never
 //! finished), the CLI against it, certificate rotation by SIGHUP under polling, and the bad
-//! flags, each with its one-line exit-64 message. Certificates are made here with rcgen.
+//! flags, each with its one-line exit-64 message. Certificates are made in the run (`support::certs`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::app::{bin, free_port, node_args, serial, wait_for, App, TempDir, TOKEN};
+use crate::certs::{Ca, Leaf};
 
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Slack for a loaded machine on top of a deadline the node keeps.
 const MARGIN: Duration = Duration::from_secs(6);
 const FIRST_LEADER: Duration = Duration::from_secs(30);
-
-/// A CA that signs leaf certificates for 127.0.0.1 (server and client use alike).
-struct Ca {
-    key: KeyPair,
-    cert: rcgen::Certificate,
-}
-
-/// A certificate and its key, as PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().expect("CA key");
-        let mut p = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name.push(DnType::CommonName, name);
-        let cert = p.self_signed(&key).expect("CA certificate");
-        Ca { key, cert }
-    }
-
-    fn pem(&self) -> String {
-        self.cert.pem()
-    }
-
-    /// A leaf for 127.0.0.1 whose names include `name` (a member's certificate names its id).
-    fn leaf(&self, name: &str, expired: bool) -> Leaf {
-        let key = KeyPair::generate().expect("leaf key");
-        let mut p = CertificateParams::new(vec![
-            "127.0.0.1".to_string(),
-            "localhost".to_string(),
-            name.to_string(),
-        ])
-        .expect("leaf params");
-        p.distinguished_name.push(DnType::CommonName, name);
-        p.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        if expired {
-            p.not_before = rcgen::date_time_ymd(2001, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2002, 1, 1);
-        }
-        let cert = p.signed_by(&key, &self.cert, &self.key).expect("leaf");
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-}
 
 /// Writes `text` to `dir/name` (through a rename, as a deployment tool would) and returns the path.
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {

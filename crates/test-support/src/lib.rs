@@ -15,6 +15,7 @@
 //! - [`flood`]: hostile clients (half-open connections, event-stream and POST floods).
 //! - [`netns`]: nodes in network namespaces, with nftables rules for faults the kernel makes.
 //! - [`browser`]: headless Chromium over the DevTools pipe, for the status page.
+//! - [`certs`]: a CA and certificates for 127.0.0.1, made in the run.
 //! - [`contract`]: `openapi.yaml` as a checker of answers.
 #![forbid(unsafe_code)]
 // Test deadlines are measured on tokio's clock; the protocol's clock rules are the service's.
@@ -27,6 +28,7 @@ pub const SET_UP: &str = "scripts/test installs it and then runs every test";
 pub mod app;
 pub mod blocking;
 pub mod browser;
+pub mod certs;
 pub mod contract;
 pub mod devnet;
 pub mod faults;
