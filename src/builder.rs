@@ -10,7 +10,7 @@ use axum::Router;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{AppState, Auth, Subscribers};
+use crate::api::{AppParts, AppState, Auth, Subscribers};
 use crate::election::{Config, MemberSet, Node, NodeInfo, Timings};
 use crate::exec::{Exec, ExecConfig};
 use crate::exit_budget;
@@ -229,7 +229,7 @@ impl NodeBuilder {
         let events =
             crate::api::start_event_log(snapshot.clone(), event_run(&config.node_id, loaded.boot));
         let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
-        let state = AppState {
+        let state = AppState::new(AppParts {
             tls: config.tls.clone(),
             scheduler,
             snapshot,
@@ -244,7 +244,7 @@ impl NodeBuilder {
             }),
             subscribers: Subscribers::new(config.limits.max_event_subscribers),
             events,
-        };
+        });
         Ok(BuiltNode {
             runtime,
             state,

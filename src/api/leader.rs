@@ -3,43 +3,49 @@
 use std::collections::BTreeMap;
 
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
 use super::{age_ms, current_leader, wall_clock, ApiError, AppState};
 
+/// Borrowed from the snapshot and written out while it is borrowed: the answer copies no
+/// string of the snapshot.
 #[derive(Serialize)]
-pub struct LeaderBody {
-    leader: String,
+pub struct LeaderBody<'a> {
+    leader: &'a str,
     /// Where clients reach the leader's API, as it announced (`null`: not announced).
-    leader_url: Option<String>,
-    leader_meta: BTreeMap<String, String>,
+    leader_url: Option<&'a str>,
+    leader_meta: &'a BTreeMap<String, String>,
     /// This node's own URL.
-    node_url: Option<String>,
+    node_url: Option<&'a str>,
     term: u64,
     is_self: bool,
-    node: String,
+    node: &'a str,
     elected_at: Option<String>,
     last_heartbeat_ms: Option<u64>,
     lease_remaining_ms: Option<u64>,
 }
 
-pub async fn get_leader(State(s): State<AppState>) -> Result<Json<LeaderBody>, ApiError> {
-    let snap = s.snapshot();
+static NO_META: BTreeMap<String, String> = BTreeMap::new();
+
+pub async fn get_leader(State(s): State<AppState>) -> Result<Response, ApiError> {
+    // Borrowed, not cloned: the hottest read of the API copies only what it answers.
+    let snap = s.snapshot.borrow();
     let now = crate::clock::now();
     let v = &snap.view;
-    let Some(leader) = current_leader(v, now) else {
+    let Some(leader) = v.leader_at(now) else {
         return Err(ApiError::NoLeader { term: v.term });
     };
     let is_self = leader == v.node_id;
-    let info = snap.info_of(&leader);
-    Ok(Json(LeaderBody {
-        leader_url: info.map(|i| i.url.clone()),
-        leader_meta: info.map(|i| i.meta.clone()).unwrap_or_default(),
-        node_url: snap.info.as_ref().map(|i| i.url.clone()),
+    let info = snap.info_of(leader);
+    let body = LeaderBody {
+        leader_url: info.map(|i| i.url.as_str()),
+        leader_meta: info.map_or(&NO_META, |i| &i.meta),
+        node_url: snap.info.as_ref().map(|i| i.url.as_str()),
         is_self,
         term: v.term,
-        node: v.node_id.clone(),
+        node: &v.node_id,
         elected_at: v.leader_since.map(|i| wall_clock(i, now)),
         last_heartbeat_ms: v.leader_heard_at.map(|i| age_ms(i, now)),
         lease_remaining_ms: v
@@ -47,7 +53,8 @@ pub async fn get_leader(State(s): State<AppState>) -> Result<Json<LeaderBody>, A
             .filter(|_| is_self)
             .map(|l| l.saturating_duration_since(now).as_millis() as u64),
         leader,
-    }))
+    };
+    Ok(Json(body).into_response())
 }
 
 #[derive(Serialize)]
@@ -58,7 +65,8 @@ pub struct TermBody {
 }
 
 pub async fn get_term(State(s): State<AppState>) -> Json<TermBody> {
-    let snap = s.snapshot();
+    // Borrowed, not cloned: the hottest read of the API copies only what it answers.
+    let snap = s.snapshot.borrow();
     let now = crate::clock::now();
     Json(TermBody {
         term: snap.view.term,

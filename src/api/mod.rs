@@ -40,9 +40,28 @@ use crate::election::{CommandError, Input, Outcome, View};
 use crate::metrics::Metrics;
 use crate::runtime::{Command, LoopClock, MaintenanceRequest, Snapshot};
 
-/// What every handler may use.
+/// What every handler may use. axum clones the state for every request (the route's handler
+/// and the `State` extractor each take one), so it is one `Arc`: a clone of the parts would be
+/// a dozen atomic counters bounced between the cores on every `GET /leader`.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+impl AppState {
+    pub fn new(parts: AppParts) -> AppState {
+        AppState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+/// The handles an [`AppState`] shares.
+pub struct AppParts {
     pub snapshot: watch::Receiver<Snapshot>,
     pub commands: mpsc::Sender<Command>,
     /// The TLS configuration in use, for the certificate expiry metric.
@@ -62,7 +81,7 @@ pub struct AppState {
     pub events: watch::Receiver<Arc<EventLog>>,
 }
 
-impl AppState {
+impl AppParts {
     fn snapshot(&self) -> Snapshot {
         self.snapshot.borrow().clone()
     }

@@ -30,9 +30,11 @@ mod conn;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -57,7 +59,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use body::{Deadline, Tracked};
-use conn::{Conn, Watched};
+use conn::{Alarm, Conn, Watched};
 
 use crate::api::{ApiError, PEER_MESSAGES};
 use crate::metrics::Metrics;
@@ -525,23 +527,47 @@ async fn serve_http<I>(
     };
     let http = shared.http.serve_connection(TokioIo::new(io), service);
     tokio::pin!(http);
+    let stop = shared.stop.cancelled();
+    tokio::pin!(stop);
+    let changed = conn.changed.notified();
+    tokio::pin!(changed);
+    let mut alarm = Alarm::default();
     let mut stopping = false;
     loop {
-        let deadline = conn.deadline();
-        tokio::select! {
-            _ = http.as_mut() => break,
-            _ = conn.changed.notified() => {
+        // One poll function rather than `select!`: the deadline is read after hyper has run
+        // (reads and finished responses move it), and the timer is not rebuilt per wake.
+        let turn = std::future::poll_fn(|cx| {
+            if http.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Turn::Closed);
+            }
+            if changed.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Turn::Changed);
+            }
+            alarm.follow(conn.deadline());
+            if alarm.poll_fired(cx).is_ready() {
+                return Poll::Ready(Turn::Alarm);
+            }
+            if !stopping && stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Turn::Stop);
+            }
+            Poll::Pending
+        })
+        .await;
+        match turn {
+            Turn::Closed => break,
+            Turn::Changed => {
                 if conn.evicted() {
                     break;
                 }
+                changed.set(conn.changed.notified());
             }
-            _ = sleep_until(deadline) => {
+            Turn::Alarm => {
                 if let Some(wait) = conn.expired(Instant::now()) {
                     shared.metrics.timed_out(wait.label());
                     break;
                 }
             }
-            _ = shared.stop.cancelled(), if !stopping => {
+            Turn::Stop => {
                 stopping = true;
                 if !conn.busy() {
                     break;
@@ -551,6 +577,18 @@ async fn serve_http<I>(
             }
         }
     }
+}
+
+/// What woke a connection's task.
+enum Turn {
+    /// hyper is done with the connection.
+    Closed,
+    /// Its [`Conn`] was signalled (an eviction, perhaps).
+    Changed,
+    /// The timer fired: the deadline may have passed, or moved on.
+    Alarm,
+    /// The server stops.
+    Stop,
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -583,12 +621,17 @@ async fn answer(
     }
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(ConnectInfo(remote));
-    let body = Deadline::new(
-        Body::new(body),
-        shared.limits.body_timeout,
-        shared.metrics.clone(),
-    );
-    let req = Request::from_parts(parts, Body::new(body));
+    // A request without a body (every GET) has nothing to put a deadline on.
+    let body = if http_body::Body::is_end_stream(&body) {
+        Body::new(body)
+    } else {
+        Body::new(Deadline::new(
+            Body::new(body),
+            shared.limits.body_timeout,
+            shared.metrics.clone(),
+        ))
+    };
+    let req = Request::from_parts(parts, body);
     match shared.router.clone().oneshot(req).await {
         Ok(resp) => resp,
         Err(never) => match never {},
