@@ -16,6 +16,7 @@
 //! cargo run --release --example bench -- api       --secs 10 --rounds 2   # needs wrk
 //! cargo run --release --example bench -- stability --nodes 25 --transport pilot --secs 60
 //! cargo run --release --example bench -- attack    --secs 10              # needs wrk
+//! cargo run --release --example bench -- tls       --secs 10 --rounds 2   # needs wrk
 //! cargo run --release --example bench -- faults    --transport http  --secs 60 --runs 1
 //! cargo run --release --example bench -- faults    --transport pilot --secs 60 --runs 1
 //! cargo run --release --example bench -- watchers  --watchers 100 --changes 10
@@ -29,6 +30,7 @@
 use support::app;
 mod attack;
 mod faults;
+mod tls;
 mod watchers;
 use support::devnet;
 use support::flood;
@@ -114,7 +116,7 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers [--nodes N] \
+        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers|tls [--nodes N] \
          [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] \
          [--watchers N] [--changes N] (watchers)"
     );
@@ -933,6 +935,7 @@ async fn main() {
         "attack" => attack::attack(&o).await,
         "kernel-deaf" => kernel_deaf(&o).await,
         "watchers" => watchers::watchers(&o).await,
+        "tls" => tls::tls(&o).await,
         "faults" => {
             let runs = if o.runs_given { o.runs } else { 1 };
             let secs = if o.secs_given { o.secs } else { 60 };
