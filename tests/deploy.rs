@@ -8,6 +8,10 @@
 //! name only flags and environment variables the binary accepts (clap's own parsing). Their
 //! syntax is checked by systemd-analyze and kubectl (`scripts/check-deploy.sh`);
 //! tests/it/systemd.rs and tests/it/kubernetes.rs run them with real nodes.
+//!
+//! `compose.yaml` publishes on loopback only, and its TLS override `compose.tls.yaml` gives each
+//! node its own certificate and https:// peers with nothing but environment variables the binary
+//! reads; tests/docker.rs brings both up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,6 +26,9 @@ const UNIT_ENV: &str = include_str!("../deploy/pilot-election.env");
 const STATEFULSET: &str = include_str!("../deploy/kubernetes/statefulset.yaml");
 const SERVICES: &str = include_str!("../deploy/kubernetes/service.yaml");
 const PDB: &str = include_str!("../deploy/kubernetes/poddisruptionbudget.yaml");
+const COMPOSE: &str = include_str!("../compose.yaml");
+const COMPOSE_TLS: &str = include_str!("../compose.tls.yaml");
+const GITIGNORE: &str = include_str!("../.gitignore");
 
 /// Labels every scraped series gets from Prometheus.
 const TARGET_LABELS: &[&str] = &["job", "instance"];
@@ -463,5 +470,136 @@ fn the_kubernetes_manifests_keep_their_settings() {
     assert_eq!(
         values["PILOT_ELECTION_DATA_DIR"]["value"],
         mount["mountPath"]
+    );
+}
+
+/// Every environment variable of a client command (`healthcheck`): the URL and the TLS files.
+fn client_env_twins() -> BTreeSet<String> {
+    use clap::CommandFactory;
+    let cli = pilot_election::cli::Cli::command();
+    let check = cli.find_subcommand("healthcheck").expect("healthcheck");
+    check
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// A Compose file with its `<<` merge keys applied, as docker-compose reads it.
+fn compose_file(text: &str) -> Value {
+    let mut v: serde_yaml::Value = serde_yaml::from_str(text).expect("YAML");
+    v.apply_merge().expect("merge keys");
+    serde_json::to_value(v).expect("JSON")
+}
+
+#[test]
+fn the_compose_files_publish_on_loopback_only_and_the_tls_override_is_mutual_tls_everywhere() {
+    let base = compose_file(COMPOSE);
+    let tls = compose_file(COMPOSE_TLS);
+    let (run, client) = (run_env_twins(), client_env_twins());
+    let services = base["services"].as_object().expect("services");
+    let nodes: Vec<&str> = services.keys().map(String::as_str).collect();
+    assert_eq!(nodes, ["node-a", "node-b", "node-c"]);
+    for (name, s) in services {
+        for p in s["ports"].as_array().expect("ports") {
+            let p = p.as_str().expect("short syntax");
+            assert!(
+                p.starts_with("127.0.0.1:"),
+                "{name} publishes {p} beyond loopback"
+            );
+        }
+        for k in s["environment"].as_object().expect("environment").keys() {
+            assert!(
+                run.contains(k),
+                "{name}: {k} is no flag's environment variable"
+            );
+        }
+    }
+
+    // The override adds nothing but environment and secrets: its ports, volumes and healthcheck
+    // are compose.yaml's (a list such as `ports` would be appended to, not replaced).
+    let overrides = tls["services"].as_object().expect("services");
+    assert_eq!(
+        overrides.keys().collect::<Vec<_>>(),
+        services.keys().collect::<Vec<_>>()
+    );
+    let files = tls["secrets"].as_object().expect("secrets");
+    for (name, s) in overrides {
+        let keys: BTreeSet<&str> = s.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, BTreeSet::from(["environment", "secrets"]), "{name}");
+        let env = s["environment"].as_object().expect("environment");
+        for k in env.keys() {
+            assert!(
+                run.contains(k) || client.contains(k),
+                "{name}: {k} is no environment variable of `run` or of the client commands"
+            );
+        }
+        let var = |k: &str| env[k].as_str().unwrap_or_else(|| panic!("{name}: {k}"));
+        assert_eq!(
+            var("PILOT_ELECTION_ADVERTISE_URL"),
+            format!("https://{name}:7070")
+        );
+        let mut peers: Vec<&str> = var("PILOT_ELECTION_PEERS").split(',').collect();
+        peers.sort_unstable();
+        let want: Vec<String> = nodes
+            .iter()
+            .filter(|n| *n != name)
+            .map(|n| format!("{n}=https://{n}:7070"))
+            .collect();
+        assert_eq!(peers, want, "{name}");
+        assert!(
+            var("PILOT_ELECTION_URL").starts_with("https://127.0.0.1:"),
+            "{name}"
+        );
+        assert!(
+            !env.contains_key("PILOT_ELECTION_TLS_ANONYMOUS_READS"),
+            "{name}"
+        );
+        // The healthcheck and the CLI present the node's own certificate.
+        assert_eq!(
+            var("PILOT_ELECTION_CLIENT_CERT"),
+            var("PILOT_ELECTION_TLS_CERT")
+        );
+        assert_eq!(
+            var("PILOT_ELECTION_CLIENT_KEY"),
+            var("PILOT_ELECTION_TLS_KEY")
+        );
+
+        // Each TLS file is a secret this service mounts, made by scripts/make-tls-certs.sh: only
+        // the CA's certificate and the node's own certificate and key.
+        let mounted: BTreeSet<&str> = s["secrets"]
+            .as_array()
+            .expect("secrets")
+            .iter()
+            .map(|v| v.as_str().expect("short syntax"))
+            .collect();
+        let mut used = BTreeSet::new();
+        for (k, file) in [
+            ("PILOT_ELECTION_TLS_CERT", format!("{name}.pem")),
+            ("PILOT_ELECTION_TLS_KEY", format!("{name}.key")),
+            ("PILOT_ELECTION_TLS_CLIENT_CA", "ca.pem".to_string()),
+            ("PILOT_ELECTION_PEER_CA", "ca.pem".to_string()),
+            ("PILOT_ELECTION_CA", "ca.pem".to_string()),
+        ] {
+            let secret = var(k)
+                .strip_prefix("/run/secrets/")
+                .unwrap_or_else(|| panic!("{name}: {k} is not a secret"));
+            assert!(
+                mounted.contains(secret),
+                "{name}: {k} names {secret}, not mounted"
+            );
+            assert_eq!(
+                files[secret]["file"].as_str().expect("a file secret"),
+                format!("${{PILOT_ELECTION_TLS_DIR:-./tls}}/{file}"),
+                "{name}: {k}"
+            );
+            used.insert(secret);
+        }
+        assert_eq!(mounted, used, "{name} mounts more than its TLS files");
+    }
+    // The default certificate directory is never committed.
+    assert!(
+        GITIGNORE.lines().any(|l| l == "/tls"),
+        ".gitignore lacks /tls"
     );
 }

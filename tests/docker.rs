@@ -280,6 +280,11 @@ impl Cluster {
 
 fn view_at(addr: SocketAddr) -> Option<View> {
     let (status, body) = get_json(addr, "/leader")?;
+    view_of(status, &body)
+}
+
+/// A `GET /leader` answer as a [`View`]: `None` for any status but 200 and 503.
+fn view_of(status: u16, body: &Value) -> Option<View> {
     match status {
         200 => Some(View {
             leader: body["leader"].as_str().map(str::to_string),
@@ -311,9 +316,19 @@ fn agreed_leader(
     above_term: u64,
     limit: Duration,
 ) -> (String, u64, Duration) {
+    agreed_leader_by(ids, above_term, limit, || views(ids, addrs))
+}
+
+/// [`agreed_leader`] with the views taken by `sample`, one call per sampling round.
+fn agreed_leader_by(
+    ids: &[&'static str],
+    above_term: u64,
+    limit: Duration,
+    mut sample: impl FnMut() -> Vec<(&'static str, Option<View>)>,
+) -> (String, u64, Duration) {
     let what = format!("{ids:?} agree on one leader above term {above_term}");
     let ((leader, term), took) = wait_for(limit, &what, || {
-        let views = views(ids, addrs);
+        let views = sample();
         assert_at_most_one_self_leader(&views);
         agreement(&views, above_term).ok_or(format!("{views:?}"))
     });
@@ -766,17 +781,28 @@ fn the_overlap_and_gap_rules_catch_what_they_must() {
     );
 }
 
-/// `compose.yaml` itself, brought up under a project name of its own with the test image, free
-/// loopback ports and a throw-away admin token; taken down by container id, then by project.
+/// `compose.yaml` itself (with override files on top), brought up under a project name of its
+/// own with the test image, free loopback ports and a throw-away admin token; taken down by
+/// container id, then by project.
 struct Compose {
     project: String,
     dir: std::path::PathBuf,
+    files: Vec<&'static str>,
     env: Vec<(String, String)>,
     addrs: Vec<SocketAddr>,
 }
 
 impl Compose {
     fn up() -> Compose {
+        Compose::up_with(&[], |_| Vec::new())
+    }
+
+    /// `overrides` (file names in the repository) go on top of `compose.yaml`; `prepare` gets the
+    /// test's own directory before `up` and returns more variables for docker-compose.
+    fn up_with(
+        overrides: &[&'static str],
+        prepare: impl FnOnce(&std::path::Path) -> Vec<(String, String)>,
+    ) -> Compose {
         require_image();
         let project = unique_name("pe-compose");
         let dir = std::env::temp_dir().join(&project);
@@ -805,20 +831,29 @@ impl Compose {
                 addr.port().to_string(),
             ));
         }
-        let compose = Compose {
+        let mut files = vec!["compose.yaml"];
+        files.extend_from_slice(overrides);
+        // Made before `prepare` runs, so that Drop cleans up after a failed one too.
+        let mut compose = Compose {
             project,
             dir,
+            files,
             env,
             addrs,
         };
+        let more = prepare(&compose.dir);
+        compose.env.extend(more);
         compose.run(&["up", "--detach", "--no-build"]);
         compose
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/compose.yaml");
         let mut c = Command::new("docker-compose");
-        c.args(["--file", file, "--project-name", &self.project])
+        for f in &self.files {
+            c.arg("--file")
+                .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(f));
+        }
+        c.args(["--project-name", &self.project])
             .args(args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
@@ -840,6 +875,30 @@ impl Compose {
 
     fn container(&self, service: &str) -> String {
         self.run(&["ps", "--quiet", service])
+    }
+
+    /// The published 127.0.0.1 port of a node's API.
+    fn addr(&self, id: &str) -> SocketAddr {
+        self.addrs[NODES.iter().position(|n| *n == id).expect("node")]
+    }
+
+    /// Waits until the container's own healthcheck has passed.
+    fn wait_healthy(&self, id: &str) -> Duration {
+        let container = self.container(id);
+        let ((), took) = wait_for(SETUP_DEADLINE, &format!("compose {id} healthy"), || {
+            let health = docker(&[
+                "inspect",
+                "--format",
+                "{{.State.Health.Status}}",
+                &container,
+            ]);
+            if health == "healthy" {
+                Ok(())
+            } else {
+                Err(health)
+            }
+        });
+        took
     }
 }
 
@@ -866,20 +925,7 @@ fn the_compose_cluster_elects_one_leader_turns_healthy_and_hands_over_on_stop() 
     let (leader, term, took) = agreed_leader(&NODES, &compose.addrs, 0, SETUP_DEADLINE);
     eprintln!("compose: {leader} leads term {term}, agreed {took:?} after up");
     for id in NODES {
-        let container = compose.container(id);
-        wait_for(SETUP_DEADLINE, &format!("compose {id} healthy"), || {
-            let health = docker(&[
-                "inspect",
-                "--format",
-                "{{.State.Health.Status}}",
-                &container,
-            ]);
-            if health == "healthy" {
-                Ok(())
-            } else {
-                Err(health)
-            }
-        });
+        compose.wait_healthy(id);
     }
 
     let container = compose.container(&leader);
@@ -895,4 +941,149 @@ fn the_compose_cluster_elects_one_leader_turns_healthy_and_hands_over_on_stop() 
     let (next, next_term, _) = agreed_leader(&survivors, &addrs, term, SETUP_DEADLINE);
     eprintln!("compose: stop {leader} -> {next} leads term {next_term}");
     assert_ne!(next, leader);
+}
+
+/// curl on the host against a published port over TLS, trusting only the test's CA (the
+/// node certificates name 127.0.0.1), with the operator's client certificate or without any.
+struct Curl {
+    tls: std::path::PathBuf,
+}
+
+impl Curl {
+    /// curl's output: the body, then a line with the HTTP status (`000` when there was none).
+    fn get(&self, addr: SocketAddr, path: &str, operator: bool) -> Output {
+        let mut c = Command::new("curl");
+        c.args(["--silent", "--show-error", "--max-time", "5"])
+            .args(["--write-out", "\n%{http_code}"])
+            .arg("--cacert")
+            .arg(self.tls.join("ca.pem"));
+        if operator {
+            c.arg("--cert")
+                .arg(self.tls.join("operator.pem"))
+                .arg("--key")
+                .arg(self.tls.join("operator.key"));
+        }
+        c.arg(format!("https://{addr}{path}"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run curl ({e}): apt-get install -y curl"))
+    }
+
+    /// The status and JSON body of a request with the operator's certificate.
+    fn json(&self, addr: SocketAddr, path: &str) -> Option<(u16, Value)> {
+        let out = self.get(addr, path, true);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (body, status) = text.rsplit_once('\n')?;
+        let status: u16 = status.trim().parse().ok().filter(|s| *s != 0)?;
+        Some((status, serde_json::from_str(body).ok()?))
+    }
+
+    fn views(&self, compose: &Compose, ids: &[&'static str]) -> Vec<(&'static str, Option<View>)> {
+        ids.iter()
+            .map(|id| {
+                let view = self
+                    .json(compose.addr(id), "/leader")
+                    .and_then(|(status, body)| view_of(status, &body));
+                (*id, view)
+            })
+            .collect()
+    }
+}
+
+/// `compose.yaml` with `compose.tls.yaml` on top and the certificates made by
+/// `scripts/make-tls-certs.sh` in the test's directory, as the README's steps do: all three
+/// agree on one leader over https with the operator's certificate and turn healthy (their
+/// healthcheck speaks TLS), curl without a client certificate and plain HTTP get no answer,
+/// the CLI inside a container reaches its node over TLS from the environment alone, and after
+/// `docker kill` of the leader the other two elect another over their TLS peer links. The
+/// failover's time is only logged: curl's process and handshake per sample make it too coarse a
+/// clock for the T + 2 s bound, which the plain test above and tests/it/tls.rs assert.
+#[test]
+fn the_compose_cluster_over_mutual_tls_elects_refuses_clients_without_a_certificate_and_fails_over()
+{
+    let _serial = serial();
+    let mut tls_dir = None;
+    let compose = Compose::up_with(&["compose.tls.yaml"], |dir| {
+        let tls = dir.join("tls");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/make-tls-certs.sh");
+        let out = Command::new(script)
+            .arg(&tls)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {script} ({e})"));
+        assert!(
+            out.status.success(),
+            "make-tls-certs.sh failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        tls_dir = Some(tls.clone());
+        vec![(
+            "PILOT_ELECTION_TLS_DIR".to_string(),
+            tls.display().to_string(),
+        )]
+    });
+    let curl = Curl {
+        tls: tls_dir.expect("certificates made"),
+    };
+
+    let (leader, term, took) =
+        agreed_leader_by(&NODES, 0, SETUP_DEADLINE, || curl.views(&compose, &NODES));
+    eprintln!("compose tls: {leader} leads term {term}, agreed over https {took:?} after up");
+    for id in NODES {
+        let took = compose.wait_healthy(id);
+        eprintln!("compose tls: {id} healthy {took:?} later");
+    }
+
+    for id in NODES {
+        let addr = compose.addr(id);
+        let out = curl.get(addr, "/leader", false);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            !out.status.success() && stdout.trim() == "000",
+            "{id} answered curl without a client certificate ({}): {stdout}",
+            out.status
+        );
+        assert!(
+            stderr.contains("certificate required"),
+            "{id}: curl without a client certificate should be refused with the TLS alert `certificate required`: {stderr}"
+        );
+        assert_eq!(
+            get_json(addr, "/leader"),
+            None,
+            "{id} answered plain HTTP on its TLS port"
+        );
+    }
+    eprintln!("compose tls: curl without a client certificate refused by all three");
+
+    // The CLI in a container: URL, CA and client certificate from compose.tls.yaml's environment.
+    let inside: Value = serde_json::from_str(&compose.run(&[
+        "exec",
+        "-T",
+        "node-a",
+        "pilot-election",
+        "leader",
+        "--json",
+    ]))
+    .expect("`pilot-election leader --json` prints JSON");
+    assert_eq!(inside["leader"].as_str(), Some(leader.as_str()), "{inside}");
+
+    let container = compose.container(&leader);
+    let start = pilot_election::clock::now();
+    docker(&["kill", &container]);
+    let survivors = Cluster::others(&leader);
+    let (next, next_term, _) = agreed_leader_by(&survivors, term, SETUP_DEADLINE, || {
+        curl.views(&compose, &survivors)
+    });
+    let took = pilot_election::clock::since(start);
+    eprintln!("compose tls: docker kill {leader} (term {term}) -> {next} leads term {next_term} over TLS after {took:?}");
+    assert_ne!(next, leader);
+    let running = docker(&["inspect", "--format", "{{.State.Running}}", &container]);
+    assert_eq!(
+        running, "false",
+        "the killed leader came back during the failover"
+    );
 }
