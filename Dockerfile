@@ -55,8 +55,8 @@ COPY --from=pilotctl /out/ /out/
 
 FROM ${ARTIFACTS} AS artifacts
 
-# What users run. Nothing is installed: the http transport speaks plain HTTP (no TLS library) and
-# pilotctl is static.
+# What users run. Nothing is installed: TLS is rustls inside the binary (no OpenSSL, no CA bundle
+# needed: the CAs come from the TLS flags) and pilotctl is static.
 FROM ${RUNTIME_BASE} AS runtime
 # A fixed uid so that a bind-mounted data dir can be chowned to it ahead of time.
 ARG UID=10001
