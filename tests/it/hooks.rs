@@ -1,7 +1,7 @@
 //! `run --on-change` with real processes: every node's hook appends what it was told to a file,
 //! and the runs are compared with the node's own `/history` across a `kill -9`, a step-down, a
-//! SIGTERM and a partition; and on the leader the run that reports the end of its leadership has
-//! ended before any other node's "became leader" run begins.
+//! SIGTERM and a partition; and on the leader the run that reports the end of its leadership (and
+//! its `--exec` child) has ended before any other node's "became leader" run begins.
 
 use std::time::Duration;
 
@@ -275,8 +275,9 @@ async fn every_hook_run_matches_the_history_across_kill_step_down_sigterm_and_a_
     );
 }
 
-/// The shared log of every node's runs: `begin|end NANOS NODE ROLE TERM REASON PREVIOUS`, one
-/// `O_APPEND` write each, so their order in the file is the order they happened in.
+/// The shared log of every node's runs: `begin|end NANOS NODE ROLE TERM REASON PREVIOUS`, and of
+/// its `--exec` children's ends, `exec-end NANOS NODE TERM`; one `O_APPEND` write each, so their
+/// order in the file is the order they happened in.
 fn events(dir: &TempDir) -> Vec<Vec<String>> {
     std::fs::read_to_string(dir.0.join("events"))
         .unwrap_or_default()
@@ -285,8 +286,9 @@ fn events(dir: &TempDir) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Checks that `old`'s run reporting the end of its leadership in `term` ended before `new`'s
-/// run reporting its own leadership began; returns the gap in ms.
+/// Checks that `old`'s run reporting the end of its leadership in `term`, and its `--exec` child
+/// of that term, ended before `new`'s run reporting its own leadership began; returns the gap
+/// in ms.
 async fn lost_before_won(
     dir: &TempDir,
     (old, term): (&str, u64),
@@ -302,13 +304,16 @@ async fn lost_before_won(
                 && e[6] == old
                 && e[4] == term.to_string()
         })?;
+        let exec_end = ev
+            .iter()
+            .position(|e| e[0] == "exec-end" && e[2] == old && e[3] == term.to_string())?;
         let begin = ev.iter().position(|e| {
             e[0] == "begin" && e[2] == new && e[3] == "leader" && e[4] == new_term.to_string()
         })?;
-        Some((end, begin, ev))
+        Some((end, exec_end, begin, ev))
     })
     .await;
-    let (end, begin, ev) = found.unwrap_or_else(|| {
+    let (end, exec_end, begin, ev) = found.unwrap_or_else(|| {
         panic!(
             "no lost-leadership run of {old} or no leadership run of {new}: {:#?}\n{}",
             events(dir),
@@ -318,6 +323,10 @@ async fn lost_before_won(
     assert!(
         end < begin,
         "{new} began its leader run before {old} ended its lost-leadership run: {ev:#?}"
+    );
+    assert!(
+        exec_end < begin,
+        "{new} began its leader run before {old}'s --exec child had stopped: {ev:#?}"
     );
     let ns = |i: usize| ev[i][1].parse::<u128>().expect("nanoseconds");
     assert!(ns(end) <= ns(begin), "{ev:#?}");
@@ -341,7 +350,20 @@ async fn a_leaders_lost_leadership_run_ends_before_any_successor_run_begins() {
         r#"E='{}/events'; A="$PILOT_ELECTION_NODE_ID $PILOT_ELECTION_ROLE $PILOT_ELECTION_TERM $PILOT_ELECTION_REASON ${{PILOT_ELECTION_PREVIOUS:--}}"; echo "begin $(date +%s%N) $A" >>"$E"; if [ "$PILOT_ELECTION_PREVIOUS" = "$PILOT_ELECTION_NODE_ID" ] && [ "$PILOT_ELECTION_ROLE" != leader ]; then sleep 0.3; fi; echo "end $(date +%s%N) $A" >>"$E""#,
         dir.0.display()
     );
-    let mut c = LinkedCluster::start(3, &["--preempt-after", "0s", "--on-change", &script]).await;
+    // And an --exec child that takes 200 ms to stop: the resign waits for both.
+    let exec = format!(
+        r#"E='{}/events'; trap 'sleep 0.2; echo "exec-end $(date +%s%N) $PILOT_ELECTION_NODE_ID $PILOT_ELECTION_TERM" >>"$E"; exit 0' TERM; while :; do sleep 0.05; done"#,
+        dir.0.display()
+    );
+    let args = [
+        "--preempt-after",
+        "0s",
+        "--on-change",
+        &script,
+        "--exec",
+        &exec,
+    ];
+    let mut c = LinkedCluster::start(3, &args).await;
     let all = [0, 1, 2];
     let others = |i: usize| -> Vec<usize> { all.iter().copied().filter(|&j| j != i).collect() };
     let (l1, t1) = c.cluster.agreed(&all, AGREE, |_, _| true).await;
@@ -358,12 +380,13 @@ async fn a_leaders_lost_leadership_run_ends_before_any_successor_run_begins() {
     .await;
     let answered = pilot_election::clock::since(asked);
     assert_eq!(status, 202, "{body}");
+    let (l2, t2) = c.cluster.agreed(&all, AGREE, |l, _| l != l1).await;
+    let gap = lost_before_won(&dir, (&l1, t1), (&l2, t2), &c).await;
+    // The answer comes once the resign has left, so after the hook.
     assert!(
         answered >= Duration::from_millis(300),
         "answered in {answered:?}"
     );
-    let (l2, t2) = c.cluster.agreed(&all, AGREE, |l, _| l != l1).await;
-    let gap = lost_before_won(&dir, (&l1, t1), (&l2, t2), &c).await;
     eprintln!("hooks: step-down answered in {answered:?}; {l2} began leading {gap:.1} ms after {l1} was done");
 
     // A candidacy withdrawal.
