@@ -14,6 +14,7 @@ use crate::api::{AppParts, AppState, Auth, Subscribers};
 use crate::election::{Config, MemberSet, Node, NodeInfo, Timings};
 use crate::exec::{Exec, ExecConfig};
 use crate::exit_budget;
+use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Wiring};
 use crate::server::{Limits, Listeners};
@@ -51,6 +52,8 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// `--exec`: a command to run while this node leads.
     pub exec: Option<ExecConfig>,
+    /// `--on-change`: a command to run on every change of the leader or of this node's role.
+    pub on_change: Option<HookConfig>,
     /// `--advertise-url` and `--meta`, announced to clients (docs/clients.md); `None`
     /// announces nothing.
     pub info: Option<NodeInfo>,
@@ -106,6 +109,8 @@ pub struct BuiltNode {
     tls: Option<Arc<Tls>>,
     /// The `--exec` supervisor, if any.
     exec: Option<Exec>,
+    /// The `--on-change` task, if any.
+    hooks: Option<Hooks>,
     /// Stops the transport when the node is done; it outlives the loop's shutdown, because a
     /// leader handing over must still hear its successor win.
     transport_stop: CancellationToken,
@@ -222,6 +227,15 @@ impl NodeBuilder {
         if let Some(x) = &exec {
             runtime.guard_releases(x.handle().release_guard(config.timings));
         }
+        // With --on-change, a resign also waits for the run that reports the end of leadership.
+        let hooks = config.on_change.clone().map(|h| {
+            let changes = runtime.report_changes();
+            let who = (config.node_id.clone(), config.group.clone());
+            Hooks::start(h, changes, who, config.timings, metrics.clone())
+        });
+        if let Some(h) = &hooks {
+            runtime.guard_releases(h.handle().release_guard());
+        }
         let commands = match &exec {
             Some(x) => x.gate(cmd_tx, snapshot.clone()),
             None => cmd_tx,
@@ -244,6 +258,7 @@ impl NodeBuilder {
             }),
             subscribers: Subscribers::new(config.limits.max_event_subscribers),
             events,
+            hooks: hooks.as_ref().map(Hooks::handle),
         });
         Ok(BuiltNode {
             runtime,
@@ -251,6 +266,7 @@ impl NodeBuilder {
             limits: config.limits,
             tls: config.tls,
             exec,
+            hooks,
             transport_stop,
         })
     }
@@ -300,9 +316,14 @@ impl BuiltNode {
         let stop = CancellationToken::new();
         let stop_loop = stop.clone();
         let exec_drain = self.exec.as_ref().map(Exec::handle);
+        let hooks_exit = self.hooks.as_ref().map(Hooks::handle);
         tokio::spawn(async move {
             shutdown.await;
             crate::notify::stopping();
+            // From now on every hook run ends within its share of the exit budget.
+            if let Some(h) = hooks_exit {
+                h.exiting();
+            }
             // The child stops before a leader hands over (its successor may lead at once).
             if let Some(x) = exec_drain {
                 x.drain_for_exit().await;
@@ -331,12 +352,17 @@ impl BuiltNode {
         let loop_result = (&mut loop_task).await;
         server_done.cancel();
         // Open event streams end with the loop; give other requests a moment, then stop anyway.
-        let exec = self.exec;
+        let (exec, hooks) = (self.exec, self.hooks);
         let _ = tokio::join!(
             tokio::time::timeout(exit_budget::SERVER_CLOSE, server),
             async {
                 if let Some(x) = exec {
                     x.finish().await;
+                }
+            },
+            async {
+                if let Some(h) = hooks {
+                    h.finish().await;
                 }
             }
         );

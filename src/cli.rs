@@ -184,6 +184,15 @@ pub struct RunArgs {
     /// With --exec: step down when the command exits non-zero, instead of restarting it.
     #[arg(long, env = "PILOT_ELECTION_EXEC_STEP_DOWN_ON_FAILURE")]
     pub exec_step_down_on_failure: bool,
+    /// Run this command line (through `sh -c`) on every change of the leader or of this node's
+    /// role, with the change in PILOT_ELECTION_* variables; a leader's run that reports the end
+    /// of its leadership is done before its resign leaves.
+    #[arg(long, env = "PILOT_ELECTION_ON_CHANGE")]
+    pub on_change: Option<String>,
+    /// With --on-change: a run is killed (SIGKILL to its process group) this long after it
+    /// started.
+    #[arg(long, env = "PILOT_ELECTION_ON_CHANGE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub on_change_timeout: Duration,
 }
 
 #[derive(Debug, Args)]

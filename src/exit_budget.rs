@@ -10,6 +10,11 @@ pub const EXEC_DRAIN: Duration = Duration::from_secs(1);
 /// How long a stopping leader waits for its successor before it leaves anyway (the core's
 /// stop policy, `election::stop`).
 pub const HANDOVER: Duration = crate::election::stop::HANDOVER_GRACE;
+/// How long after the stop begins an `--on-change` run may go on (then it is killed). Not a
+/// stage of its own: a leader's last run holds its resign, and that wait is counted in the
+/// handover's grace (it runs from before the resign); a follower's runs end while the server
+/// closes. So it must stay below [`HANDOVER`], with room for the successor to win.
+pub const HOOK_ON_EXIT: Duration = Duration::from_secs(3);
 /// How long the exit waits for the last history and replay marks to reach the disk and the
 /// last messages to leave (a pilot publish is a child process: exiting at once killed a
 /// stopping leader's resign, and the followers waited out `T`).
@@ -35,6 +40,11 @@ pub const fn total() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_hook_run_fits_in_the_handover_grace() {
+        assert!(HOOK_ON_EXIT + Duration::from_millis(500) <= HANDOVER);
+    }
 
     #[test]
     fn a_stop_fits_in_dockers_grace_with_a_second_to_spare() {

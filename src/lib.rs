@@ -25,6 +25,8 @@
 //! - [`server`]: the HTTP server around the router: connection caps, timeouts, the peers' own
 //!   share; [`open_files`] raises the open-file limit it needs.
 //! - [`exec`]: `run --exec`, a command that runs only while this node leads.
+//! - [`hooks`]: `run --on-change`, a command every node runs when the leader or its role
+//!   changes (a VIP, DNS, a load balancer), done before a leader's resign leaves.
 //! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
 //! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
@@ -42,6 +44,7 @@ pub mod directory;
 pub use pilot_election_core as election;
 pub mod exec;
 pub mod exit_budget;
+pub mod hooks;
 pub mod log_limit;
 pub mod metrics;
 pub mod notify;

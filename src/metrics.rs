@@ -40,6 +40,11 @@ pub struct Metrics {
     pub ready: Family<Labels, Gauge>,
     pub exec_running: Gauge,
     pub exec_exits: Family<Labels, Counter>,
+    /// `--on-change` runs by outcome, and how long each took.
+    pub on_change_runs: Family<Labels, Counter>,
+    pub on_change_duration: Histogram,
+    /// Changes never run because a newer one arrived during a run (the newest wins).
+    pub on_change_coalesced: Counter,
     /// 1 while the operator's maintenance pause holds here (rule 16); set at scrape time.
     pub maintenance: Gauge,
     /// 1 while a step-down waits for its hour on this node; set at scrape time.
@@ -80,6 +85,9 @@ impl Metrics {
             ready: Family::default(),
             exec_running: Gauge::default(),
             exec_exits: Family::default(),
+            on_change_runs: Family::default(),
+            on_change_duration: Histogram::new(exponential_buckets(0.005, 2.0, 13)),
+            on_change_coalesced: Counter::default(),
             maintenance: Gauge::default(),
             step_down_scheduled: Gauge::default(),
             tls_cert_expiry: Family::default(),
@@ -206,6 +214,21 @@ impl Metrics {
                 "--exec children that ended: ok or failed on their own, stopped or killed by the node",
                 m.exec_exits.clone(),
             );
+            r.register(
+                "on_change_runs",
+                "--on-change hook runs by outcome: ok, failed (non-zero, a signal, could not start), timed_out (killed at --on-change-timeout), killed_at_exit",
+                m.on_change_runs.clone(),
+            );
+            r.register(
+                "on_change_run_duration_seconds",
+                "How long each --on-change hook run took",
+                m.on_change_duration.clone(),
+            );
+            r.register(
+                "on_change_coalesced",
+                "Changes the --on-change hook never ran because a newer one arrived while it ran (the newest wins)",
+                m.on_change_coalesced.clone(),
+            );
         }
         m
     }
@@ -243,6 +266,11 @@ impl Metrics {
         self.exec_exits
             .get_or_create(&vec![("outcome", outcome.to_string())])
             .inc();
+    }
+
+    pub fn on_change_run(&self, outcome: &str, took: Duration) {
+        count(&self.on_change_runs, "outcome", outcome);
+        self.on_change_duration.observe(took.as_secs_f64());
     }
 
     pub fn publish_failed(&self) {

@@ -32,8 +32,11 @@ use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
+mod change;
 mod maintenance;
 mod stray;
+use change::Reporter;
+pub use change::{reason as change_reason, Change, ChangeRole};
 pub use maintenance::MaintenanceRequest;
 use stray::StrayLog;
 
@@ -109,7 +112,10 @@ pub struct Runtime {
     replay_out: watch::Sender<BTreeMap<String, u64>>,
     /// Names a non-member (or a member with another member set) at once, without a flood.
     stray_log: StrayLog,
-    release_guard: Option<ReleaseGuard>,
+    /// Every one is awaited (all at once) before a resign leaves.
+    release_guards: Vec<ReleaseGuard>,
+    /// Changes of leader and role for `--on-change`, if anyone asked for them.
+    changes: Option<Reporter>,
     group: String,
     /// Stamped on every message that leaves (see [`crate::directory`]).
     info: Option<NodeInfo>,
@@ -123,8 +129,9 @@ pub struct Runtime {
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
 /// members elect within milliseconds instead of after `T`, so whatever acts for the leader
-/// outside this process (the `--exec` child) must be gone before it is sent; the view that
-/// revokes leadership is already published when this runs (rule 9).
+/// outside this process (the `--exec` child, the `--on-change` hook that takes a VIP away) must
+/// be done before it is sent; the view that revokes leadership is already published, and the
+/// [`Change`] that reports it already sent, when this runs (rule 9).
 pub type ReleaseGuard = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// The channels a runtime is built from.
@@ -190,7 +197,8 @@ impl Runtime {
             keys: wiring.keys,
             replay_out: watch::Sender::new(marks),
             stray_log: StrayLog::default(),
-            release_guard: None,
+            release_guards: Vec::new(),
+            changes: None,
             group: wiring.group,
             info: wiring.info,
             directory,
@@ -201,9 +209,18 @@ impl Runtime {
         (rt, rx, loop_clock)
     }
 
-    /// Every resign this node sends waits for `guard` first (see [`ReleaseGuard`]).
+    /// Every resign this node sends waits for `guard` first (see [`ReleaseGuard`]), and for
+    /// every guard given before it, all at once.
     pub fn guard_releases(&mut self, guard: ReleaseGuard) {
-        self.release_guard = Some(guard);
+        self.release_guards.push(guard);
+    }
+
+    /// Reports every change of the known leader or of this node's role from now on, starting
+    /// with a `start` change of the current view (see [`Change`]).
+    pub fn report_changes(&mut self) -> watch::Receiver<Change> {
+        let (reporter, rx) = Reporter::new(&self.node.view(clock::now()));
+        self.changes = Some(reporter);
+        rx
     }
 
     /// Runs until `stop` is cancelled and, if this node led, its successor is known (or the
@@ -332,6 +349,9 @@ impl Runtime {
         self.publish_snapshot(now);
         self.on_role(now);
         self.execute().await?;
+        if let Some(changes) = &self.changes {
+            changes.role(&self.node.view(now));
+        }
         self.publish_snapshot(clock::now());
         Ok(result)
     }
@@ -445,8 +465,9 @@ impl Runtime {
                         .expect("the persist task does not panic")?;
                 }
                 Action::Publish(mut msg) => {
-                    if let (Body::Resign { .. }, Some(guard)) = (&msg.body, &self.release_guard) {
-                        guard(msg.term).await;
+                    if matches!(msg.body, Body::Resign { .. }) && !self.release_guards.is_empty() {
+                        let all = self.release_guards.iter().map(|guard| guard(msg.term));
+                        futures_util::future::join_all(all).await;
                     }
                     msg.stamp(unix_ms_now());
                     msg.info.clone_from(&self.info);
@@ -465,6 +486,9 @@ impl Runtime {
 
     fn on_transition(&mut self, t: Transition) {
         let now = clock::now();
+        if let Some(changes) = &self.changes {
+            changes.transition(&t, &self.node.view(now));
+        }
         let leaderless_ms = match (&t.leader, self.leaderless_since) {
             (Some(_), Some(since)) => Some((now - since).as_millis() as u64),
             _ => None,

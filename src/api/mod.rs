@@ -79,6 +79,8 @@ pub struct AppParts {
     pub subscribers: Subscribers,
     /// The log the `/events` streams send from.
     pub events: watch::Receiver<Arc<EventLog>>,
+    /// The `--on-change` hook, for `/status`; `None` without one.
+    pub hooks: Option<crate::hooks::HooksHandle>,
 }
 
 impl AppParts {

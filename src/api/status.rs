@@ -46,6 +46,67 @@ pub struct StatusBody {
     maintenance: Option<super::pause::SettingBody>,
     /// A step-down waiting for its hour on this node; `null` if none.
     scheduled_step_down: Option<super::membership::ScheduledBody>,
+    /// The `--on-change` hook: its run in progress and its last run; `null` without one.
+    on_change: Option<OnChangeBody>,
+}
+
+#[derive(Serialize)]
+pub struct OnChangeBody {
+    /// The change whose run is in progress; `null` when none runs.
+    running: Option<ChangeBody>,
+    /// The last run that ended; `null` before the first.
+    last_run: Option<HookRunBody>,
+}
+
+/// A change as the hook's environment has it (`null` for an empty `PILOT_ELECTION_LEADER` or
+/// `PILOT_ELECTION_PREVIOUS`).
+#[derive(Serialize)]
+pub struct ChangeBody {
+    role: &'static str,
+    leader: Option<String>,
+    term: u64,
+    previous: Option<String>,
+    reason: &'static str,
+}
+
+#[derive(Serialize)]
+pub struct HookRunBody {
+    #[serde(flatten)]
+    change: ChangeBody,
+    /// `ok`, `failed`, `timed_out` or `killed_at_exit`.
+    outcome: &'static str,
+    /// `null` when it did not exit by itself (killed, or never started).
+    exit_code: Option<i32>,
+    duration_ms: u64,
+    /// When it ended (RFC 3339, UTC).
+    at: String,
+}
+
+impl ChangeBody {
+    fn of(c: &crate::runtime::Change) -> ChangeBody {
+        ChangeBody {
+            role: c.role.as_str(),
+            leader: c.leader.clone(),
+            term: c.term,
+            previous: c.previous.clone(),
+            reason: c.reason,
+        }
+    }
+}
+
+impl OnChangeBody {
+    fn of(s: &crate::hooks::HookStatus) -> OnChangeBody {
+        OnChangeBody {
+            running: s.running.as_ref().map(ChangeBody::of),
+            last_run: s.last_run.as_ref().map(|r| HookRunBody {
+                change: ChangeBody::of(&r.change),
+                outcome: r.outcome.as_str(),
+                exit_code: r.exit_code,
+                duration_ms: r.duration.as_millis() as u64,
+                at: crate::clock::wall::rfc3339(r.at_unix_ms),
+            }),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -181,5 +242,6 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
         paused: v.maintenance,
         maintenance: snap.maintenance.as_ref().map(super::pause::SettingBody::of),
         scheduled_step_down: s.scheduler.pending().map(super::membership::scheduled_body),
+        on_change: s.hooks.as_ref().map(|h| OnChangeBody::of(&h.status())),
     })
 }

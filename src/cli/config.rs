@@ -9,6 +9,7 @@ use super::{RunArgs, TransportKind, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::directory;
 use crate::election::{default_priority, MemberSet, NodeInfo, Timings};
 use crate::exec::ExecConfig;
+use crate::hooks::HookConfig;
 use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
 use crate::transport::http::Peer;
@@ -109,6 +110,7 @@ impl RunArgs {
             (None, None) => None,
         };
         let exec = ExecConfig::from_flags(self.exec.as_deref(), self.exec_step_down_on_failure)?;
+        let on_change = HookConfig::from_flags(self.on_change.as_deref(), self.on_change_timeout)?;
         let info = NodeInfo {
             url: directory::advertise_url(self.advertise_url.as_deref(), &self.listen)?,
             meta: directory::parse_meta(&self.meta)?,
@@ -116,6 +118,7 @@ impl RunArgs {
         Ok(NodeConfig {
             info: Some(info),
             exec,
+            on_change,
             priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
             data_dir: self
                 .data_dir

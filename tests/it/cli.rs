@@ -136,6 +136,26 @@ fn invalid_configuration_exits_64_with_one_line() {
             &["run", "--node-id", "a", "--exec-step-down-on-failure"],
             "--exec-step-down-on-failure needs --exec",
         ),
+        (
+            &["run", "--node-id", "a", "--on-change", ""],
+            "--on-change needs a command line",
+        ),
+        (
+            &[
+                "run",
+                "--node-id",
+                "a",
+                "--on-change",
+                "true",
+                "--on-change-timeout",
+                "0s",
+            ],
+            "--on-change-timeout must be more than 0",
+        ),
+        (
+            &["run", "--node-id", "a", "--on-change-timeout", "soon"],
+            "--on-change-timeout",
+        ),
     ];
     for (args, needle) in cases {
         let o = run(args);

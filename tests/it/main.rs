@@ -22,6 +22,7 @@ use support::flood;
 mod fuzz;
 mod haproxy;
 mod health;
+mod hooks;
 mod kernel;
 mod kubernetes;
 mod membership;

@@ -552,6 +552,7 @@ pub fn node_config(
         cluster_keys: None,
         limits: pilot_election::server::Limits::default(),
         exec: None,
+        on_change: None,
         info: None,
         tls: None,
     }

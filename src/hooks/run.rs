@@ -1,0 +1,134 @@
+//! One run of the hook: `sh -c` as the leader of its own process group, with the change in its
+//! environment, until `sh` exits or the deadline passes (then SIGKILL to the whole group).
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::Command as Process;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{HookConfig, Outcome};
+use crate::clock;
+use crate::runtime::Change;
+
+/// How one run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Ran {
+    pub(super) outcome: Outcome,
+    pub(super) code: Option<i32>,
+    pub(super) signal: Option<i32>,
+    pub(super) took: Duration,
+    /// Why it could not start, if it did not.
+    pub(super) error: Option<String>,
+}
+
+/// What the command finds in its environment for `change`, besides the node's own variables.
+pub(super) fn env_of(change: &Change, node_id: &str, group: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("PILOT_ELECTION_ROLE", change.role.as_str().to_string()),
+        (
+            "PILOT_ELECTION_LEADER",
+            change.leader.clone().unwrap_or_default(),
+        ),
+        ("PILOT_ELECTION_TERM", change.term.to_string()),
+        (
+            "PILOT_ELECTION_PREVIOUS",
+            change.previous.clone().unwrap_or_default(),
+        ),
+        ("PILOT_ELECTION_REASON", change.reason.to_string()),
+        ("PILOT_ELECTION_NODE_ID", node_id.to_string()),
+        ("PILOT_ELECTION_GROUP", group.to_string()),
+    ]
+}
+
+/// Kills the group if the run is dropped half-way (the task aborted at exit), so that no hook
+/// outlives its timeout because nobody was left to enforce it.
+struct Group {
+    pgid: Pid,
+    ended: bool,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = killpg(self.pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Runs `config.command` once; ends at `config.timeout` after the start or at the exit cap
+/// (`exit_by`, which may be set while it runs), whichever comes first.
+pub(super) async fn run(
+    config: &HookConfig,
+    env: Vec<(&'static str, String)>,
+    exit_by: &mut watch::Receiver<Option<Instant>>,
+) -> Ran {
+    let started = clock::now();
+    let own = started + config.timeout;
+    let mut cmd = Process::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(&config.command)
+        .stdin(Stdio::null())
+        .process_group(0);
+    // The node's own settings may hold the admin token or the cluster keys.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(env);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Ran {
+                outcome: Outcome::Failed,
+                code: None,
+                signal: None,
+                took: clock::since(started),
+                error: Some(e.to_string()),
+            }
+        }
+    };
+    let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    let mut group = Group {
+        pgid: Pid::from_raw(pid),
+        // Never `killpg(0)`: that is this node's own group.
+        ended: pid <= 0,
+    };
+    let mut exit_open = true;
+    loop {
+        let cap = exit_by.borrow().map_or(own, |e| e.min(own));
+        tokio::select! {
+            status = child.wait() => {
+                group.ended = true;
+                let status = status.unwrap_or_default();
+                let outcome = if status.success() { Outcome::Ok } else { Outcome::Failed };
+                return Ran {
+                    outcome,
+                    code: status.code(),
+                    signal: status.signal(),
+                    took: clock::since(started),
+                    error: None,
+                };
+            }
+            _ = clock::sleep_until(cap) => {
+                let _ = killpg(group.pgid, Signal::SIGKILL);
+                let status = child.wait().await.unwrap_or_default();
+                group.ended = true;
+                let outcome = if cap >= own { Outcome::TimedOut } else { Outcome::KilledAtExit };
+                return Ran {
+                    outcome,
+                    code: status.code(),
+                    signal: status.signal(),
+                    took: clock::since(started),
+                    error: None,
+                };
+            }
+            changed = exit_by.changed(), if exit_open => exit_open = changed.is_ok(),
+        }
+    }
+}
