@@ -37,7 +37,8 @@ run stability-pilot-25 "$B" stability --nodes 25 --transport pilot --secs 120
 run idle-pilot-25 "$B" idle --nodes 25 --transport pilot --secs 30
 run idle-http-3 "$B" idle --nodes 3 --transport http --secs 30
 run idle-pilot-3 "$B" idle --nodes 3 --transport pilot --secs 30
-run api "$B" api --secs 10 --rounds 2
+run api "$B" api --secs 10 --rounds 3
+run tls "$B" tls --secs 10 --rounds 3
 run attack "$B" attack --secs 10
 # Issue 25: 100 /events watchers through the Rust client, 10 handovers; about a minute.
 run watchers "$B" watchers --watchers 100 --changes 10

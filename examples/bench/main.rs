@@ -13,10 +13,10 @@
 //! cargo run --release --example bench -- rolling   --nodes 5 --transport pilot --runs 30
 //! cargo run --release --example bench -- idle      --nodes 3 --transport http --secs 30
 //! cargo run --release --example bench -- idle      --nodes 3 --transport pilot --secs 30
-//! cargo run --release --example bench -- api       --secs 10 --rounds 2   # needs wrk
+//! cargo run --release --example bench -- api       --secs 10 --rounds 3   # needs wrk
 //! cargo run --release --example bench -- stability --nodes 25 --transport pilot --secs 60
 //! cargo run --release --example bench -- attack    --secs 10              # needs wrk
-//! cargo run --release --example bench -- tls       --secs 10 --rounds 2   # needs wrk
+//! cargo run --release --example bench -- tls       --secs 10 --rounds 3   # needs wrk
 //! cargo run --release --example bench -- faults    --transport http  --secs 60 --runs 1
 //! cargo run --release --example bench -- faults    --transport pilot --secs 60 --runs 1
 //! cargo run --release --example bench -- watchers  --watchers 100 --changes 10

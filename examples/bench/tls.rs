@@ -122,11 +122,42 @@ async fn one_exchange(tls: &TlsConnector, port: u16) -> Result<(), String> {
     }
 }
 
-/// Counts of a handshaking load.
+/// Counts of a handshaking load: answered, and each way an exchange failed.
 #[derive(Default)]
 struct Counts {
     ok: AtomicU64,
-    failed: AtomicU64,
+    /// The TCP connect failed (the accept queue was full).
+    connect: AtomicU64,
+    /// The handshake failed or the connection was closed during it (evicted at the cap).
+    handshake: AtomicU64,
+    /// Closed or answered with something other than 200 after the handshake.
+    answer: AtomicU64,
+    /// No answer within 5 s.
+    timed_out: AtomicU64,
+}
+
+impl Counts {
+    fn failed(&self) -> u64 {
+        [
+            &self.connect,
+            &self.handshake,
+            &self.answer,
+            &self.timed_out,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
+    }
+
+    fn failures(&self) -> String {
+        format!(
+            "connect {}, handshake {}, answer {}, timed out {}",
+            self.connect.load(Ordering::Relaxed),
+            self.handshake.load(Ordering::Relaxed),
+            self.answer.load(Ordering::Relaxed),
+            self.timed_out.load(Ordering::Relaxed)
+        )
+    }
 }
 
 /// `clients` tasks that each open connection after connection until `stop` is set.
@@ -145,10 +176,14 @@ fn handshakers(
                     let r = tokio::time::timeout(Duration::from_secs(5), one_exchange(&tls, port))
                         .await
                         .unwrap_or_else(|_| Err("timed out".into()));
-                    match r {
-                        Ok(()) => counts.ok.fetch_add(1, Ordering::Relaxed),
-                        Err(_) => counts.failed.fetch_add(1, Ordering::Relaxed),
+                    let counter = match r.as_ref().map_err(String::as_str) {
+                        Ok(()) => &counts.ok,
+                        Err(e) if e.starts_with("connect") => &counts.connect,
+                        Err(e) if e.starts_with("handshake") => &counts.handshake,
+                        Err(e) if e.starts_with("timed out") => &counts.timed_out,
+                        Err(_) => &counts.answer,
                     };
+                    counter.fetch_add(1, Ordering::Relaxed);
                 }
             })
         })
@@ -169,7 +204,7 @@ async fn handshake_rate(tls: &TlsConnector, port: u16, secs: u64) -> (f64, u64) 
     }
     (
         counts.ok.load(Ordering::Relaxed) as f64 / elapsed,
-        counts.failed.load(Ordering::Relaxed),
+        counts.failed(),
     )
 }
 
@@ -333,10 +368,32 @@ pub async fn tls(o: &Opts) {
     println!("leader quiet:            {}", line("GET /leader", &quiet));
     println!("under a handshake flood: {}", line("GET /leader", &loaded));
     println!(
-        "flood: {FLOOD} clients, {} exchanges completed ({:.0}/s), {} failed or refused, over {elapsed:.0}s",
+        "flood: {FLOOD} clients, {} exchanges completed ({:.0}/s), {} failed ({}), over {elapsed:.0}s",
         counts.ok.load(Ordering::Relaxed),
         counts.ok.load(Ordering::Relaxed) as f64 / elapsed,
-        counts.failed.load(Ordering::Relaxed)
+        counts.failed(),
+        counts.failures()
+    );
+    let metrics = client
+        .get(format!("https://127.0.0.1:{leader_port}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let series = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .fold(0.0, |a, b| a + b)
+    };
+    println!(
+        "leader: {:.0} connections evicted at the cap, {:.0} refused TLS handshakes, {:.0} header timeouts",
+        series("pilot_election_connections_evicted_total"),
+        series("pilot_election_refused_total{reason=\"tls_handshake\"}"),
+        series("pilot_election_connections_timed_out_total{phase=\"header\"}")
     );
     let after = app::wait_for(Duration::from_secs(10), || agreed(&client, &node_ports)).await;
     assert_eq!(
