@@ -200,10 +200,6 @@ impl Store {
         })
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Makes `p` durable: each file whose part changed is written and fsynced before this
     /// returns (a promise is rounded up to whole milliseconds).
     pub fn persist(&self, p: &Persistent) -> Result<(), StoreError> {

@@ -21,18 +21,25 @@ use super::{ApiError, AppState};
 pub struct BodyTimedOut(pub Duration);
 
 impl BodyTimedOut {
-    /// Whether `e`, or anything it was caused by, is a body deadline (the framework wraps body
-    /// errors in its own, once per layer).
+    /// Whether `e`, or anything it was caused by, is a body deadline.
     pub fn caused(e: &(dyn std::error::Error + 'static)) -> Option<BodyTimedOut> {
-        let mut cur = Some(e);
-        while let Some(err) = cur {
-            if let Some(t) = err.downcast_ref::<BodyTimedOut>() {
-                return Some(*t);
-            }
-            cur = err.source();
-        }
-        None
+        cause::<BodyTimedOut>(e).copied()
     }
+}
+
+/// The first error of type `T` in `e`'s chain of sources: the framework wraps body errors in its
+/// own, once per layer, so the one that says what happened is somewhere down the chain.
+fn cause<'e, T: std::error::Error + 'static>(
+    e: &'e (dyn std::error::Error + 'static),
+) -> Option<&'e T> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(t) = err.downcast_ref::<T>() {
+            return Some(t);
+        }
+        cur = err.source();
+    }
+    None
 }
 
 /// Largest request body the API reads.
@@ -48,10 +55,7 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
                     after_ms: t.0.as_millis() as u64,
                 };
             }
-            // axum exposes the limit error only through its text.
-            let too_large = format!("{e:?}").contains("LengthLimitError")
-                || e.to_string().contains("length limit");
-            if too_large {
+            if cause::<http_body_util::LengthLimitError>(&e).is_some() {
                 ApiError::PayloadTooLarge { limit }
             } else {
                 ApiError::BadRequest(e.to_string())
