@@ -281,22 +281,22 @@ impl Metrics {
         self.publish_latency.observe(d.as_secs_f64());
     }
 
-    pub fn connections_open(&self, pool: &str, open: usize) {
+    pub fn connections_open(&self, pool: Pool, open: usize) {
         self.connections_open
-            .get_or_create(&vec![("pool", pool.to_string())])
+            .get_or_create(&vec![("pool", pool.label().to_string())])
             .set(open as i64);
     }
 
-    pub fn refused(&self, reason: &str) {
-        count(&self.refusals, "reason", reason);
+    pub fn refused(&self, reason: Refused) {
+        count(&self.refusals, "reason", reason.label());
     }
 
-    pub fn timed_out(&self, phase: &str) {
-        count(&self.timeouts, "phase", phase);
+    pub fn timed_out(&self, phase: Phase) {
+        count(&self.timeouts, "phase", phase.label());
     }
 
-    pub fn evicted(&self, pool: &str) {
-        count(&self.evictions, "pool", pool);
+    pub fn evicted(&self, pool: Pool) {
+        count(&self.evictions, "pool", pool.label());
     }
 
     /// The text exposition format.
@@ -306,6 +306,68 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &r);
         out
+    }
+}
+
+/// The server's connection pools (`pool` label): the API's, and the peers' reserved slots or
+/// listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    Api,
+    Peer,
+}
+
+impl Pool {
+    pub fn label(self) -> &'static str {
+        match self {
+            Pool::Api => "api",
+            Pool::Peer => "peer",
+        }
+    }
+}
+
+/// Why a connection or request was refused (`refused_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every connection busy at the cap.
+    MaxConnections,
+    /// `--max-event-subscribers` streams open.
+    EventSubscribers,
+    /// The TLS handshake failed.
+    TlsHandshake,
+    /// A write without a client certificate (`--tls-anonymous-reads`).
+    ClientCertificateRequired,
+}
+
+impl Refused {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::MaxConnections => "max_connections",
+            Refused::EventSubscribers => "event_subscribers",
+            Refused::TlsHandshake => "tls_handshake",
+            Refused::ClientCertificateRequired => "client_certificate_required",
+        }
+    }
+}
+
+/// What a connection was waiting for when it timed out (`connections_timed_out_total{phase}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// A request head (or, with TLS, the handshake and the first head).
+    Header,
+    /// A request body.
+    Body,
+    /// The next request on a kept-alive connection.
+    Idle,
+}
+
+impl Phase {
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Header => "header",
+            Phase::Body => "body",
+            Phase::Idle => "idle",
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::conn::Exchange;
 use crate::api::BodyTimedOut;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Phase};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -62,7 +62,7 @@ impl http_body::Body for Deadline {
                 .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
             if sleep.as_mut().poll(cx).is_ready() {
                 this.fired = true;
-                this.metrics.timed_out("body");
+                this.metrics.timed_out(Phase::Body);
             }
         }
         if this.fired {

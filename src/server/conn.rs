@@ -20,6 +20,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
+use crate::metrics::Phase;
+
 /// Why a connection's deadline passed: it was reading a head, or idle between requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -28,10 +30,11 @@ pub enum Wait {
 }
 
 impl Wait {
-    pub fn label(self) -> &'static str {
+    /// The phase its timeout is counted under.
+    pub fn phase(self) -> Phase {
         match self {
-            Wait::Header => "header",
-            Wait::Idle => "idle",
+            Wait::Header => Phase::Header,
+            Wait::Idle => Phase::Idle,
         }
     }
 }

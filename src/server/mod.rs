@@ -62,7 +62,7 @@ use body::{Deadline, Tracked};
 use conn::{Alarm, Conn, Watched};
 
 use crate::api::{ApiError, PEER_MESSAGES};
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics, Refused};
 use crate::tls::Tls;
 
 /// Connection limits and timeouts (`--max-connections` and friends).
@@ -183,15 +183,15 @@ impl Scope {
     }
 }
 
-/// A capped set of connections, named for the metrics: `api` or `peer`.
+/// A capped set of connections, named for the metrics.
 struct Pool {
-    name: &'static str,
+    name: metrics::Pool,
     cap: usize,
     conns: Mutex<HashMap<u64, Arc<Conn>>>,
 }
 
 impl Pool {
-    fn new(name: &'static str, cap: usize) -> Pool {
+    fn new(name: metrics::Pool, cap: usize) -> Pool {
         Pool {
             name,
             cap,
@@ -274,7 +274,7 @@ impl Shared {
     }
 
     fn handshake_failed(&self, remote: SocketAddr, error: &std::io::Error) {
-        self.metrics.refused("tls_handshake");
+        self.metrics.refused(Refused::TlsHandshake);
         let admitted = self
             .handshake_log
             .lock()
@@ -310,13 +310,13 @@ pub async fn serve(
         .header_read_timeout(None)
         .max_header_size(MAX_HEAD)
         .max_headers(MAX_HEADERS);
-    metrics.connections_open("api", 0);
-    metrics.connections_open("peer", 0);
+    metrics.connections_open(metrics::Pool::Api, 0);
+    metrics.connections_open(metrics::Pool::Peer, 0);
     let shared = Arc::new(Shared {
         router,
         pools: [
-            Pool::new("api", limits.max_connections),
-            Pool::new("peer", limits.peer_connections),
+            Pool::new(metrics::Pool::Api, limits.max_connections),
+            Pool::new(metrics::Pool::Peer, limits.peer_connections),
         ],
         limits,
         metrics,
@@ -484,7 +484,7 @@ where
             }
             _ = sleep_until(deadline) => {
                 if let Some(wait) = conn.expired(Instant::now()) {
-                    shared.metrics.timed_out(wait.label());
+                    shared.metrics.timed_out(wait.phase());
                     return None;
                 }
             }
@@ -563,7 +563,7 @@ async fn serve_http<I>(
             }
             Turn::Alarm => {
                 if let Some(wait) = conn.expired(Instant::now()) {
-                    shared.metrics.timed_out(wait.label());
+                    shared.metrics.timed_out(wait.phase());
                     break;
                 }
             }
@@ -608,7 +608,7 @@ async fn answer(
 ) -> Response<Body> {
     if let Some(e) = scope.refusal(req.method(), req.uri().path()) {
         if e == ApiError::TooManyConnections {
-            shared.metrics.refused("max_connections");
+            shared.metrics.refused(Refused::MaxConnections);
             return closing(e);
         }
         return e.into_response();
@@ -616,7 +616,7 @@ async fn answer(
     // Without a client certificate a request may only read (`--tls-anonymous-reads`).
     let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if req.extensions().get::<Anonymous>().is_some() && !reads {
-        shared.metrics.refused("client_certificate_required");
+        shared.metrics.refused(Refused::ClientCertificateRequired);
         return ApiError::ClientCertificateRequired.into_response();
     }
     let (mut parts, body) = req.into_parts();
@@ -649,7 +649,7 @@ fn closing(e: ApiError) -> Response<Body> {
 /// Answers `503 too_many_connections` to the connection's first request and closes it; past
 /// [`REFUSALS`] such answers at once, closes it at once.
 fn refuse(shared: &Arc<Shared>, stream: TcpStream) {
-    shared.metrics.refused("max_connections");
+    shared.metrics.refused(Refused::MaxConnections);
     let Ok(permit) = shared.refusals.clone().try_acquire_owned() else {
         return;
     };

@@ -57,7 +57,7 @@ pub async fn get_events(
         .clone()
         .try_acquire_owned()
         .map_err(|_| {
-            s.metrics.refused("event_subscribers");
+            s.metrics.refused(crate::metrics::Refused::EventSubscribers);
             ApiError::TooManySubscribers {
                 max: s.subscribers.max,
             }
