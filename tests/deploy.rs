@@ -41,6 +41,7 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     m.transition("elected");
     m.election("won");
     m.exec_exit("ok");
+    m.on_change_run("ok", std::time::Duration::from_millis(5));
     m.member_last_seen_age
         .get_or_create(&vec![("member", "b".to_string())])
         .set(0.5);
@@ -226,6 +227,7 @@ fn the_alert_rules_query_only_exported_metrics_and_labels() {
         "PilotElectionNodeNotReady",
         "PilotElectionRejectedPeerMessages",
         "PilotElectionPilotctlPublishFailures",
+        "PilotElectionOnChangeHookFailing",
     ] {
         assert!(
             names.iter().any(|n| n == wanted),

@@ -1,6 +1,7 @@
 //! The status page at `GET /` in a real browser (headless Chromium over the DevTools protocol)
 //! against a live 3-node cluster: it shows the leader, follows a `kill -9` of the leader live,
-//! and moves leadership with the admin token (and refuses, readably, without it).
+//! and moves leadership with the admin token (and refuses, readably, without it). Every node
+//! runs an `--on-change` hook that fails, which the page shows with the last run's outcome.
 
 use std::time::Duration;
 
@@ -71,8 +72,9 @@ async fn act(b: &mut Browser, js: &str, answer_id: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_status_page_follows_a_failover_live_and_steps_down_only_with_the_token() {
     let _serial = serial().await;
-    // No preemption: leadership moves only when the test moves it.
-    let mut c = Cluster::start(3, &["--preempt-after", "0s"]);
+    // No preemption: leadership moves only when the test moves it. The hook fails at once, so
+    // that the page has a failed last run to show.
+    let mut c = Cluster::start(3, &["--preempt-after", "0s", "--on-change", "exit 3"]);
     let all = [0, 1, 2];
     let (leader, term) = c.agreed(&all, FIRST_LEADER, |_, _| true).await;
     let li = c.index(&leader);
@@ -108,6 +110,56 @@ async fn the_status_page_follows_a_failover_live_and_steps_down_only_with_the_to
         Duration::from_secs(5),
     )
     .await;
+
+    // The hook's last run: of the change to this leader, failed with its exit code, shown as
+    // bad. The page reads /status again until the run of the current leader and term has ended
+    // (no event says so).
+    let hook = b
+        .wait_for(
+            "the hook's last run",
+            &format!(
+                "(() => {{ const t = document.getElementById('hook').textContent; \
+                 return !document.getElementById('hook-item').hidden && \
+                 t.includes('term {term}, this node follower, {leader} leads') ? t : null; }})()"
+            ),
+            Duration::from_secs(10),
+        )
+        .await;
+    let hook = hook.as_str().unwrap_or_default();
+    assert!(
+        hook.starts_with("idle last run failed (exit 3) after ") && hook.contains(" at "),
+        "{hook}"
+    );
+    assert_eq!(
+        b.eval("document.querySelector('#hook strong').className")
+            .await,
+        json!("bad")
+    );
+    // A run in progress and a timeout, as /status would report them; no hook, no line.
+    let running = b
+        .eval(
+            "st.on_change = { running: { role: 'leader', leader: st.node, term: 9, previous: null, \
+             reason: 'elected' }, last_run: { role: 'follower', leader: null, term: 8, previous: null, \
+             reason: 'leader_timeout', outcome: 'timed_out', exit_code: null, duration_ms: 10000, \
+             at: '2026-12-02T10:00:00Z' } }; renderHook(); clearTimeout(hookTimer); hookTimer = null; \
+             document.getElementById('hook').textContent",
+        )
+        .await;
+    let running = running.as_str().unwrap_or_default();
+    assert!(
+        running.starts_with("running (term 9, this node leader, ")
+            && running.contains("last run timed out (killed at --on-change-timeout) after 10 s")
+            && running.contains(
+                "term 8, this node follower, no leader, leader silent for the election timeout"
+            ),
+        "{running}"
+    );
+    assert_eq!(
+        b.eval("st.on_change = null; renderHook(); document.getElementById('hook-item').hidden")
+            .await,
+        json!(true)
+    );
+    b.eval("hookChecks = 0; refresh()").await;
 
     // Membership fingerprints, once /status reports them, get their own column.
     let fingerprints = b
