@@ -80,14 +80,8 @@ impl HookConfig {
         let Some(command) = command else {
             return Ok(None);
         };
-        if command.trim().is_empty() {
-            return Err("--on-change needs a command line (run through sh -c)".into());
-        }
-        if command.contains('\0') {
-            return Err("--on-change must not contain a NUL byte".into());
-        }
         Ok(Some(HookConfig {
-            command: command.to_string(),
+            command: crate::exec::shell_command("--on-change", command)?,
             timeout,
         }))
     }

@@ -101,17 +101,40 @@ impl ExecConfig {
                 false => Ok(None),
             };
         };
-        if command.trim().is_empty() {
-            return Err("--exec needs a command line (run through sh -c)".into());
-        }
-        if command.contains('\0') {
-            return Err("--exec must not contain a NUL byte".into());
-        }
         Ok(Some(ExecConfig {
-            command: command.to_string(),
+            command: shell_command("--exec", command)?,
             step_down_on_failure,
         }))
     }
+}
+
+/// A command line for `sh -c`, given with `flag` (`--exec`, `--on-change`), checked; the error
+/// is one line for the CLI.
+pub fn shell_command(flag: &str, command: &str) -> Result<String, String> {
+    if command.trim().is_empty() {
+        return Err(format!("{flag} needs a command line (run through sh -c)"));
+    }
+    if command.contains('\0') {
+        return Err(format!("{flag} must not contain a NUL byte"));
+    }
+    Ok(command.to_string())
+}
+
+/// `sh -c command` as the leader of its own process group (one signal then reaches everything
+/// it starts), with stdin from `/dev/null` and without the node's own `PILOT_ELECTION_*`
+/// settings, which may hold the admin token or the cluster keys.
+pub fn shell(command: &str) -> Process {
+    let mut cmd = Process::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(command)
+        .stdin(Stdio::null())
+        .process_group(0);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
 }
 
 /// `T·(1−r)/(1+r) − L`: how long after this node's lease ends no other node can be elected yet,

@@ -255,17 +255,7 @@ impl Supervisor {
             return;
         };
         let leader = view.leader.clone().unwrap_or_else(|| view.node_id.clone());
-        let mut cmd = Process::new("/bin/sh");
-        cmd.arg("-c")
-            .arg(&self.config.command)
-            .stdin(Stdio::null())
-            .process_group(0);
-        // The node's own settings may hold the admin token or the cluster keys.
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
-                cmd.env_remove(key);
-            }
-        }
+        let mut cmd = super::shell(&self.config.command);
         cmd.env("PILOT_ELECTION_TERM", view.term.to_string())
             .env("PILOT_ELECTION_LEADER", &leader)
             .env("PILOT_ELECTION_NODE_ID", &view.node_id);

@@ -2,12 +2,10 @@
 //! environment, until `sh` exits or the deadline passes (then SIGKILL to the whole group).
 
 use std::os::unix::process::ExitStatusExt as _;
-use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::Command as Process;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -69,17 +67,7 @@ pub(super) async fn run(
 ) -> Ran {
     let started = clock::now();
     let own = started + config.timeout;
-    let mut cmd = Process::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(&config.command)
-        .stdin(Stdio::null())
-        .process_group(0);
-    // The node's own settings may hold the admin token or the cluster keys.
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
-            cmd.env_remove(key);
-        }
-    }
+    let mut cmd = crate::exec::shell(&config.command);
     cmd.envs(env);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -99,6 +87,13 @@ pub(super) async fn run(
         // Never `killpg(0)`: that is this node's own group.
         ended: pid <= 0,
     };
+    let ended = |outcome, status: std::process::ExitStatus| Ran {
+        outcome,
+        code: status.code(),
+        signal: status.signal(),
+        took: clock::since(started),
+        error: None,
+    };
     let mut exit_open = true;
     loop {
         let cap = exit_by.borrow().map_or(own, |e| e.min(own));
@@ -107,26 +102,14 @@ pub(super) async fn run(
                 group.ended = true;
                 let status = status.unwrap_or_default();
                 let outcome = if status.success() { Outcome::Ok } else { Outcome::Failed };
-                return Ran {
-                    outcome,
-                    code: status.code(),
-                    signal: status.signal(),
-                    took: clock::since(started),
-                    error: None,
-                };
+                return ended(outcome, status);
             }
             _ = clock::sleep_until(cap) => {
                 let _ = killpg(group.pgid, Signal::SIGKILL);
                 let status = child.wait().await.unwrap_or_default();
                 group.ended = true;
                 let outcome = if cap >= own { Outcome::TimedOut } else { Outcome::KilledAtExit };
-                return Ran {
-                    outcome,
-                    code: status.code(),
-                    signal: status.signal(),
-                    took: clock::since(started),
-                    error: None,
-                };
+                return ended(outcome, status);
             }
             changed = exit_by.changed(), if exit_open => exit_open = changed.is_ok(),
         }
