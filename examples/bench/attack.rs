@@ -127,15 +127,11 @@ async fn measure(url: &str, secs: u64) -> Wrk {
 /// One line of figures; RSS and peak RSS are read at the end of the wrk run, under the flood.
 fn report(name: &str, w: &Wrk, pid: u32, what: &str) {
     println!(
-        "{name:>9}: GET /leader p50 {:.2} ms, p99 {:.2} ms, {:.0} req/s{}{}; leader RSS {:.1} MiB (peak {:.1} MiB){}{what}",
+        "{name:>9}: GET /leader p50 {:.2} ms, p99 {:.2} ms, {:.0} req/s{}; leader RSS {:.1} MiB (peak {:.1} MiB){}{what}",
         w.p50_ms,
         w.p99_ms,
         w.rps,
-        if w.non_2xx { " (non-2xx answers!)" } else { "" },
-        w.socket_errors
-            .as_ref()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default(),
+        w.trouble(),
         rss_kib(pid) as f64 / 1024.0,
         status_kib(pid, "VmHWM:") as f64 / 1024.0,
         if what.is_empty() { "" } else { "; " },

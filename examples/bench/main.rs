@@ -834,6 +834,19 @@ struct Wrk {
     socket_errors: Option<String>,
 }
 
+impl Wrk {
+    /// What went wrong in the run, for the end of a line of figures (empty when nothing did).
+    fn trouble(&self) -> String {
+        let non_2xx = if self.non_2xx {
+            " (non-2xx answers!)"
+        } else {
+            ""
+        };
+        let errors = self.socket_errors.as_ref().map(|e| format!(" ({e})"));
+        format!("{non_2xx}{}", errors.unwrap_or_default())
+    }
+}
+
 fn wrk(url: &str, secs: u64) -> Wrk {
     let out = Command::new("wrk")
         .args(["-t2", "-c32", &format!("-d{secs}s"), "--latency", url])

@@ -231,15 +231,11 @@ async fn agreed(client: &reqwest::Client, ports: &[u16]) -> Option<(String, u64)
 
 fn line(name: &str, w: &Wrk) -> String {
     format!(
-        "{name}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms{}{}",
+        "{name}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms{}",
         w.rps,
         w.p50_ms,
         w.p99_ms,
-        if w.non_2xx { " (non-2xx answers!)" } else { "" },
-        w.socket_errors
-            .as_ref()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default()
+        w.trouble()
     )
 }
 
@@ -382,16 +378,11 @@ pub async fn tls(o: &Opts) {
         .text()
         .await
         .expect("metrics text");
-    let series = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .fold(0.0, |a, b| a + b)
-    };
+    let series = |name: &str| app::metric(&metrics, name);
     println!(
         "leader: {:.0} connections evicted at the cap, {:.0} refused TLS handshakes, {:.0} header timeouts",
-        series("pilot_election_connections_evicted_total"),
+        series("pilot_election_connections_evicted_total{pool=\"api\"}")
+            + series("pilot_election_connections_evicted_total{pool=\"peer\"}"),
         series("pilot_election_refused_total{reason=\"tls_handshake\"}"),
         series("pilot_election_connections_timed_out_total{phase=\"header\"}")
     );
