@@ -14,6 +14,7 @@ use crate::api::{AppParts, AppState, Auth, Subscribers};
 use crate::election::{Config, MemberSet, Node, NodeInfo, Timings};
 use crate::exec::{Exec, ExecConfig};
 use crate::exit_budget;
+use crate::health_check::{HealthCheckConfig, HealthChecks};
 use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Wiring};
@@ -54,6 +55,9 @@ pub struct NodeConfig {
     pub exec: Option<ExecConfig>,
     /// `--on-change`: a command to run on every change of the leader or of this node's role.
     pub on_change: Option<HookConfig>,
+    /// `--health-cmd` or `--health-url`: the application's health, which leadership follows
+    /// (docs/protocol.md, rule 17).
+    pub health_check: Option<HealthCheckConfig>,
     /// `--advertise-url` and `--meta`, announced to clients (docs/clients.md); `None`
     /// announces nothing.
     pub info: Option<NodeInfo>,
@@ -111,6 +115,8 @@ pub struct BuiltNode {
     exec: Option<Exec>,
     /// The `--on-change` task, if any.
     hooks: Option<Hooks>,
+    /// The `--health-cmd`/`--health-url` checks, if any.
+    health: Option<HealthChecks>,
     /// Stops the transport when the node is done; it outlives the loop's shutdown, because a
     /// leader handing over must still hear its successor win.
     transport_stop: CancellationToken,
@@ -159,6 +165,8 @@ impl NodeBuilder {
                 members: config.members.clone(),
                 priority: config.priority,
                 eligible: config.eligible,
+                // With a check, unhealthy until it first passes (rule 17).
+                healthy: config.health_check.is_none(),
                 timings: config.timings,
             },
             loaded.persistent.clone(),
@@ -236,6 +244,10 @@ impl NodeBuilder {
         if let Some(h) = &hooks {
             runtime.guard_releases(h.handle().release_guard());
         }
+        // Verdicts go straight to the loop: a handover they cause waits for the release guards
+        // above, like any resign.
+        let health = (config.health_check.clone())
+            .map(|h| HealthChecks::start(h, cmd_tx.clone(), metrics.clone()));
         let commands = match &exec {
             Some(x) => x.gate(cmd_tx, snapshot.clone()),
             None => cmd_tx,
@@ -259,6 +271,7 @@ impl NodeBuilder {
             subscribers: Subscribers::new(config.limits.max_event_subscribers),
             events,
             hooks: hooks.as_ref().map(Hooks::handle),
+            health: health.as_ref().map(HealthChecks::handle),
         });
         Ok(BuiltNode {
             runtime,
@@ -267,6 +280,7 @@ impl NodeBuilder {
             tls: config.tls,
             exec,
             hooks,
+            health,
             transport_stop,
         })
     }
@@ -351,6 +365,10 @@ impl BuiltNode {
         });
         let loop_result = (&mut loop_task).await;
         server_done.cancel();
+        // No check runs once the loop is gone: nothing would take its verdict.
+        if let Some(h) = self.health {
+            h.finish().await;
+        }
         // Open event streams end with the loop; give other requests a moment, then stop anyway.
         let (exec, hooks) = (self.exec, self.hooks);
         let _ = tokio::join!(

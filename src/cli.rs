@@ -193,6 +193,27 @@ pub struct RunArgs {
     /// started.
     #[arg(long, env = "PILOT_ELECTION_ON_CHANGE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub on_change_timeout: Duration,
+    /// Check the application with this command line (through `sh -c`; exit 0 = healthy). An
+    /// unhealthy node ranks below every healthy member and a leader hands over to a healthy
+    /// one; with nobody healthy, one still leads.
+    #[arg(long = "health-cmd", env = "PILOT_ELECTION_HEALTH_CMD")]
+    pub health_cmd: Option<String>,
+    /// Check the application with a GET of this URL (2xx = healthy), instead of --health-cmd.
+    #[arg(long = "health-url", env = "PILOT_ELECTION_HEALTH_URL")]
+    pub health_url: Option<String>,
+    /// How often the check runs [default: 5s].
+    #[arg(long, env = "PILOT_ELECTION_HEALTH_INTERVAL", value_parser = parse_duration)]
+    pub health_interval: Option<Duration>,
+    /// A check still running this long after it started fails [default: 2s, at most the
+    /// interval].
+    #[arg(long, env = "PILOT_ELECTION_HEALTH_TIMEOUT", value_parser = parse_duration)]
+    pub health_timeout: Option<Duration>,
+    /// Failures in a row that make the node unhealthy [default: 3].
+    #[arg(long, env = "PILOT_ELECTION_HEALTH_FAILURES")]
+    pub health_failures: Option<u32>,
+    /// Passes in a row that make an unhealthy node healthy again [default: 2].
+    #[arg(long, env = "PILOT_ELECTION_HEALTH_SUCCESSES")]
+    pub health_successes: Option<u32>,
 }
 
 #[derive(Debug, Args)]

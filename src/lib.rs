@@ -27,6 +27,8 @@
 //! - [`exec`]: `run --exec`, a command that runs only while this node leads.
 //! - [`hooks`]: `run --on-change`, a command every node runs when the leader or its role
 //!   changes (a VIP, DNS, a load balancer), done before a leader's resign leaves.
+//! - [`health_check`]: `run --health-cmd`/`--health-url`, the application's health, which
+//!   leadership follows (rule 17).
 //! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
 //! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
@@ -44,6 +46,7 @@ pub mod directory;
 pub use pilot_election_core as election;
 pub mod exec;
 pub mod exit_budget;
+pub mod health_check;
 pub mod hooks;
 pub mod log_limit;
 pub mod metrics;

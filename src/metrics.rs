@@ -52,6 +52,11 @@ pub struct Metrics {
     /// Seconds until each certificate in use expires (negative once it has), by `cert`; set at
     /// scrape time.
     pub tls_cert_expiry: Family<Labels, Gauge>,
+    /// With `--health-cmd`/`--health-url` only (registered by [`Metrics::enable_health_checks`]):
+    /// 1 while the application is healthy, the checks by outcome, and how long each took.
+    pub app_healthy: Gauge,
+    pub health_checks: Family<Labels, Counter>,
+    pub health_check_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -91,6 +96,9 @@ impl Metrics {
             maintenance: Gauge::default(),
             step_down_scheduled: Gauge::default(),
             tls_cert_expiry: Family::default(),
+            app_healthy: Gauge::default(),
+            health_checks: Family::default(),
+            health_check_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -271,6 +279,32 @@ impl Metrics {
     pub fn on_change_run(&self, outcome: &str, took: Duration) {
         count(&self.on_change_runs, "outcome", outcome);
         self.on_change_duration.observe(took.as_secs_f64());
+    }
+
+    /// Registers the health-check metrics: a node without a check exports none of them, so
+    /// that an alert on `app_healthy == 0` never fires for it.
+    pub fn enable_health_checks(&self) {
+        let mut r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        r.register(
+            "app_healthy",
+            "1 while the application's health check (--health-cmd or --health-url) holds this node healthy, 0 while it ranks below every healthy member",
+            self.app_healthy.clone(),
+        );
+        r.register(
+            "health_checks",
+            "Application health checks by outcome: pass, fail (another exit code or status, no answer, could not start), timed_out (killed at --health-timeout)",
+            self.health_checks.clone(),
+        );
+        r.register(
+            "health_check_duration_seconds",
+            "How long each application health check took",
+            self.health_check_duration.clone(),
+        );
+    }
+
+    pub fn health_check(&self, outcome: &str, took: Duration) {
+        count(&self.health_checks, "outcome", outcome);
+        self.health_check_duration.observe(took.as_secs_f64());
     }
 
     pub fn publish_failed(&self) {

@@ -369,6 +369,7 @@ mod tests {
                 timestamp: 1,
                 lease_ms: 2000,
                 advert: crate::election::Advert {
+                    unhealthy: false,
                     priority: 1,
                     candidacy: crate::election::Candidacy::Eligible,
                     hears: vec!["b".into()],

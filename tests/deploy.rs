@@ -42,6 +42,9 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     m.election("won");
     m.exec_exit("ok");
     m.on_change_run("ok", std::time::Duration::from_millis(5));
+    // Registered only on a node with --health-cmd or --health-url.
+    m.enable_health_checks();
+    m.health_check("pass", std::time::Duration::from_millis(5));
     m.member_last_seen_age
         .get_or_create(&vec![("member", "b".to_string())])
         .set(0.5);

@@ -72,6 +72,7 @@ fn ids() -> impl Strategy<Value = Vec<String>> {
 fn advert() -> impl Strategy<Value = Advert> {
     (any::<u32>(), candidacy(), ids(), ids(), any::<bool>()).prop_map(
         |(priority, candidacy, hears, member_ids, flapped)| Advert {
+            unhealthy: false,
             priority,
             candidacy,
             hears,

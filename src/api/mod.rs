@@ -81,6 +81,8 @@ pub struct AppParts {
     pub events: watch::Receiver<Arc<EventLog>>,
     /// The `--on-change` hook, for `/status`; `None` without one.
     pub hooks: Option<crate::hooks::HooksHandle>,
+    /// The `--health-cmd`/`--health-url` checks, for `/status`; `None` without them.
+    pub health: Option<crate::health_check::HealthHandle>,
 }
 
 impl AppParts {

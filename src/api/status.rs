@@ -48,6 +48,70 @@ pub struct StatusBody {
     scheduled_step_down: Option<super::membership::ScheduledBody>,
     /// The `--on-change` hook: its run in progress and its last run; `null` without one.
     on_change: Option<OnChangeBody>,
+    /// What this node advertises of its application's health (rule 17): always true without a
+    /// health check.
+    healthy: bool,
+    /// The `--health-cmd` or `--health-url` check: its verdict, streaks and last result;
+    /// `null` without one.
+    health_check: Option<HealthCheckBody>,
+}
+
+#[derive(Serialize)]
+pub struct HealthCheckBody {
+    /// `command` or `url` (the command line and the URL are not shown: they may hold secrets).
+    check: &'static str,
+    healthy: bool,
+    /// When the verdict last changed, or the checks began (RFC 3339, UTC).
+    since: String,
+    failures_in_row: u32,
+    passes_in_row: u32,
+    /// `--health-failures`: failures in a row that make the node unhealthy.
+    failures_to_unhealthy: u32,
+    /// `--health-successes`: passes in a row that make it healthy again.
+    passes_to_healthy: u32,
+    interval_ms: u64,
+    timeout_ms: u64,
+    /// `null` before the first check ended.
+    last_check: Option<CheckBody>,
+}
+
+#[derive(Serialize)]
+pub struct CheckBody {
+    /// `pass`, `fail` or `timed_out`.
+    outcome: &'static str,
+    /// The command's exit code; `null` for a URL, or a command killed or never started.
+    exit_code: Option<i32>,
+    /// The URL's answer; `null` for a command, or when nothing answered.
+    http_status: Option<u16>,
+    duration_ms: u64,
+    /// When it ended (RFC 3339, UTC).
+    at: String,
+    /// The start of the command's output, the answer's status line, or why it failed.
+    detail: String,
+}
+
+impl HealthCheckBody {
+    fn of(s: &crate::health_check::HealthStatus) -> HealthCheckBody {
+        HealthCheckBody {
+            check: s.kind,
+            healthy: s.healthy,
+            since: crate::clock::wall::rfc3339(s.since_unix_ms),
+            failures_in_row: s.failures_in_row,
+            passes_in_row: s.passes_in_row,
+            failures_to_unhealthy: s.failures,
+            passes_to_healthy: s.successes,
+            interval_ms: s.interval.as_millis() as u64,
+            timeout_ms: s.timeout.as_millis() as u64,
+            last_check: s.last_check.as_ref().map(|l| CheckBody {
+                outcome: l.probed.outcome.as_str(),
+                exit_code: l.probed.exit_code,
+                http_status: l.probed.http_status,
+                duration_ms: l.probed.took.as_millis() as u64,
+                at: crate::clock::wall::rfc3339(l.at_unix_ms),
+                detail: l.probed.detail.clone(),
+            }),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -137,6 +201,8 @@ pub struct MemberBody {
     timings: Option<Announced>,
     /// The protocol versions it speaks; `null` before it was heard.
     protocol: Option<Versions>,
+    /// Its application's health as its adverts say (rule 17); `null` before its first advert.
+    healthy: Option<bool>,
 }
 
 /// Which protocol version this node writes (the newest every member it heard speaks) and which
@@ -192,6 +258,7 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
             rank: rank_of(&m.id),
             timings: m.timings,
             protocol: m.speaks,
+            healthy: m.healthy,
         })
         .collect();
     let ours = Announced::of(&snap.timings);
@@ -243,5 +310,7 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
         maintenance: snap.maintenance.as_ref().map(super::pause::SettingBody::of),
         scheduled_step_down: s.scheduler.pending().map(super::membership::scheduled_body),
         on_change: s.hooks.as_ref().map(|h| OnChangeBody::of(&h.status())),
+        healthy: v.healthy,
+        health_check: s.health.as_ref().map(|h| HealthCheckBody::of(&h.status())),
     })
 }

@@ -9,6 +9,7 @@ use super::{RunArgs, TransportKind, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::directory;
 use crate::election::{default_priority, MemberSet, NodeInfo, Timings};
 use crate::exec::ExecConfig;
+use crate::health_check::{HealthCheckConfig, HealthFlags};
 use crate::hooks::HookConfig;
 use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
@@ -111,6 +112,14 @@ impl RunArgs {
         };
         let exec = ExecConfig::from_flags(self.exec.as_deref(), self.exec_step_down_on_failure)?;
         let on_change = HookConfig::from_flags(self.on_change.as_deref(), self.on_change_timeout)?;
+        let health_check = HealthCheckConfig::from_flags(HealthFlags {
+            command: self.health_cmd.as_deref(),
+            url: self.health_url.as_deref(),
+            interval: self.health_interval,
+            timeout: self.health_timeout,
+            failures: self.health_failures,
+            successes: self.health_successes,
+        })?;
         let info = NodeInfo {
             url: directory::advertise_url(self.advertise_url.as_deref(), &self.listen)?,
             meta: directory::parse_meta(&self.meta)?,
@@ -119,6 +128,7 @@ impl RunArgs {
             info: Some(info),
             exec,
             on_change,
+            health_check,
             priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
             data_dir: self
                 .data_dir

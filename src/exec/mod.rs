@@ -290,6 +290,7 @@ mod tests {
     /// This node's view: leading in `term` until `lease_until`, or following.
     fn view(term: u64, lease_until: Option<Instant>) -> View {
         View {
+            healthy: true,
             node_id: "n1".into(),
             role: if lease_until.is_some() {
                 Role::Leader

@@ -5,6 +5,7 @@
 //! clusters at once would test the scheduler rather than the failover times.
 
 use support::app;
+mod app_health;
 use support::browser;
 use support::certs;
 mod cli;

@@ -31,6 +31,10 @@ pub struct Config {
     pub priority: u32,
     /// Whether this node is a candidate at start (`--no-candidate` clears it).
     pub eligible: bool,
+    /// Whether its application counts as healthy at start (rule 17): false with a health
+    /// check, until the check first passes. Starting unhealthy is not a loss of health, so it
+    /// is no flap (rule 12).
+    pub healthy: bool,
     /// `h`, `L`, `T`, `P`, `r`: the shell checks them with [`Timings::validate`] (rule 7); the
     /// core trusts them.
     pub timings: Timings,
@@ -84,11 +88,14 @@ pub enum Reason {
     HigherTerm,
     /// The leader is stopping and handed over (rule 13).
     Shutdown,
+    /// The leader's application health check failed: it handed over to a healthy member
+    /// (rule 17).
+    Unhealthy,
 }
 
 impl Reason {
     /// Every reason, in declaration order, so a consumer can list all labels up front.
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Elected,
         Reason::StepDown,
         Reason::Transfer,
@@ -97,6 +104,7 @@ impl Reason {
         Reason::LeaderTimeout,
         Reason::HigherTerm,
         Reason::Shutdown,
+        Reason::Unhealthy,
     ];
 
     /// The snake_case name, as serialized and as the transition metric labels it.
@@ -110,6 +118,7 @@ impl Reason {
             Reason::LeaderTimeout => "leader_timeout",
             Reason::HigherTerm => "higher_term",
             Reason::Shutdown => "shutdown",
+            Reason::Unhealthy => "unhealthy",
         }
     }
 }
@@ -175,6 +184,9 @@ pub struct View {
     pub writes_version: u32,
     /// Maintenance is on here: no campaign of its own, no preemption (rule 16).
     pub maintenance: bool,
+    /// Its application is healthy, as the shell last said (rule 17): an unhealthy node ranks
+    /// below every healthy member, and an unhealthy leader hands over to a healthy one.
+    pub healthy: bool,
 }
 
 /// The one judgement of "who leads, as of now" that everything answering for a node makes (the
@@ -274,6 +286,12 @@ pub struct Member {
     pub timings: Option<Announced>,
     /// The protocol versions its latest message says it speaks (rule 15).
     pub speaks: Option<Versions>,
+    /// Whether its latest advert says its application is healthy (rule 17); `None` before it
+    /// advertised anything.
+    pub healthy: Option<bool>,
+    /// Since when it has been eligible and healthy without a silence of `T` (rules 12, 17);
+    /// `None` while it is not.
+    pub eligible_since: Option<Instant>,
 }
 
 impl Member {
@@ -316,6 +334,14 @@ pub enum Input {
     },
     /// The process is stopping: hand over if leading, never campaign again.
     Shutdown,
+    /// The application's health as the shell's check judges it (rule 17): an unhealthy node
+    /// ranks below every healthy member and says so in its adverts; an unhealthy leader hands
+    /// over to the best healthy member that could take over. It still votes, and still leads
+    /// when no member is healthy.
+    SetHealth {
+        /// Healthy or not.
+        healthy: bool,
+    },
 }
 
 /// What the core asks the shell to do, in order.
@@ -410,6 +436,7 @@ pub(crate) mod tests {
     /// A view of node `a` in term 3: `role`, knowing `leader`; no lease, no promise.
     pub(crate) fn view(role: Role, leader: Option<&str>) -> View {
         View {
+            healthy: true,
             node_id: "a".into(),
             role,
             term: 3,
@@ -526,6 +553,8 @@ pub(crate) mod tests {
         let set = MemberSet::new("a", ["a", "b", "c", "d", "e"]).expect("valid");
         let own = set.fingerprint().to_string();
         let member = |id: &str, live: bool, fingerprint: Option<&str>| Member {
+            eligible_since: None,
+            healthy: None,
             id: id.into(),
             priority: 1,
             candidacy: Some(Candidacy::Eligible),

@@ -243,6 +243,10 @@ pub struct Advert {
     /// lost quorum within its flap window. Absent means no.
     #[serde(default, skip_serializing_if = "is_false")]
     pub flapped: bool,
+    /// The sender's application health check fails (rule 17): it ranks below every healthy
+    /// member. Absent means healthy, as from a build without health checks.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unhealthy: bool,
 }
 
 /// The type-specific part of a message; `type` on the wire.
@@ -589,6 +593,7 @@ mod tests {
             hears: vec!["b".into(), "c".into()],
             member_ids: vec!["a".into(), "b".into(), "c".into()],
             flapped: false,
+            unhealthy: false,
         }
     }
 
@@ -828,6 +833,31 @@ mod tests {
         }
     }
 
+    /// Rule 17's word in an advert: written only when true, so a healthy node's bytes are what
+    /// a build without health checks writes, and read back whatever the version.
+    #[test]
+    fn an_unhealthy_advert_says_so_and_a_healthy_one_says_nothing() {
+        let unhealthy = Message {
+            body: Body::Presence {
+                advert: Advert {
+                    unhealthy: true,
+                    ..advert()
+                },
+            },
+            ..heartbeat()
+        };
+        for m in [unhealthy.clone(), v2(unhealthy)] {
+            let text = m.to_json();
+            assert!(text.contains(r#""unhealthy":true"#), "{text}");
+            assert_eq!(Message::parse(text.as_bytes()).unwrap(), m);
+        }
+        let healthy = Message {
+            body: Body::Presence { advert: advert() },
+            ..heartbeat()
+        };
+        assert!(!healthy.to_json().contains("unhealthy"));
+    }
+
     #[test]
     fn unknown_fields_are_ignored() {
         let text = r#"{"v":2,"type":"presence","group":"g","from":"x","term":1,"seq":2,"ts":3,
@@ -842,6 +872,7 @@ mod tests {
                     hears: vec!["y".into()],
                     member_ids: vec!["x".into(), "y".into()],
                     flapped: false,
+                    unhealthy: false,
                 }
             }
         );

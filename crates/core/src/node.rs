@@ -212,6 +212,10 @@ pub struct Node {
     pending_resign: Option<PendingResign>,
     /// The operator's maintenance (rule 16): no campaign of our own, no preemption.
     maintenance: bool,
+    /// The application's health as the shell last said (rule 17).
+    healthy: bool,
+    /// It lost its health in this run: the recovery that follows is a flap too (rule 17).
+    lost_health: bool,
     actions: VecDeque<Action>,
 }
 
@@ -281,6 +285,8 @@ impl Node {
             advertised: None,
             pending_resign: None,
             maintenance: false,
+            healthy: config.healthy,
+            lost_health: false,
             actions: VecDeque::new(),
         };
         node.timer.jitter = node.draw_jitter();
@@ -384,6 +390,7 @@ impl Node {
                 .map(|g| (g.holder.clone(), g.until)),
             writes_version: self.wire_version(),
             maintenance: self.maintenance,
+            healthy: self.healthy,
         }
     }
 
@@ -456,6 +463,10 @@ impl Node {
                 self.on_shutdown(now);
                 Ok(Outcome::Accepted)
             }
+            Input::SetHealth { healthy } => {
+                self.on_set_health(now, healthy);
+                Ok(Outcome::Accepted)
+            }
         };
         self.on_time(now);
         result
@@ -496,6 +507,9 @@ impl Node {
         }
         if self.boot.is_some_and(|b| now >= b.until) {
             self.boot = None;
+        }
+        if matches!(self.state, State::Leader(_)) {
+            self.maybe_yield_to_healthy(now);
         }
         if matches!(self.state, State::Leader(_)) {
             self.maybe_preempt(now);
@@ -637,6 +651,7 @@ impl Node {
     /// This node's own standing, as the others see it as far as it can tell (rule 12).
     fn me(&self, now: Instant) -> Standing<'_> {
         Standing {
+            healthy: self.healthy,
             steady: self.flapped_at.is_none_or(|f| now >= f + self.flap_window),
             rank: Rank::new(self.priority, &self.id),
         }
@@ -775,6 +790,7 @@ impl Node {
             hears: self.peers.hearing(now),
             member_ids: self.members.ids().map(str::to_string).collect(),
             flapped: !self.me(now).steady,
+            unhealthy: !self.healthy,
         }
     }
 
@@ -1269,11 +1285,10 @@ impl Node {
                 return (f.candidate != candidate).then(|| f.candidate.clone());
             }
         }
+        let known = self.peers.get(candidate);
         let them = Standing {
-            steady: self
-                .peers
-                .get(candidate)
-                .is_none_or(|p| !self.peers.flapped(p, now)),
+            healthy: known.is_none_or(|p| !p.says_unhealthy),
+            steady: known.is_none_or(|p| !self.peers.flapped(p, now)),
             rank: Rank::new(priority, candidate),
         };
         let t = self.timings.election_timeout;
@@ -1695,6 +1710,28 @@ impl Node {
         }
     }
 
+    /// Rule 17: health only orders members (see [`Standing`]); what changes at once is what
+    /// the others hear of it, and whether this node counts itself as flapped: losing health is
+    /// a flap (rule 12), and so is the recovery after it, so a node whose application fails
+    /// again and again is not handed leadership again and again. Starting unhealthy
+    /// ([`crate::Config::healthy`]) is neither.
+    fn on_set_health(&mut self, now: Instant, healthy: bool) {
+        if healthy == self.healthy {
+            return;
+        }
+        self.healthy = healthy;
+        if !healthy {
+            self.lost_health = true;
+        }
+        if self.lost_health {
+            self.flapped_at = Some(now);
+        }
+        // Tell the others at once so their ranking follows; a leader's next heartbeat does.
+        if !matches!(self.state, State::Leader(_)) {
+            self.send_presence(now);
+        }
+    }
+
     fn on_shutdown(&mut self, now: Instant) {
         if self.shutting_down {
             return;
@@ -1705,6 +1742,40 @@ impl Node {
             self.resign(now, successor, Reason::Shutdown);
         } else if matches!(self.state, State::PreCandidate(_) | State::Candidate(_)) {
             self.state = State::Follower { leader: None };
+        }
+    }
+
+    /// Rule 17: an unhealthy leader hands over to the best healthy member that has been
+    /// eligible, healthy and viable for `T` (past its own start-up guard, so it campaigns at
+    /// once), once it has itself led for `T` (so a successor that cannot win is not handed
+    /// leadership again at every election). Checked at every step, a heartbeat at least. With
+    /// no such member it goes on leading: unhealthy ranks last, it does not stop anyone leading.
+    /// Maintenance holds leadership where it is, as for preemption (rule 16).
+    fn maybe_yield_to_healthy(&mut self, now: Instant) {
+        if self.healthy || self.maintenance || !self.leading(now) {
+            return;
+        }
+        let t = self.timings.election_timeout;
+        let State::Leader(l) = &self.state else {
+            return;
+        };
+        if now < l.since + t {
+            return;
+        }
+        let best = self
+            .peers
+            .iter()
+            .filter(|p| p.candidacy == Some(Candidacy::Eligible) && !p.says_unhealthy)
+            .filter(|p| self.peers.viable(p, now))
+            .filter(|p| p.eligible_since.is_some_and(|s| now >= s + t))
+            .max_by(|a, b| {
+                self.peers
+                    .standing(a, now)
+                    .cmp(&self.peers.standing(b, now))
+            })
+            .map(|p| p.id.clone());
+        if let Some(successor) = best {
+            self.resign(now, Some(successor), Reason::Unhealthy);
         }
     }
 

@@ -45,6 +45,10 @@ pub(crate) struct Peer {
     flaps: VecDeque<Instant>,
     /// Its latest advertisement says it counts itself as flapped (rule 12).
     says_flapped: bool,
+    /// Its latest advertisement says its application is unhealthy (rule 17).
+    pub(crate) says_unhealthy: bool,
+    /// It was seen to lose its health in its current run: its recovery is a flap too (rule 17).
+    lost_health: bool,
     /// The protocol versions its latest message says it speaks (rule 15); `None` until heard.
     pub(crate) speaks: Option<Versions>,
     /// `seq` of the message `speaks` and `announced` come from: a message of an earlier run
@@ -58,27 +62,34 @@ impl Peer {
     /// Ends a stretch of eligibility, remembering it as a flap if it was one.
     fn lose_eligibility(&mut self, now: Instant, flap: bool) {
         if self.eligible_since.take().is_some() && flap {
-            self.flaps.push_back(now);
-            if self.flaps.len() > FLAPS_REMEMBERED {
-                self.flaps.pop_front();
-            }
+            self.record_flap(now);
+        }
+    }
+
+    fn record_flap(&mut self, now: Instant) {
+        self.flaps.push_back(now);
+        if self.flaps.len() > FLAPS_REMEMBERED {
+            self.flaps.pop_front();
         }
     }
 }
 
-/// A member's place in ranking decisions (rule 12): members that lost their eligibility within
-/// the flap window rank below every member that did not, then by [`Rank`]. A node that crashes
-/// and comes back again and again therefore stops winning elections and being handed
-/// leadership, and a connected quorum keeps a leader whatever it does.
+/// A member's place in ranking decisions: members whose application is unhealthy rank below
+/// every healthy one (rule 17); then members that lost their eligibility within the flap window
+/// rank below every member that did not (rule 12); then [`Rank`]. A node that crashes and comes
+/// back again and again therefore stops winning elections and being handed leadership, and a
+/// connected quorum keeps a leader whatever it does; a node whose application fails leads only
+/// when no healthy member can.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Standing<'a> {
+    pub(crate) healthy: bool,
     pub(crate) steady: bool,
     pub(crate) rank: Rank<'a>,
 }
 
 impl Standing<'_> {
     pub(crate) fn outranks(&self, other: &Standing<'_>) -> bool {
-        (self.steady, self.rank) > (other.steady, other.rank)
+        (self.healthy, self.steady, self.rank) > (other.healthy, other.steady, other.rank)
     }
 }
 
@@ -118,6 +129,8 @@ impl Peers {
                         eligible_since: None,
                         flaps: VecDeque::new(),
                         says_flapped: false,
+                        says_unhealthy: false,
+                        lost_health: false,
                         speaks: None,
                         about_seq: None,
                         announced: None,
@@ -182,14 +195,27 @@ impl Peers {
             p.announced = m.timings;
         }
         let newer = p.advert_seq.is_none_or(|s| m.seq > s);
+        let (mut lost_health, mut health_back) = (false, false);
         if let (true, Some(a)) = (newer, m.body.advert()) {
             let Advert {
                 priority,
                 candidacy,
                 hears,
                 flapped,
+                unhealthy,
                 ..
             } = a;
+            // Rule 17: losing health is a flap, and so is the recovery that follows it, so the
+            // flap window runs from when it is healthy again. Its first advert is neither: a
+            // node that starts before its application is up has lost nothing.
+            if p.advert_seq.is_some() && *unhealthy != p.says_unhealthy {
+                lost_health = *unhealthy;
+                health_back = !*unhealthy && p.lost_health;
+            }
+            if lost_health {
+                p.lost_health = true;
+            }
+            p.says_unhealthy = *unhealthy;
             p.says_flapped = *flapped;
             p.advert_seq = Some(m.seq);
             p.priority = *priority;
@@ -199,14 +225,22 @@ impl Peers {
         } else if let super::message::Body::Election { priority, .. } = &m.body {
             p.priority = *priority;
         }
-        let eligible = p.candidacy == Some(Candidacy::Eligible);
-        // Gone silent for T, or back from a restart: a flap. Cooling after a resign, a
-        // withdrawn candidacy or a stop end eligibility without one.
+        // Eligible for preemption and handover: a candidate, and healthy (rule 17).
+        let eligible = p.candidacy == Some(Candidacy::Eligible) && !p.says_unhealthy;
+        // Gone silent for T, back from a restart, or its application failed: a flap. Cooling
+        // after a resign, a withdrawn candidacy or a stop end eligibility without one.
         let restarted = p.candidacy == Some(Candidacy::Booting);
-        if silent || restarted {
+        if restarted {
+            // A new run: whatever it lost before is its previous run's.
+            p.lost_health = false;
+        }
+        if silent || restarted || lost_health {
             p.lose_eligibility(now, true);
         } else if !eligible {
             p.lose_eligibility(now, false);
+        }
+        if health_back {
+            p.record_flap(now);
         }
         if eligible {
             p.eligible_since.get_or_insert(now);
@@ -308,6 +342,7 @@ impl Peers {
 
     pub(crate) fn standing<'a>(&self, p: &'a Peer, now: Instant) -> Standing<'a> {
         Standing {
+            healthy: !p.says_unhealthy,
             steady: !self.flapped(p, now),
             rank: self.rank(p),
         }
@@ -327,6 +362,8 @@ impl Peers {
             member_difference: p.difference.clone(),
             timings: p.announced,
             speaks: p.speaks,
+            healthy: p.candidacy.map(|_| !p.says_unhealthy),
+            eligible_since: p.eligible_since,
         }
     }
 }
@@ -361,6 +398,7 @@ mod tests {
             timings: Some(Announced::of(&Timings::default())),
             body: Body::Presence {
                 advert: Advert {
+                    unhealthy: false,
                     priority: 9,
                     candidacy: Candidacy::Eligible,
                     hears: hears.iter().map(|s| s.to_string()).collect(),

@@ -18,6 +18,7 @@ fn set(ids: &[&str]) -> MemberSet {
 fn node_at(id: &str, eligible: bool, persisted: Persistent, now: Instant) -> Node {
     Node::new(
         Config {
+            healthy: true,
             node_id: id.into(),
             group: "g".into(),
             members: MemberSet::new(id, MEMBERS.iter().copied()).unwrap(),
@@ -88,6 +89,7 @@ impl Bench {
             term,
             Body::Presence {
                 advert: Advert {
+                    unhealthy: false,
                     priority,
                     candidacy: c,
                     hears: hears.iter().map(|s| s.to_string()).collect(),
@@ -109,6 +111,7 @@ impl Bench {
                 timestamp: 0,
                 lease_ms: 2000,
                 advert: Advert {
+                    unhealthy: false,
                     priority: 5,
                     candidacy: Candidacy::Eligible,
                     hears: vec!["a".into(), "c".into()],
@@ -554,6 +557,7 @@ fn presence_with_set(ids: &[&str], seq: u64) -> Input {
         0,
         Body::Presence {
             advert: Advert {
+                unhealthy: false,
                 priority: 5,
                 candidacy: Candidacy::Eligible,
                 hears: vec!["a".into()],
@@ -625,6 +629,7 @@ fn a_lease_is_renewed_from_the_heartbeats_send_time_not_from_the_acks() {
             hb_seq,
             guard_ms: Some(T.as_millis() as u64),
             advert: Advert {
+                unhealthy: false,
                 priority: 2,
                 candidacy: Candidacy::Eligible,
                 hears: vec!["a".into(), "c".into()],
@@ -693,6 +698,7 @@ fn a_peer_that_says_it_flapped_ranks_as_flapped() {
             3,
             Body::Presence {
                 advert: Advert {
+                    unhealthy: false,
                     priority: 0,
                     candidacy: c,
                     hears: vec!["a".into(), "c".into()],
@@ -969,6 +975,7 @@ fn long() -> Timings {
 fn node_with(id: &str, eligible: bool, persisted: Persistent, now: Instant, t: Timings) -> Node {
     Node::new(
         Config {
+            healthy: true,
             node_id: id.into(),
             group: "g".into(),
             members: MemberSet::new(id, MEMBERS.iter().copied()).unwrap(),
@@ -1161,6 +1168,7 @@ fn an_ack_renews_the_lease_only_as_far_as_its_promise_reaches() {
                 hb_seq,
                 guard_ms: ms,
                 advert: Advert {
+                    unhealthy: false,
                     priority: 2,
                     candidacy: Candidacy::Eligible,
                     hears: vec!["a".into(), "c".into()],
@@ -1474,5 +1482,6 @@ fn a_member_slow_to_announce_itself_has_not_flapped() {
 }
 
 mod handlers;
+mod health;
 mod maintenance;
 mod timers;

@@ -34,6 +34,9 @@ pub struct Filtered {
     /// Whether it takes [`Input::SetMaintenance`]: the previous build had no maintenance
     /// (rule 16), and its shell ignores the field that spreads it.
     maintenance: bool,
+    /// Whether it takes [`Input::SetHealth`]: the previous build had no health checks
+    /// (rule 17).
+    health: bool,
 }
 
 impl Filtered {
@@ -49,6 +52,7 @@ impl Filtered {
             inbound,
             outbound,
             maintenance: true,
+            health: true,
         }
     }
 
@@ -60,10 +64,19 @@ impl Filtered {
         }
     }
 
+    /// The same, deaf to [`Input::SetHealth`].
+    pub fn without_health(self) -> Filtered {
+        Filtered {
+            health: false,
+            ..self
+        }
+    }
+
     /// The build that spoke only [`PREVIOUS_VERSION`].
     pub fn previous(inner: Box<dyn Protocol>) -> Filtered {
         Filtered::new(inner, |m| m.v == PREVIOUS_VERSION, read_as_previous, strip)
             .without_maintenance()
+            .without_health()
     }
 }
 
@@ -75,6 +88,13 @@ fn strip(m: &mut Message) {
     m.maintenance = None;
     match &mut m.body {
         Body::Ack { guard_ms, .. } | Body::Vote { guard_ms, .. } => *guard_ms = None,
+        _ => {}
+    }
+    // Rule 17's word came later still: the old build neither wrote nor read it.
+    match &mut m.body {
+        Body::Heartbeat { advert, .. } | Body::Ack { advert, .. } | Body::Presence { advert } => {
+            advert.unhealthy = false
+        }
         _ => {}
     }
 }
@@ -92,6 +112,7 @@ impl Protocol for Filtered {
         let input = match input {
             Input::Message(m) if !(self.reads)(&m) => return Ok(Outcome::Ignored),
             Input::SetMaintenance { .. } if !self.maintenance => return Ok(Outcome::Ignored),
+            Input::SetHealth { .. } if !self.health => return Ok(Outcome::Ignored),
             Input::Message(mut m) => {
                 (self.inbound)(&mut m);
                 Input::Message(m)

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use super::checker::Checker;
 use super::previous::Filtered;
 use pilot_election_core::{
-    Action, Body, CommandError, Config, Input, Member, MemberSet, Message, Node, Outcome,
-    Persistent, Readiness, Rng, Role, Timings, Transition, Versions, View,
+    Action, Body, Candidacy, CommandError, Config, Input, Member, MemberSet, Message, Node,
+    Outcome, Persistent, Readiness, Rng, Role, Timings, Transition, Versions, View,
 };
 
 /// What the simulator needs from an election implementation.
@@ -215,6 +215,11 @@ struct Slot {
     core_maintenance: bool,
     /// When (true ns) its core last took a resign that named it the successor.
     named_at: Option<u64>,
+    /// Its application's health as the shell's check sees it (rule 17); a restarted shell
+    /// finds it at its first check, before the loop's first step.
+    healthy: bool,
+    /// Health as its running core was last told.
+    core_healthy: bool,
 }
 
 #[derive(Debug)]
@@ -363,6 +368,7 @@ impl World {
             .enumerate()
             .map(|(i, spec)| Slot {
                 config: Config {
+                    healthy: true,
                     node_id: spec.id.clone(),
                     group: config.group.clone(),
                     members: member_set(&spec.id, spec.members.as_ref().unwrap_or(&everyone)),
@@ -395,6 +401,8 @@ impl World {
                 maintenance: false,
                 core_maintenance: false,
                 named_at: None,
+                healthy: true,
+                core_healthy: true,
             })
             .collect();
         let mut w = World {
@@ -662,6 +670,10 @@ impl World {
         let seed = self.rng.next_u64();
         let now = self.local(i, self.now);
         let slot = &mut self.slots[i];
+        // The shell's first check has run: the core starts with its verdict (rule 17). The
+        // previous build had no checks.
+        slot.config.healthy = slot.healthy || slot.build != Build::Current;
+        slot.core_healthy = slot.config.healthy;
         let node = (self.factory)(
             slot.config.clone(),
             slot.persisted.clone(),
@@ -919,6 +931,9 @@ impl World {
         if let Input::SetMaintenance { on } = &input {
             self.slots[i].core_maintenance = *on;
         }
+        if let Input::SetHealth { healthy } = &input {
+            self.slots[i].core_healthy = *healthy || self.slots[i].running_build != Build::Current;
+        }
         let Some(node) = self.slots[i].node.as_mut() else {
             return Ok(Outcome::Ignored);
         };
@@ -931,6 +946,7 @@ impl World {
         if named && result == Ok(Outcome::Accepted) {
             self.slots[i].named_at = Some(self.now);
         }
+        self.check_health(i, now, &view);
         let slot = &self.slots[i];
         self.checker
             .on_view(self.now, i, &slot.config, &slot.persisted, &view);
@@ -1209,6 +1225,54 @@ impl World {
             slot.named_at.map(Duration::from_nanos)
         );
         self.checker.violate(self.now, what);
+    }
+
+    /// Rule 17: after every step of a node whose core was told its application is unhealthy
+    /// (and not told maintenance is on), if it answers as leader and has led for `T`, it knows
+    /// no member it should have handed over to: healthy, eligible and viable for `T`.
+    fn check_health(&mut self, i: usize, now: Instant, view: &View) {
+        let slot = &self.slots[i];
+        if slot.core_healthy || slot.core_maintenance || !view.is_leader_at(now) {
+            return;
+        }
+        let t = slot.config.timings.election_timeout;
+        if view.leader_since.is_none_or(|s| now < s + t) {
+            return;
+        }
+        let Some(node) = slot.node.as_ref() else {
+            return;
+        };
+        let due = node.peers(now).into_iter().find(|m| {
+            m.healthy == Some(true)
+                && m.candidacy == Some(Candidacy::Eligible)
+                && m.viable
+                && m.eligible_since.is_some_and(|s| now >= s + t)
+        });
+        if let Some(m) = due {
+            let what = format!(
+                "rule 17: {} leads unhealthy in term {} although {} is healthy, eligible and \
+                 viable since {:?} ago",
+                slot.config.node_id,
+                view.term,
+                m.id,
+                now - m.eligible_since.unwrap_or(now)
+            );
+            self.checker.violate(self.now, what);
+        }
+    }
+
+    /// Whether node `i`'s application is healthy, as its shell's check sees it (rule 17).
+    pub fn is_healthy(&self, i: usize) -> bool {
+        self.slots[i].healthy
+    }
+
+    /// Node `i`'s application becomes healthy or not: its shell's check tells the loop, which
+    /// takes it after its current step (a frozen process when it resumes; a node that is down
+    /// finds it at its next start).
+    pub fn set_health(&mut self, i: usize, healthy: bool) {
+        self.slots[i].healthy = healthy;
+        self.deliver(i, Input::SetHealth { healthy });
+        self.after_event();
     }
 
     /// Rule 15: a node never writes a version that a member it has heard from (in that member's

@@ -521,3 +521,71 @@ fn a_step_down_in_maintenance_hands_over_to_the_best_successor() {
         assert_safe(&w);
     }
 }
+
+/// Rule 17: a leader whose application fails hands over to the best healthy member at its next
+/// step, within a handover; the new leader stays while the old one is unhealthy.
+#[test]
+fn an_unhealthy_leader_hands_over_to_the_next_ranked_healthy_member() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, _) = elect(&mut w);
+        assert_eq!(leader, 2);
+        w.run_until(w.now() + t().election_timeout);
+        w.set_health(2, false);
+        assert!(!w.claims_leadership(2), "seed {seed}: it revoked at once");
+        let took = run_until_cond(&mut w, Duration::from_secs(3), |w| w.claims_leadership(1));
+        assert!(took < Duration::from_secs(1), "seed {seed}: took {took:?}");
+        w.run_until(w.now() + Duration::from_secs(30));
+        assert_eq!(w.agreed_leader().map(|l| l.0), Some(1), "seed {seed}");
+        assert_safe(&w);
+    }
+}
+
+/// Rule 17: unhealthy ranks last but does not stop anyone leading. With every application
+/// down, a fresh cluster elects its top-ranked node, and a crash of that leader is a failover
+/// like any other.
+#[test]
+fn with_every_node_unhealthy_one_still_leads() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        for i in 0..3 {
+            w.set_health(i, false);
+        }
+        let (leader, term) = elect(&mut w);
+        assert_eq!((leader, term), (2, 1), "seed {seed}");
+        w.crash(2);
+        run_until_cond(&mut w, Duration::from_secs(10), |w| {
+            w.agreed_leader().is_some_and(|(l, _)| l == 1)
+        });
+        assert_safe(&w);
+    }
+}
+
+/// Rules 12 and 17: a node whose application failed and came back ranks below the steady
+/// members for a flap window from its recovery, so it takes leadership back only once that is
+/// over (by preemption), not at once.
+#[test]
+fn a_node_healthy_again_takes_leadership_back_only_after_its_flap_window() {
+    let window = t().preempt_after.max(t().election_timeout) * 10;
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        elect(&mut w);
+        w.set_health(2, false);
+        run_until_cond(&mut w, Duration::from_secs(3), |w| w.claims_leadership(1));
+        w.run_until(w.now() + Duration::from_secs(5));
+        w.set_health(2, true);
+        let back = w.now();
+        let took = run_until_cond(&mut w, window * 2, |w| w.claims_leadership(2));
+        // (Counted on the leader's clock, which runs up to 2 % fast here.)
+        let floor = window.mul_f64(0.97);
+        assert!(
+            took >= floor,
+            "seed {seed}: back in {took:?}, before {floor:?}"
+        );
+        assert!(
+            w.now() - back < window + Duration::from_secs(10),
+            "seed {seed}"
+        );
+        assert_safe(&w);
+    }
+}

@@ -112,6 +112,7 @@ impl Protocol for NaiveBully {
         if now >= self.next_send {
             self.next_send = now + self.t.heartbeat;
             let advert = Advert {
+                unhealthy: false,
                 priority: self.priority,
                 candidacy: Candidacy::Eligible,
                 hears: Vec::new(),
@@ -143,6 +144,7 @@ impl Protocol for NaiveBully {
 
     fn view(&self, now: Instant) -> View {
         View {
+            healthy: true,
             node_id: self.id.clone(),
             role: if self.is_leader() {
                 Role::Leader
@@ -811,53 +813,80 @@ fn timings_below_rule_7_are_reported_at_start() {
     assert!(run(at_floor.lease.mul_f64(1.05 / 0.95)) > 0, "h left out");
 }
 
+/// A shell that never tells its core one kind of input: the real core behind a filter deaf
+/// to it (`deafen` picks which).
+fn deaf_to(deafen: fn(Filtered) -> Filtered) -> Factory {
+    Box::new(move |c, p, now, seed, seq| {
+        let node = Box::new(Node::new(c, p, now, seed, seq));
+        Box::new(deafen(Filtered::new(node, |_| true, keep, keep)))
+    })
+}
+
+/// Three nodes of default timings, priorities 100-102, elected (`T * 4` run), with `factory`.
+fn elected_three(factory: Factory, seed: u64, group: &str) -> World {
+    let t = Timings::default();
+    let nodes = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, id)| NodeSpec::new(*id, 100 + i as u32))
+        .collect();
+    let mut w = World::new(
+        WorldConfig {
+            seed,
+            group: group.into(),
+            timings: t,
+            nodes,
+            rates: vec![1.0; 3],
+        },
+        factory,
+    );
+    w.run_until(t.election_timeout * 4);
+    w
+}
+
+/// Whether a violation naming `rule` was seen, with every violation for the message.
+fn saw(w: &World, rule: &str) -> (bool, Vec<String>) {
+    let seen: Vec<String> = w.checker.violations.iter().map(|v| v.to_string()).collect();
+    (seen.iter().any(|v| v.contains(rule)), seen)
+}
+
 /// Rule 16 broken: a shell that never tells its core about maintenance. The simulator's own
 /// record of what each core was told is what the check at every send reads, so a core that
 /// campaigns anyway is seen the moment its first request leaves.
 #[test]
 fn a_core_deaf_to_maintenance_is_caught_at_its_first_campaign() {
-    let deaf = || -> Factory {
-        Box::new(|c, p, now, seed, seq| {
-            Box::new(
-                Filtered::new(
-                    Box::new(Node::new(c, p, now, seed, seq)),
-                    |_| true,
-                    keep,
-                    keep,
-                )
-                .without_maintenance(),
-            )
-        })
-    };
     let t = Timings::default();
-    for (factory, broken) in [(deaf(), true), (core_factory(), false)] {
-        let nodes = ["a", "b", "c"]
-            .iter()
-            .enumerate()
-            .map(|(i, id)| NodeSpec::new(*id, 100 + i as u32))
-            .collect();
-        let mut w = World::new(
-            WorldConfig {
-                seed: 3,
-                group: "maintenance".into(),
-                timings: t,
-                nodes,
-                rates: vec![1.0; 3],
-            },
-            factory,
-        );
-        w.run_until(t.election_timeout * 4);
+    let deaf = deaf_to(Filtered::without_maintenance);
+    for (factory, broken) in [(deaf, true), (core_factory(), false)] {
+        let mut w = elected_three(factory, 3, "maintenance");
         let leader = w.current_leader().expect("a leader");
         for i in 0..3 {
             w.command(i, Input::SetMaintenance { on: true });
         }
         w.crash(leader);
         w.run_until(w.now() + t.election_timeout * 4);
-        let seen: Vec<String> = w.checker.violations.iter().map(|v| v.to_string()).collect();
-        assert_eq!(
-            seen.iter().any(|v| v.contains("rule 16")),
-            broken,
-            "broken variant: {broken}: {seen:?}"
-        );
+        let (caught, seen) = saw(&w, "rule 16");
+        assert_eq!(caught, broken, "broken variant: {broken}: {seen:?}");
+    }
+}
+
+/// Rule 17 broken: a shell that never tells its core about the application's health. The
+/// leader goes on leading unhealthy beside healthy members, and the simulator's check after
+/// every step (`World::check_health`) names it; the real core hands over and is not caught.
+#[test]
+fn a_core_deaf_to_health_is_caught_leading_unhealthy() {
+    let t = Timings::default();
+    let deaf = deaf_to(Filtered::without_health);
+    for (factory, broken) in [(deaf, true), (core_factory(), false)] {
+        let mut w = elected_three(factory, 5, "health");
+        let leader = w.current_leader().expect("a leader");
+        w.set_health(leader, false);
+        w.run_until(w.now() + t.election_timeout * 4);
+        let (caught, seen) = saw(&w, "rule 17");
+        assert_eq!(caught, broken, "broken variant: {broken}: {seen:?}");
+        if !broken {
+            let now_leads = w.current_leader().expect("a leader after the handover");
+            assert_ne!(now_leads, leader, "the unhealthy leader handed over");
+        }
     }
 }

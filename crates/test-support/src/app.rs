@@ -553,6 +553,7 @@ pub fn node_config(
         limits: pilot_election::server::Limits::default(),
         exec: None,
         on_change: None,
+        health_check: None,
         info: None,
         tls: None,
     }

@@ -180,7 +180,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
             continue;
         }
         let i = outside[rng.below(outside.len() as u64) as usize];
-        let event = rng.below(20);
+        let event = rng.below(21);
         // During a spell the network stays timely, and only nodes outside the quorum are hit.
         if calm_q.is_some() && matches!(event, 0 | 1 | 13) {
             continue;
@@ -369,6 +369,20 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 touched = Some(i);
                 format!("maintenance {on} on {nodes:?}: {answers:?}")
             }
+            20 => {
+                // The application's health (rule 17), on one node or on all of them outside a
+                // calm spell: with nobody healthy somebody must still lead.
+                let healthy = rng.chance(0.5);
+                let nodes: Vec<usize> = if rng.chance(0.3) {
+                    outside.clone()
+                } else {
+                    vec![i]
+                };
+                for &j in &nodes {
+                    w.set_health(j, healthy);
+                }
+                format!("health {healthy} on {nodes:?}")
+            }
             _ => continue,
         };
         trace.log(&w, what);
@@ -458,6 +472,9 @@ fn calm_spell(w: &mut World, q: &[usize]) {
 
 fn restore_candidacy(w: &mut World) {
     for i in 0..w.size() {
+        if !w.is_healthy(i) {
+            w.set_health(i, true);
+        }
         if w.in_maintenance(i) {
             let _ = w.command(i, Input::SetMaintenance { on: false });
         }
