@@ -277,14 +277,7 @@ impl State {
 
     async fn open(&self, i: usize) -> Result<reqwest::Response, String> {
         let inner = &self.client.inner;
-        let mut req = inner
-            .http
-            .get(inner.members[i].endpoint("events"))
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .header(reqwest::header::CACHE_CONTROL, "no-cache");
-        if let Some(id) = &self.last_id {
-            req = req.header("Last-Event-ID", id);
-        }
+        let req = self.client.events_request(i, self.last_id.as_deref());
         let timeout = inner.opts.request_timeout;
         let resp = tokio::time::timeout(timeout, req.send())
             .await

@@ -332,6 +332,97 @@ async fn a_silent_stream_is_reopened_after_the_idle_timeout() {
     assert!(watch.status().last_error.unwrap().contains("silent"));
 }
 
+/// The requests a [`recording_member`] received: path and headers.
+type Requests = Arc<Mutex<Vec<(String, HeaderMap)>>>;
+
+/// A member that records every request and answers `/leader` with [`leader_body`] and
+/// `/events` with one `leader` event, then holds the stream open.
+async fn recording_member() -> (String, Requests) {
+    let requests: Requests = Arc::new(Mutex::new(Vec::new()));
+    let (on_leader, on_events) = (requests.clone(), requests.clone());
+    let router = Router::new()
+        .route(
+            "/leader",
+            get(move |h: HeaderMap| {
+                on_leader.lock().unwrap().push(("/leader".into(), h));
+                async { Json(leader_body()) }
+            }),
+        )
+        .route(
+            "/events",
+            get(move |h: HeaderMap| {
+                on_events.lock().unwrap().push(("/events".into(), h));
+                let first = futures_util::stream::once(async {
+                    Ok::<_, std::io::Error>(leader_event("r-1", 7, Some("b")))
+                });
+                let body = Body::from_stream(first.chain(futures_util::stream::pending()));
+                async { ([("content-type", "text/event-stream")], body) }
+            }),
+        );
+    (serve(router).await, requests)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// `http_client` is the client that sends the requests (its user agent arrives), `start_at`
+/// picks the member asked first, and `observer` puts its header on `GET /events` only.
+#[tokio::test]
+async fn a_given_http_client_the_first_member_and_the_observer_header_are_used() {
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(recording_member().await);
+    }
+    let urls: Vec<&String> = members.iter().map(|(u, _)| u).collect();
+    let http = reqwest::Client::builder()
+        .user_agent("observer-test/1")
+        .build()
+        .unwrap();
+    let client = Client::builder(&urls)
+        .http_client(http)
+        .observer("obs-7")
+        .start_at(4)
+        .build()
+        .unwrap();
+    assert_eq!(client.last_answered_by(), urls[1], "4 modulo 3 members");
+    let l = client.leader().await.unwrap().expect("a leader");
+    assert_eq!(l.answered_by, *urls[1]);
+    let mut watch = client.watch();
+    let c = tokio::time::timeout(WITHIN, watch.next())
+        .await
+        .expect("a change in time")
+        .expect("the stream never ends");
+    assert_eq!((c.term, c.answered_by.as_str()), (7, urls[1].as_str()));
+    assert!(members[0].1.lock().unwrap().is_empty());
+    assert!(members[2].1.lock().unwrap().is_empty());
+    let got = members[1].1.lock().unwrap().clone();
+    let paths: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, ["/leader", "/events"]);
+    for (path, h) in &got {
+        assert_eq!(header(h, "user-agent"), Some("observer-test/1"), "{path}");
+    }
+    assert_eq!(header(&got[0].1, "x-pilot-election-observer"), None);
+    assert_eq!(
+        header(&got[1].1, "x-pilot-election-observer"),
+        Some("obs-7")
+    );
+
+    // A client of its own: its user agent, no observer header, the first member first.
+    let plain = Client::new(&urls).unwrap();
+    let mut watch = plain.watch();
+    tokio::time::timeout(WITHIN, watch.next())
+        .await
+        .expect("a change in time")
+        .expect("the stream never ends");
+    let got = members[0].1.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert!(header(&got[0].1, "user-agent")
+        .unwrap()
+        .starts_with("pilot-election-client/"));
+    assert_eq!(header(&got[0].1, "x-pilot-election-observer"), None);
+}
+
 /// What a mock node says about itself on `GET /leader`.
 #[derive(Clone, Debug)]
 enum Node {
