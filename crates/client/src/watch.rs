@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures_util::Stream;
 use reqwest::StatusCode;
 use serde::Deserialize;
+use tokio::time::Instant;
 
 use crate::client::describe;
 use crate::sse::{SseEvent, SseParser};
@@ -61,6 +62,9 @@ pub struct WatchStatus {
     pub connections: u64,
     /// Why the last stream ended or the last attempt failed.
     pub last_error: Option<String>,
+    /// When bytes last arrived on a stream: an event, part of one, or a keep-alive comment.
+    /// It is kept when the stream is lost, so that it says how long nothing has been heard.
+    pub last_heard: Option<Instant>,
 }
 
 /// The stream [`Client::watch`] returns: [`LeaderChange`]s, for as long as it is polled.
@@ -78,26 +82,18 @@ pub struct WatchStatus {
 /// Drop it to close the connection.
 ///
 /// [`watch_idle_timeout`]: crate::ClientBuilder::watch_idle_timeout
-pub struct Watch {
-    inner: Pin<Box<dyn Stream<Item = LeaderChange> + Send>>,
-    status: Arc<Mutex<WatchStatus>>,
-}
+pub struct Watch(Streamed<LeaderChange>);
 
 impl std::fmt::Debug for Watch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watch")
-            .field("status", &self.status())
-            .finish_non_exhaustive()
+        self.0.debug("Watch", f)
     }
 }
 
 impl Watch {
     /// What the stream is doing now.
     pub fn status(&self) -> WatchStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.0.status()
     }
 }
 
@@ -105,7 +101,29 @@ impl Stream for Watch {
     type Item = LeaderChange;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaderChange>> {
-        self.inner.as_mut().poll_next(cx)
+        self.0.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// The stream of items and the status behind [`Watch`] (and the other streams of
+/// `GET /events`).
+struct Streamed<T> {
+    inner: Pin<Box<dyn Stream<Item = T> + Send>>,
+    status: Arc<Mutex<WatchStatus>>,
+}
+
+impl<T> Streamed<T> {
+    fn status(&self) -> WatchStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("status", &self.status())
+            .finish_non_exhaustive()
     }
 }
 
@@ -131,6 +149,17 @@ impl Client {
     /// changes of terms above `last_term` are yielded, and the first connection sends
     /// `last_event_id`, so that what happened in between is recovered.
     pub fn watch_resuming(&self, last_event_id: Option<String>, last_term: Option<u64>) -> Watch {
+        Watch(self.streamed(Tracker { last_term }, last_event_id, last_term))
+    }
+
+    /// The items `items` makes of the events of `GET /events`, over connections that are
+    /// reopened and failed over (see [`Watch`]); the first one sends `last_event_id`.
+    fn streamed<I: Items>(
+        &self,
+        items: I,
+        last_event_id: Option<String>,
+        last_term: Option<u64>,
+    ) -> Streamed<I::Item> {
         let status = Arc::new(Mutex::new(WatchStatus {
             last_event_id: last_event_id.clone(),
             last_term,
@@ -142,32 +171,60 @@ impl Client {
             resp: None,
             parser: SseParser::new(last_event_id.clone()),
             last_id: last_event_id,
-            tracker: Tracker { last_term },
+            items,
             pending: VecDeque::new(),
             failures: 0,
             heard: false,
             status: status.clone(),
         };
         let inner = futures_util::stream::unfold(state, |mut s| async move {
-            let change = s.next().await;
-            Some((change, s))
+            let item = s.next().await;
+            Some((item, s))
         });
-        Watch {
+        Streamed {
             inner: Box::pin(inner),
             status,
         }
     }
 }
 
-struct State {
+/// What a stream of `GET /events` yields: the items it makes of the events (and of the bytes
+/// between them) of each connection in turn.
+trait Items: Send + Sync + 'static {
+    type Item: Send + Sync + 'static;
+
+    /// A new connection is open: what comes next is its member's.
+    fn opened(&mut self) {}
+
+    /// The items one complete event stands for; `answered_by` is the member's URL and `at`
+    /// when the chunk that completed it arrived. An error is an event that does not parse.
+    fn event(
+        &mut self,
+        ev: &SseEvent,
+        answered_by: &str,
+        at: Instant,
+    ) -> Result<Vec<Self::Item>, String>;
+
+    /// Bytes arrived at `at` on the open stream and left the parser between events without
+    /// completing one (a keep-alive comment).
+    fn heard(&mut self, _at: Instant) -> Option<Self::Item> {
+        None
+    }
+
+    /// The term an item is of ([`WatchStatus::last_term`]).
+    fn term(item: &Self::Item) -> u64;
+}
+
+/// The connections of one stream, and what has been taken from them.
+struct State<I: Items> {
     client: Client,
     /// The member connected to, or tried next.
     member: usize,
     resp: Option<reqwest::Response>,
     parser: SseParser,
     last_id: Option<String>,
-    tracker: Tracker,
-    pending: VecDeque<LeaderChange>,
+    items: I,
+    pending: VecDeque<I::Item>,
     /// Attempts that failed since an event was last received.
     failures: u32,
     /// The open stream has delivered an event.
@@ -175,16 +232,17 @@ struct State {
     status: Arc<Mutex<WatchStatus>>,
 }
 
-impl State {
+impl<I: Items> State<I> {
     fn set(&self, f: impl FnOnce(&mut WatchStatus)) {
         f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    async fn next(&mut self) -> LeaderChange {
+    async fn next(&mut self) -> I::Item {
         loop {
-            if let Some(c) = self.pending.pop_front() {
-                self.set(|s| s.last_term = Some(c.term));
-                return c;
+            if let Some(item) = self.pending.pop_front() {
+                let term = I::term(&item);
+                self.set(|s| s.last_term = Some(term));
+                return item;
             }
             let Some(resp) = self.resp.as_mut() else {
                 self.connect().await;
@@ -193,8 +251,14 @@ impl State {
             let idle = self.client.inner.opts.watch_idle_timeout;
             match tokio::time::timeout(idle, resp.chunk()).await {
                 Ok(Ok(Some(chunk))) => {
-                    for ev in self.parser.feed(&chunk) {
-                        self.on_event(ev);
+                    let at = clock::now();
+                    self.set(|s| s.last_heard = Some(at));
+                    let events = self.parser.feed(&chunk);
+                    if events.is_empty() && self.parser.between_events() {
+                        self.pending.extend(self.items.heard(at));
+                    }
+                    for ev in events {
+                        self.on_event(ev, at);
                     }
                 }
                 Ok(Ok(None)) => self.lost("the stream ended".into()),
@@ -204,14 +268,14 @@ impl State {
         }
     }
 
-    fn on_event(&mut self, ev: SseEvent) {
+    fn on_event(&mut self, ev: SseEvent, at: Instant) {
         if !self.heard {
             self.heard = true;
             self.failures = 0;
         }
         let member = self.client.inner.members[self.member].name.clone();
-        match self.tracker.on_event(&ev.event, &ev.data, &member) {
-            Ok(changes) => self.pending.extend(changes),
+        match self.items.event(&ev, &member, at) {
+            Ok(items) => self.pending.extend(items),
             Err(e) => self.set(|s| s.last_error = Some(e)),
         }
         // The id counts only once its event has been taken in (above).
@@ -244,6 +308,7 @@ impl State {
                 Ok(resp) => {
                     self.resp = Some(resp);
                     self.heard = false;
+                    self.items.opened();
                     self.parser = SseParser::new(self.last_id.clone());
                     self.client.set_preferred(i);
                     let name = self.client.inner.members[i].name.clone();
@@ -330,6 +395,23 @@ struct SnapshotData {
 #[derive(Debug, Default)]
 pub(crate) struct Tracker {
     last_term: Option<u64>,
+}
+
+impl Items for Tracker {
+    type Item = LeaderChange;
+
+    fn event(
+        &mut self,
+        ev: &SseEvent,
+        answered_by: &str,
+        _at: Instant,
+    ) -> Result<Vec<LeaderChange>, String> {
+        self.on_event(&ev.event, &ev.data, answered_by)
+    }
+
+    fn term(item: &LeaderChange) -> u64 {
+        item.term
+    }
 }
 
 impl Tracker {

@@ -271,7 +271,9 @@ async fn watch_resumes_on_another_member_and_recovers_the_missed_changes() {
         .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(100))
         .build()
         .unwrap();
+    let before = Instant::now();
     let mut watch = client.watch();
+    assert_eq!(watch.status().last_heard, None);
     let mut got = Vec::new();
     while got.len() < 5 {
         let c = tokio::time::timeout(WITHIN, watch.next())
@@ -301,6 +303,8 @@ async fn watch_resumes_on_another_member_and_recovers_the_missed_changes() {
     assert_eq!(status.last_event_id.as_deref(), Some("b-11"));
     assert_eq!(status.last_term, Some(5));
     assert_eq!(status.connections, 2);
+    let heard = status.last_heard.expect("bytes were heard");
+    assert!(before <= heard && heard <= Instant::now());
     assert_eq!(client.last_answered_by(), second);
 }
 
