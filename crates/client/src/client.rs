@@ -101,14 +101,16 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a [`Client::watch`] stream may stay silent before it is taken for dead and
-    /// reconnected (default 30 s; the node sends a keep-alive comment every 10 s).
+    /// How long a [`Client::watch`] or [`Client::observe`] stream may stay silent before it is
+    /// taken for dead and reconnected (default 30 s; the node sends a keep-alive comment every
+    /// 10 s, and every second to an [`observer`](ClientBuilder::observer)'s stream).
     pub fn watch_idle_timeout(mut self, d: Duration) -> ClientBuilder {
         self.opts.watch_idle_timeout = d;
         self
     }
 
-    /// The delay before a [`Client::watch`] stream's first reconnection attempt, doubled after
+    /// The delay before a [`Client::watch`] or [`Client::observe`] stream's first reconnection
+    /// attempt, doubled after
     /// each failed attempt up to `max` (defaults 100 ms and 2 s). Each delay is shortened by a
     /// random fraction of up to a half, so that many watchers do not reconnect in lockstep.
     pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> ClientBuilder {
@@ -144,10 +146,12 @@ impl ClientBuilder {
         self
     }
 
-    /// Makes every `GET /events` request ([`Client::watch`], [`Client::lead`]'s stream) carry the header `X-Pilot-Election-Observer: <id>`, so that
+    /// Makes every `GET /events` request ([`Client::observe`], [`Client::watch`],
+    /// [`Client::lead`]'s stream) carry the header `X-Pilot-Election-Observer: <id>`, so that
     /// members recognise the stream as an observer's: a process that follows the election
     /// without a vote. A member answers such a stream with a keep-alive every second instead of
-    /// every 10 s, and lists its observers in `/status`.
+    /// every 10 s, which [`Client::observe`] yields as fresh confirmations of the member's
+    /// state, and lists its observers in `/status`.
     ///
     /// `id` names the observer (its node id, a host name): 1 to 256 bytes of visible ASCII
     /// (`!` to `~`, no spaces or control characters); anything else is refused by
@@ -162,7 +166,7 @@ impl ClientBuilder {
     /// to the member that answered last, as always.
     ///
     /// Many clients given the same list all start on its first member, so all their
-    /// [`Client::watch`] streams open there. Give each a different
+    /// [`Client::observe`] or [`Client::watch`] streams open there. Give each a different
     /// start (a hash of its own id is enough: it need not be below the number of members) to
     /// spread them over the members.
     pub fn start_at(mut self, index: usize) -> ClientBuilder {
