@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::header::HeaderValue;
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 use serde_json::Value;
@@ -60,19 +61,32 @@ pub(crate) struct Options {
     pub(crate) backoff_max: Duration,
     pub(crate) lead_poll_interval: Duration,
     pub(crate) lead_margin: Duration,
+    /// The value of [`OBSERVER_HEADER`] on every `GET /events`, checked.
+    pub(crate) observer: Option<HeaderValue>,
 }
+
+/// The header that tells a member a `GET /events` stream is an observer's
+/// ([`ClientBuilder::observer`]).
+pub(crate) const OBSERVER_HEADER: &str = "X-Pilot-Election-Observer";
+
+/// The longest observer id [`ClientBuilder::observer`] takes, in bytes.
+const MAX_OBSERVER_ID: usize = 256;
 
 /// Builds a [`Client`] with options other than the defaults ([`Client::builder`]).
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     urls: Vec<String>,
     connect_timeout: Duration,
+    http: Option<reqwest::Client>,
+    observer: Option<String>,
+    start_at: usize,
     opts: Options,
 }
 
 impl ClientBuilder {
     /// How long a connection to a member may take before the next member is asked
-    /// (default 1 s).
+    /// (default 1 s). Not used with [`ClientBuilder::http_client`]: that client's own connect
+    /// timeout applies.
     pub fn connect_timeout(mut self, d: Duration) -> ClientBuilder {
         self.connect_timeout = d;
         self
@@ -87,14 +101,16 @@ impl ClientBuilder {
         self
     }
 
-    /// How long a [`Client::watch`] stream may stay silent before it is taken for dead and
-    /// reconnected (default 30 s; the node sends a keep-alive comment every 10 s).
+    /// How long a [`Client::watch`] or [`Client::observe`] stream may stay silent before it is
+    /// taken for dead and reconnected (default 30 s; the node sends a keep-alive comment every
+    /// 10 s, and every second to an [`observer`](ClientBuilder::observer)'s stream).
     pub fn watch_idle_timeout(mut self, d: Duration) -> ClientBuilder {
         self.opts.watch_idle_timeout = d;
         self
     }
 
-    /// The delay before a [`Client::watch`] stream's first reconnection attempt, doubled after
+    /// The delay before a [`Client::watch`] or [`Client::observe`] stream's first reconnection
+    /// attempt, doubled after
     /// each failed attempt up to `max` (defaults 100 ms and 2 s). Each delay is shortened by a
     /// random fraction of up to a half, so that many watchers do not reconnect in lockstep.
     pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> ClientBuilder {
@@ -117,6 +133,44 @@ impl ClientBuilder {
     /// cancellation, and for the two clocks (the node's and this process's) to disagree.
     pub fn lead_margin(mut self, d: Duration) -> ClientBuilder {
         self.opts.lead_margin = d;
+        self
+    }
+
+    /// Sends every request with `http` instead of an HTTP client of its own: one with its own
+    /// TLS roots, a client certificate, a proxy, a user agent. Its settings are used as they
+    /// are: the connect timeout is that client's ([`ClientBuilder::connect_timeout`] is then
+    /// ignored), and so are its user agent and pool. The request timeout, the watch idle
+    /// timeout and the backoff are still this builder's, applied to each request.
+    pub fn http_client(mut self, http: reqwest::Client) -> ClientBuilder {
+        self.http = Some(http);
+        self
+    }
+
+    /// Makes every `GET /events` request ([`Client::observe`], [`Client::watch`],
+    /// [`Client::lead`]'s stream) carry the header `X-Pilot-Election-Observer: <id>`, so that
+    /// members recognise the stream as an observer's: a process that follows the election
+    /// without a vote. A member answers such a stream with a keep-alive every second instead of
+    /// every 10 s, which [`Client::observe`] yields as fresh confirmations of the member's
+    /// state, and lists its observers in `/status`.
+    ///
+    /// `id` names the observer (its node id, a host name): 1 to 256 bytes of visible ASCII
+    /// (`!` to `~`, no spaces or control characters); anything else is refused by
+    /// [`ClientBuilder::build`] with [`ConfigError::InvalidOption`].
+    pub fn observer(mut self, id: impl Into<String>) -> ClientBuilder {
+        self.observer = Some(id.into());
+        self
+    }
+
+    /// The member asked first: `index` into the member list as given, taken modulo the number
+    /// of members (default 0, the first). After that, each request and each stream goes first
+    /// to the member that answered last, as always.
+    ///
+    /// Many clients given the same list all start on its first member, so all their
+    /// [`Client::observe`] or [`Client::watch`] streams open there. Give each a different
+    /// start (a hash of its own id is enough: it need not be below the number of members) to
+    /// spread them over the members.
+    pub fn start_at(mut self, index: usize) -> ClientBuilder {
+        self.start_at = index;
         self
     }
 
@@ -160,20 +214,49 @@ impl ClientBuilder {
                 ),
             });
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .user_agent(concat!("pilot-election-client/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(ConfigError::Http)?;
+        let mut opts = self.opts;
+        opts.observer = self.observer.as_deref().map(observer_header).transpose()?;
+        let http = match self.http {
+            Some(http) => http,
+            None => reqwest::Client::builder()
+                .connect_timeout(self.connect_timeout)
+                .user_agent(concat!("pilot-election-client/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(ConfigError::Http)?,
+        };
+        let first = self.start_at % members.len();
         Ok(Client {
             inner: Arc::new(Inner {
                 members,
                 http,
-                preferred: AtomicUsize::new(0),
-                opts: self.opts,
+                preferred: AtomicUsize::new(first),
+                opts,
             }),
         })
     }
+}
+
+/// Checks an observer id ([`ClientBuilder::observer`]) and makes it a header value.
+fn observer_header(id: &str) -> Result<HeaderValue, ConfigError> {
+    let bad = |reason: String| ConfigError::InvalidOption {
+        option: "observer",
+        reason,
+    };
+    if id.is_empty() {
+        return Err(bad("the id is empty".into()));
+    }
+    if id.len() > MAX_OBSERVER_ID {
+        return Err(bad(format!(
+            "the id is {} bytes long, more than {MAX_OBSERVER_ID}",
+            id.len()
+        )));
+    }
+    if let Some((at, c)) = id.char_indices().find(|(_, c)| !c.is_ascii_graphic()) {
+        return Err(bad(format!(
+            "the id {id:?} has {c:?} at byte {at}: only visible ASCII ('!' to '~') may be used"
+        )));
+    }
+    HeaderValue::from_str(id).map_err(|e| bad(format!("the id {id:?} is not a header value: {e}")))
 }
 
 /// Checks one member URL: absolute `http` or `https` with a host, no query or fragment. A path
@@ -363,6 +446,9 @@ impl Client {
         ClientBuilder {
             urls: urls.into_iter().map(|u| u.as_ref().to_string()).collect(),
             connect_timeout: Duration::from_secs(1),
+            http: None,
+            observer: None,
+            start_at: 0,
             opts: Options {
                 request_timeout: Duration::from_secs(2),
                 watch_idle_timeout: Duration::from_secs(30),
@@ -370,6 +456,7 @@ impl Client {
                 backoff_max: Duration::from_secs(2),
                 lead_poll_interval: Duration::from_millis(200),
                 lead_margin: Duration::from_millis(300),
+                observer: None,
             },
         }
     }
@@ -477,6 +564,28 @@ impl Client {
             }
         }
         Err(Error::Unavailable { attempts })
+    }
+
+    /// Member `i`'s `GET /events`, resuming after `last_id` if given, with the observer header
+    /// if the client has one.
+    pub(crate) fn events_request(
+        &self,
+        i: usize,
+        last_id: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let inner = &self.inner;
+        let mut req = inner
+            .http
+            .get(inner.members[i].endpoint("events"))
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .header(reqwest::header::CACHE_CONTROL, "no-cache");
+        if let Some(id) = last_id {
+            req = req.header("Last-Event-ID", id);
+        }
+        if let Some(observer) = &inner.opts.observer {
+            req = req.header(OBSERVER_HEADER, observer.clone());
+        }
+        req
     }
 
     /// One member's answer to `GET path`, or why it is not usable.
@@ -626,5 +735,69 @@ mod tests {
             c.members().collect::<Vec<_>>(),
             ["http://a:1", "http://b:1"]
         );
+    }
+
+    fn observer_refused(id: &str) -> String {
+        match Client::builder(["http://a:1"]).observer(id).build() {
+            Err(ConfigError::InvalidOption {
+                option: "observer",
+                reason,
+            }) => reason,
+            other => panic!("{id:?} should be refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn observer_ids_are_checked() {
+        let c = Client::builder(["http://a:1"])
+            .observer("obs-7.eu_1:x/y~!")
+            .build()
+            .unwrap();
+        assert_eq!(
+            c.inner.opts.observer.as_ref().map(|v| v.to_str().unwrap()),
+            Some("obs-7.eu_1:x/y~!")
+        );
+        assert_eq!(
+            Client::new(["http://a:1"]).unwrap().inner.opts.observer,
+            None
+        );
+        let longest = "o".repeat(MAX_OBSERVER_ID);
+        assert!(Client::builder(["http://a:1"])
+            .observer(&longest)
+            .build()
+            .is_ok());
+        assert!(observer_refused("").contains("empty"));
+        let r = observer_refused(&format!("{longest}o"));
+        assert!(r.contains("257 bytes"), "{r}");
+        let r = observer_refused("obs 1");
+        assert!(r.contains("' '") && r.contains("byte 3"), "{r}");
+        assert!(observer_refused("obs\n").contains("'\\n'"));
+        assert!(observer_refused("obs\u{7f}").contains("visible ASCII"));
+        assert!(observer_refused("nœud").contains("byte 1"));
+    }
+
+    #[test]
+    fn start_at_is_the_first_member_asked_modulo_the_list() {
+        let urls = ["http://a:1", "http://b:1", "http://c:1"];
+        let first = |i| Client::builder(urls).start_at(i).build().unwrap();
+        assert_eq!(Client::new(urls).unwrap().last_answered_by(), "http://a:1");
+        assert_eq!(first(1).last_answered_by(), "http://b:1");
+        assert_eq!(first(5).last_answered_by(), "http://c:1");
+        assert_eq!(first(usize::MAX).last_answered_by(), urls[usize::MAX % 3]);
+    }
+
+    #[test]
+    fn a_given_http_client_is_used_and_the_other_options_still_checked() {
+        let http = reqwest::Client::builder().build().unwrap();
+        assert!(Client::builder(["http://a:1"])
+            .http_client(http.clone())
+            .build()
+            .is_ok());
+        let e = Client::builder(["http://a:1"])
+            .http_client(http)
+            .watch_idle_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("watch_idle_timeout"), "{e}");
     }
 }

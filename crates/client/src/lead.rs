@@ -297,12 +297,8 @@ struct RoleData {
 impl Client {
     /// Opens the node's event stream, if it answers one in time.
     async fn role_events(&self) -> Option<RoleEvents> {
-        let inner = &self.inner;
-        let req = inner
-            .http
-            .get(inner.members[0].endpoint("events"))
-            .header(reqwest::header::ACCEPT, "text/event-stream");
-        let resp = tokio::time::timeout(inner.opts.request_timeout, req.send())
+        let req = self.events_request(0, None);
+        let resp = tokio::time::timeout(self.inner.opts.request_timeout, req.send())
             .await
             .ok()?
             .ok()?;

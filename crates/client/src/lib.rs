@@ -10,6 +10,10 @@
 //! - [`Client::watch`]: a [`Stream`](futures_util::Stream) of [`LeaderChange`]s that reconnects
 //!   by itself, resumes with `Last-Event-ID`, fails over to other members, and recovers the
 //!   changes it missed meanwhile: each term's leader once, in term order.
+//! - [`Client::observe`]: a [`Stream`](futures_util::Stream) of [`Observation`]s over the same
+//!   connections: every state a member reports, leaderless ones included, repeated at each
+//!   keep-alive, for an observer that must know how fresh its knowledge is
+//!   ([`ClientBuilder::observer`] marks its streams as an observer's).
 //! - [`Client::lead`]: runs work only while the service's own node leads, and cancels it
 //!   before that node's lease can run out.
 //! - [`Fence`]: refuses a term lower than one already seen.
@@ -141,7 +145,7 @@ pub use client::{Client, ClientBuilder, Leader, Transition};
 pub use error::{Attempt, ConfigError, Error, StaleTerm};
 pub use fence::Fence;
 pub use lead::{Tenure, TenureEnd};
-pub use watch::{ChangeSource, LeaderChange, Watch, WatchStatus};
+pub use watch::{ChangeSource, LeaderChange, Observation, Observe, Watch, WatchStatus};
 
 /// The cancellation token [`Client::lead`] hands the work (re-exported from `tokio-util`).
 pub use tokio_util::sync::CancellationToken;

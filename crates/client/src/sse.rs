@@ -77,6 +77,18 @@ impl SseParser {
         self.retry
     }
 
+    /// Whether the stream so far ends between events: no line and no field of an event not yet
+    /// complete is waiting (after a keep-alive comment, say, but not half-way through an
+    /// event).
+    pub(crate) fn between_events(&self) -> bool {
+        self.line.is_empty()
+            && !self.line_too_long
+            && self.event.is_empty()
+            && !self.has_data
+            && self.pending_id.is_none()
+            && !self.broken
+    }
+
     /// Parses `chunk`, returning the events it completed.
     pub(crate) fn feed(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
@@ -281,6 +293,29 @@ mod tests {
         input.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
         input.extend(b"\nid: 9\n\ndata: ok\n\n");
         assert_eq!(p.feed(&input), vec![ev("message", "ok", Some("9"))]);
+    }
+
+    #[test]
+    fn between_events_is_after_a_blank_line_or_a_whole_comment_only() {
+        let mut p = SseParser::new(None);
+        assert!(p.between_events(), "at the start");
+        for (chunk, between) in [
+            (&b": keep-alive\n"[..], true),
+            (b"\n", true),
+            (b":", false),
+            (b"\r", true),
+            (b"\n", true),
+            (b"event: leader\n", false),
+            (b"id: 4\n", false),
+            (b"data: x\n", false),
+            (b"\n", true),
+            (b"id: 5\n\n", true),
+            (b"retry: 100\n", true),
+            (b"data: y", false),
+        ] {
+            p.feed(chunk);
+            assert_eq!(p.between_events(), between, "after {chunk:?}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures_util::Stream;
 use reqwest::StatusCode;
 use serde::Deserialize;
+use tokio::time::Instant;
 
 use crate::client::describe;
 use crate::sse::{SseEvent, SseParser};
@@ -61,6 +62,9 @@ pub struct WatchStatus {
     pub connections: u64,
     /// Why the last stream ended or the last attempt failed.
     pub last_error: Option<String>,
+    /// When bytes last arrived on a stream: an event, part of one, or a keep-alive comment.
+    /// It is kept when the stream is lost, so that it says how long nothing has been heard.
+    pub last_heard: Option<Instant>,
 }
 
 /// The stream [`Client::watch`] returns: [`LeaderChange`]s, for as long as it is polled.
@@ -78,26 +82,18 @@ pub struct WatchStatus {
 /// Drop it to close the connection.
 ///
 /// [`watch_idle_timeout`]: crate::ClientBuilder::watch_idle_timeout
-pub struct Watch {
-    inner: Pin<Box<dyn Stream<Item = LeaderChange> + Send>>,
-    status: Arc<Mutex<WatchStatus>>,
-}
+pub struct Watch(Streamed<LeaderChange>);
 
 impl std::fmt::Debug for Watch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watch")
-            .field("status", &self.status())
-            .finish_non_exhaustive()
+        self.0.debug("Watch", f)
     }
 }
 
 impl Watch {
     /// What the stream is doing now.
     pub fn status(&self) -> WatchStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.0.status()
     }
 }
 
@@ -105,7 +101,108 @@ impl Stream for Watch {
     type Item = LeaderChange;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<LeaderChange>> {
-        self.inner.as_mut().poll_next(cx)
+        self.0.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// A member's state of the election, as [`Client::observe`] yields it: who leads (or that
+/// nobody does) in which term, according to which member, and when it said so.
+///
+/// It vouches for nothing beyond what that member said when the data arrived: it cannot
+/// speak for the leader's lease, and the leader may have changed since. Its
+/// [`age`](Observation::age) is how stale it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Observation {
+    /// The leader's node id; `None` while the member knows no leader (an election).
+    pub leader: Option<String>,
+    /// The leader's URL when the member announced it (`None` without a leader, or from an
+    /// older build).
+    pub leader_url: Option<String>,
+    /// The member's term.
+    pub term: u64,
+    /// The id of the member that reported it.
+    pub node: String,
+    /// The member URL (as given to the client) the stream was connected to.
+    pub answered_by: String,
+    /// When the data arrived: the event, or for a repeat, the keep-alive.
+    pub heard_at: Instant,
+}
+
+impl Observation {
+    /// How long ago the data arrived.
+    pub fn age(&self) -> Duration {
+        clock::since(self.heard_at)
+    }
+}
+
+/// The stream [`Client::observe`] returns: [`Observation`]s of the members' state, for as
+/// long as it is polled.
+///
+/// Its connections are a [`Watch`]'s (reopened after a backoff on the same member, then on
+/// the next ones, with `Last-Event-ID`; given up after [`watch_idle_timeout`] of silence), but
+/// it yields states, not changes:
+///
+/// - the member's state at each `leader` event, and the current state of a `snapshot` (its
+///   `missed` history is not yielded), states without a leader included;
+/// - a state of a term lower than the highest already yielded is skipped (a member that is
+///   behind the others); the same state again is yielded, as a fresh confirmation;
+/// - once a stream has delivered a state, each keep-alive on it (bytes that complete no event
+///   and leave the stream between events) yields that state again with a new
+///   [`heard_at`](Observation::heard_at): the member is alive and still says so. Members
+///   send an observer's stream ([`ClientBuilder::observer`]) a keep-alive every second,
+///   others every 10 s;
+/// - when a stream is lost, nothing is yielded until a new one has delivered its first state.
+///
+/// A member that resumes a stream sends the events it missed: they are yielded in order, its
+/// current state last. [`Observe::status`] says which member is heard, and when it last was.
+///
+/// Drop it to close the connection.
+///
+/// [`watch_idle_timeout`]: crate::ClientBuilder::watch_idle_timeout
+/// [`ClientBuilder::observer`]: crate::ClientBuilder::observer
+pub struct Observe(Streamed<Observation>);
+
+impl std::fmt::Debug for Observe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.debug("Observe", f)
+    }
+}
+
+impl Observe {
+    /// What the stream is doing now; [`WatchStatus::last_term`] is the term of the last
+    /// observation yielded, [`WatchStatus::last_heard`] when bytes last arrived.
+    pub fn status(&self) -> WatchStatus {
+        self.0.status()
+    }
+}
+
+impl Stream for Observe {
+    type Item = Observation;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Observation>> {
+        self.0.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// The stream of items and the status behind [`Watch`] and [`Observe`].
+struct Streamed<T> {
+    inner: Pin<Box<dyn Stream<Item = T> + Send>>,
+    status: Arc<Mutex<WatchStatus>>,
+}
+
+impl<T> Streamed<T> {
+    fn status(&self) -> WatchStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(name)
+            .field("status", &self.status())
+            .finish_non_exhaustive()
     }
 }
 
@@ -131,6 +228,39 @@ impl Client {
     /// changes of terms above `last_term` are yielded, and the first connection sends
     /// `last_event_id`, so that what happened in between is recovered.
     pub fn watch_resuming(&self, last_event_id: Option<String>, last_term: Option<u64>) -> Watch {
+        Watch(self.streamed(Tracker { last_term }, last_event_id, last_term))
+    }
+
+    /// A stream of the members' state: each state a member reports, states without a leader
+    /// included, and the same state again at each keep-alive (see [`Observe`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+    /// use futures_util::StreamExt;
+    /// let client = pilot_election_client::Client::builder(["http://10.0.0.1:7070", "http://10.0.0.2:7070"])
+    ///     .observer("agent-17")
+    ///     .build()?;
+    /// let mut states = client.observe();
+    /// while let Some(o) = states.next().await {
+    ///     match &o.leader {
+    ///         Some(l) => println!("term {}: {l} leads, says {}", o.term, o.node),
+    ///         None => println!("term {}: no leader, says {}", o.term, o.node),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn observe(&self) -> Observe {
+        Observe(self.streamed(Observer::default(), None, None))
+    }
+
+    /// The items `items` makes of the events of `GET /events`, over connections that are
+    /// reopened and failed over (see [`Watch`]); the first one sends `last_event_id`.
+    fn streamed<I: Items>(
+        &self,
+        items: I,
+        last_event_id: Option<String>,
+        last_term: Option<u64>,
+    ) -> Streamed<I::Item> {
         let status = Arc::new(Mutex::new(WatchStatus {
             last_event_id: last_event_id.clone(),
             last_term,
@@ -142,32 +272,60 @@ impl Client {
             resp: None,
             parser: SseParser::new(last_event_id.clone()),
             last_id: last_event_id,
-            tracker: Tracker { last_term },
+            items,
             pending: VecDeque::new(),
             failures: 0,
             heard: false,
             status: status.clone(),
         };
         let inner = futures_util::stream::unfold(state, |mut s| async move {
-            let change = s.next().await;
-            Some((change, s))
+            let item = s.next().await;
+            Some((item, s))
         });
-        Watch {
+        Streamed {
             inner: Box::pin(inner),
             status,
         }
     }
 }
 
-struct State {
+/// What a stream of `GET /events` yields: the items it makes of the events (and of the bytes
+/// between them) of each connection in turn.
+trait Items: Send + Sync + 'static {
+    type Item: Send + Sync + 'static;
+
+    /// A new connection is open: what comes next is its member's.
+    fn opened(&mut self) {}
+
+    /// The items one complete event stands for; `answered_by` is the member's URL and `at`
+    /// when the chunk that completed it arrived. An error is an event that does not parse.
+    fn event(
+        &mut self,
+        ev: &SseEvent,
+        answered_by: &str,
+        at: Instant,
+    ) -> Result<Vec<Self::Item>, String>;
+
+    /// Bytes arrived at `at` on the open stream and left the parser between events without
+    /// completing one (a keep-alive comment).
+    fn heard(&mut self, _at: Instant) -> Option<Self::Item> {
+        None
+    }
+
+    /// The term an item is of ([`WatchStatus::last_term`]).
+    fn term(item: &Self::Item) -> u64;
+}
+
+/// The connections of one stream, and what has been taken from them.
+struct State<I: Items> {
     client: Client,
     /// The member connected to, or tried next.
     member: usize,
     resp: Option<reqwest::Response>,
     parser: SseParser,
     last_id: Option<String>,
-    tracker: Tracker,
-    pending: VecDeque<LeaderChange>,
+    items: I,
+    pending: VecDeque<I::Item>,
     /// Attempts that failed since an event was last received.
     failures: u32,
     /// The open stream has delivered an event.
@@ -175,16 +333,17 @@ struct State {
     status: Arc<Mutex<WatchStatus>>,
 }
 
-impl State {
+impl<I: Items> State<I> {
     fn set(&self, f: impl FnOnce(&mut WatchStatus)) {
         f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
-    async fn next(&mut self) -> LeaderChange {
+    async fn next(&mut self) -> I::Item {
         loop {
-            if let Some(c) = self.pending.pop_front() {
-                self.set(|s| s.last_term = Some(c.term));
-                return c;
+            if let Some(item) = self.pending.pop_front() {
+                let term = I::term(&item);
+                self.set(|s| s.last_term = Some(term));
+                return item;
             }
             let Some(resp) = self.resp.as_mut() else {
                 self.connect().await;
@@ -193,8 +352,14 @@ impl State {
             let idle = self.client.inner.opts.watch_idle_timeout;
             match tokio::time::timeout(idle, resp.chunk()).await {
                 Ok(Ok(Some(chunk))) => {
-                    for ev in self.parser.feed(&chunk) {
-                        self.on_event(ev);
+                    let at = clock::now();
+                    self.set(|s| s.last_heard = Some(at));
+                    let events = self.parser.feed(&chunk);
+                    if events.is_empty() && self.parser.between_events() {
+                        self.pending.extend(self.items.heard(at));
+                    }
+                    for ev in events {
+                        self.on_event(ev, at);
                     }
                 }
                 Ok(Ok(None)) => self.lost("the stream ended".into()),
@@ -204,14 +369,14 @@ impl State {
         }
     }
 
-    fn on_event(&mut self, ev: SseEvent) {
+    fn on_event(&mut self, ev: SseEvent, at: Instant) {
         if !self.heard {
             self.heard = true;
             self.failures = 0;
         }
         let member = self.client.inner.members[self.member].name.clone();
-        match self.tracker.on_event(&ev.event, &ev.data, &member) {
-            Ok(changes) => self.pending.extend(changes),
+        match self.items.event(&ev, &member, at) {
+            Ok(items) => self.pending.extend(items),
             Err(e) => self.set(|s| s.last_error = Some(e)),
         }
         // The id counts only once its event has been taken in (above).
@@ -244,6 +409,7 @@ impl State {
                 Ok(resp) => {
                     self.resp = Some(resp);
                     self.heard = false;
+                    self.items.opened();
                     self.parser = SseParser::new(self.last_id.clone());
                     self.client.set_preferred(i);
                     let name = self.client.inner.members[i].name.clone();
@@ -277,14 +443,7 @@ impl State {
 
     async fn open(&self, i: usize) -> Result<reqwest::Response, String> {
         let inner = &self.client.inner;
-        let mut req = inner
-            .http
-            .get(inner.members[i].endpoint("events"))
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .header(reqwest::header::CACHE_CONTROL, "no-cache");
-        if let Some(id) = &self.last_id {
-            req = req.header("Last-Event-ID", id);
-        }
+        let req = self.client.events_request(i, self.last_id.as_deref());
         let timeout = inner.opts.request_timeout;
         let resp = tokio::time::timeout(timeout, req.send())
             .await
@@ -337,6 +496,23 @@ struct SnapshotData {
 #[derive(Debug, Default)]
 pub(crate) struct Tracker {
     last_term: Option<u64>,
+}
+
+impl Items for Tracker {
+    type Item = LeaderChange;
+
+    fn event(
+        &mut self,
+        ev: &SseEvent,
+        answered_by: &str,
+        _at: Instant,
+    ) -> Result<Vec<LeaderChange>, String> {
+        self.on_event(&ev.event, &ev.data, answered_by)
+    }
+
+    fn term(item: &LeaderChange) -> u64 {
+        item.term
+    }
 }
 
 impl Tracker {
@@ -404,6 +580,66 @@ impl Tracker {
             self.last_term = Some(change.term);
             out.push(change);
         }
+    }
+}
+
+/// Turns events into observations: every state of a term not below the highest yielded, and
+/// the stream's last one again at each keep-alive.
+#[derive(Debug, Default)]
+struct Observer {
+    /// The highest term yielded.
+    highest: Option<u64>,
+    /// The open stream's last state, when it was yielded: what a keep-alive repeats.
+    current: Option<Observation>,
+}
+
+impl Items for Observer {
+    type Item = Observation;
+
+    fn opened(&mut self) {
+        self.current = None;
+    }
+
+    fn event(
+        &mut self,
+        ev: &SseEvent,
+        answered_by: &str,
+        at: Instant,
+    ) -> Result<Vec<Observation>, String> {
+        // A snapshot's data is the current state with `missed` beside it, which is not read.
+        let kind = match ev.event.as_str() {
+            "leader" => "a leader",
+            "snapshot" => "a snapshot",
+            _ => return Ok(Vec::new()),
+        };
+        let state = serde_json::from_str::<EventData>(&ev.data)
+            .map_err(|e| format!("{kind} event that does not parse ({e}): {}", ev.data))?;
+        if self.highest.is_some_and(|h| state.term < h) {
+            // The member is behind: it no longer says what was yielded last.
+            self.current = None;
+            return Ok(Vec::new());
+        }
+        let o = Observation {
+            leader: state.leader,
+            leader_url: state.leader_url,
+            term: state.term,
+            node: state.node,
+            answered_by: answered_by.to_string(),
+            heard_at: at,
+        };
+        self.highest = Some(o.term);
+        self.current = Some(o.clone());
+        Ok(vec![o])
+    }
+
+    fn heard(&mut self, at: Instant) -> Option<Observation> {
+        let mut again = self.current.clone()?;
+        again.heard_at = at;
+        Some(again)
+    }
+
+    fn term(item: &Observation) -> u64 {
+        item.term
     }
 }
 
@@ -546,5 +782,119 @@ mod tests {
             )),
             [(9, "b")]
         );
+    }
+
+    fn sse(name: &str, data: &str) -> SseEvent {
+        SseEvent {
+            event: name.into(),
+            data: data.into(),
+            id: None,
+        }
+    }
+
+    /// What the observer yields for one `leader` event, as (leader, term).
+    fn observed(o: &mut Observer, json: &str, at: Instant) -> Vec<(Option<String>, u64)> {
+        o.event(&sse("leader", json), "http://a", at)
+            .unwrap()
+            .into_iter()
+            .map(|x| (x.leader, x.term))
+            .collect()
+    }
+
+    fn state(leader: Option<&str>, term: u64) -> Vec<(Option<String>, u64)> {
+        vec![(leader.map(String::from), term)]
+    }
+
+    #[test]
+    fn observe_yields_every_state_leaderless_included_and_skips_lower_terms() {
+        let mut o = Observer::default();
+        let t0 = clock::now();
+        let got = o
+            .event(
+                &sse(
+                    "leader",
+                    r#"{"node":"a","leader":"b","leader_url":"http://b:1","term":5,"role":"follower"}"#,
+                ),
+                "http://a",
+                t0,
+            )
+            .unwrap();
+        assert_eq!(
+            got,
+            [Observation {
+                leader: Some("b".into()),
+                leader_url: Some("http://b:1".into()),
+                term: 5,
+                node: "a".into(),
+                answered_by: "http://a".into(),
+                heard_at: t0,
+            }]
+        );
+        assert_eq!(Observer::term(&got[0]), 5);
+        // The same state again (a role change) is a confirmation; so is a leaderless one.
+        let same = r#"{"node":"a","leader":"b","term":5,"role":"candidate"}"#;
+        assert_eq!(observed(&mut o, same, t0), state(Some("b"), 5));
+        let none = r#"{"node":"a","leader":null,"term":6,"role":"candidate"}"#;
+        assert_eq!(observed(&mut o, none, t0), state(None, 6));
+        // A lagging member's term 5 is skipped, and leaves nothing for a keep-alive to repeat.
+        assert!(observed(&mut o, same, t0).is_empty());
+        assert_eq!(o.heard(t0), None);
+        let c = r#"{"node":"a","leader":"c","term":6,"role":"follower","extra":1}"#;
+        assert_eq!(observed(&mut o, c, t0), state(Some("c"), 6));
+        assert!(o
+            .event(&sse("other", "not json"), "http://a", t0)
+            .unwrap()
+            .is_empty());
+        let e = o
+            .event(&sse("leader", "not json"), "http://a", t0)
+            .unwrap_err();
+        assert!(e.contains("a leader event"), "{e}");
+        assert_eq!(o.highest, Some(6));
+    }
+
+    #[test]
+    fn observe_takes_the_current_state_of_a_snapshot_and_not_its_history() {
+        let mut o = Observer::default();
+        let snap = r#"{"node":"c","leader":null,"term":8,"role":"follower","resumed":false,"missed":[
+            {"term":7,"leader":"c","previous":null,"reason":"elected","at":"2026-12-01T17:20:02Z"},
+            {"term":8,"leader":null,"previous":"c","reason":"leader_timeout","at":"2026-12-01T17:20:04Z"}
+        ]}"#;
+        let at = clock::now();
+        let got = o.event(&sse("snapshot", snap), "http://c", at).unwrap();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((&got[0].leader, got[0].term), (&None, 8));
+        assert_eq!(
+            (got[0].node.as_str(), got[0].answered_by.as_str()),
+            ("c", "http://c")
+        );
+        let e = o.event(&sse("snapshot", "{}"), "http://c", at).unwrap_err();
+        assert!(e.contains("a snapshot event"), "{e}");
+    }
+
+    #[test]
+    fn keep_alives_repeat_the_open_streams_last_state_only() {
+        let mut o = Observer::default();
+        let t0 = clock::now();
+        let (t1, t2) = (t0 + Duration::from_secs(1), t0 + Duration::from_secs(2));
+        assert_eq!(o.heard(t0), None, "nothing heard yet");
+        let b = r#"{"node":"a","leader":"b","term":5,"role":"follower"}"#;
+        let first = o.event(&sse("leader", b), "http://a", t0).unwrap();
+        for at in [t1, t2] {
+            let again = o.heard(at).expect("a repeat");
+            assert_eq!(again.heard_at, at);
+            assert_eq!(
+                Observation {
+                    heard_at: t0,
+                    ..again
+                },
+                first[0]
+            );
+        }
+        // A new stream repeats nothing until it has delivered a state of its own.
+        o.opened();
+        assert_eq!(o.heard(t2), None);
+        let got = o.event(&sse("leader", b), "http://b", t2).unwrap();
+        assert_eq!(o.heard(t2), Some(got[0].clone()));
+        assert_eq!(got[0].answered_by, "http://b");
     }
 }

@@ -5,6 +5,7 @@
 // Tests read tokio's clock for their own deadlines (the workspace's clippy.toml).
 #![allow(clippy::disallowed_methods)]
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,8 +17,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use futures_util::StreamExt;
-use pilot_election_client::{ChangeSource, Client, Error, TenureEnd};
+use pilot_election_client::{
+    ChangeSource, Client, Error, Observation, Observe, TenureEnd, WatchStatus,
+};
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Generous bound for anything that should happen within a second, on a loaded machine.
@@ -215,9 +219,14 @@ async fn events_member(reply: Reply) -> (String, Arc<Mutex<Vec<Option<String>>>>
 }
 
 fn leader_event(id: &str, term: u64, leader: Option<&str>) -> String {
+    state_event("a", id, term, leader)
+}
+
+/// A `leader` event of member `node`.
+fn state_event(node: &str, id: &str, term: u64, leader: Option<&str>) -> String {
     format!(
         "event: leader\nid: {id}\ndata: {}\n\n",
-        json!({"node": "a", "leader": leader, "term": term, "role": "follower"})
+        json!({"node": node, "leader": leader, "term": term, "role": "follower"})
     )
 }
 
@@ -271,7 +280,9 @@ async fn watch_resumes_on_another_member_and_recovers_the_missed_changes() {
         .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(100))
         .build()
         .unwrap();
+    let before = Instant::now();
     let mut watch = client.watch();
+    assert_eq!(watch.status().last_heard, None);
     let mut got = Vec::new();
     while got.len() < 5 {
         let c = tokio::time::timeout(WITHIN, watch.next())
@@ -301,6 +312,8 @@ async fn watch_resumes_on_another_member_and_recovers_the_missed_changes() {
     assert_eq!(status.last_event_id.as_deref(), Some("b-11"));
     assert_eq!(status.last_term, Some(5));
     assert_eq!(status.connections, 2);
+    let heard = status.last_heard.expect("bytes were heard");
+    assert!(before <= heard && heard <= Instant::now());
     assert_eq!(client.last_answered_by(), second);
 }
 
@@ -330,6 +343,97 @@ async fn a_silent_stream_is_reopened_after_the_idle_timeout() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen[..3], [None, Some("x-1".into()), Some("x-2".into())]);
     assert!(watch.status().last_error.unwrap().contains("silent"));
+}
+
+/// The requests a [`recording_member`] received: path and headers.
+type Requests = Arc<Mutex<Vec<(String, HeaderMap)>>>;
+
+/// A member that records every request and answers `/leader` with [`leader_body`] and
+/// `/events` with one `leader` event, then holds the stream open.
+async fn recording_member() -> (String, Requests) {
+    let requests: Requests = Arc::new(Mutex::new(Vec::new()));
+    let (on_leader, on_events) = (requests.clone(), requests.clone());
+    let router = Router::new()
+        .route(
+            "/leader",
+            get(move |h: HeaderMap| {
+                on_leader.lock().unwrap().push(("/leader".into(), h));
+                async { Json(leader_body()) }
+            }),
+        )
+        .route(
+            "/events",
+            get(move |h: HeaderMap| {
+                on_events.lock().unwrap().push(("/events".into(), h));
+                let first = futures_util::stream::once(async {
+                    Ok::<_, std::io::Error>(leader_event("r-1", 7, Some("b")))
+                });
+                let body = Body::from_stream(first.chain(futures_util::stream::pending()));
+                async { ([("content-type", "text/event-stream")], body) }
+            }),
+        );
+    (serve(router).await, requests)
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// `http_client` is the client that sends the requests (its user agent arrives), `start_at`
+/// picks the member asked first, and `observer` puts its header on `GET /events` only.
+#[tokio::test]
+async fn a_given_http_client_the_first_member_and_the_observer_header_are_used() {
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(recording_member().await);
+    }
+    let urls: Vec<&String> = members.iter().map(|(u, _)| u).collect();
+    let http = reqwest::Client::builder()
+        .user_agent("observer-test/1")
+        .build()
+        .unwrap();
+    let client = Client::builder(&urls)
+        .http_client(http)
+        .observer("obs-7")
+        .start_at(4)
+        .build()
+        .unwrap();
+    assert_eq!(client.last_answered_by(), urls[1], "4 modulo 3 members");
+    let l = client.leader().await.unwrap().expect("a leader");
+    assert_eq!(l.answered_by, *urls[1]);
+    let mut watch = client.watch();
+    let c = tokio::time::timeout(WITHIN, watch.next())
+        .await
+        .expect("a change in time")
+        .expect("the stream never ends");
+    assert_eq!((c.term, c.answered_by.as_str()), (7, urls[1].as_str()));
+    assert!(members[0].1.lock().unwrap().is_empty());
+    assert!(members[2].1.lock().unwrap().is_empty());
+    let got = members[1].1.lock().unwrap().clone();
+    let paths: Vec<&str> = got.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, ["/leader", "/events"]);
+    for (path, h) in &got {
+        assert_eq!(header(h, "user-agent"), Some("observer-test/1"), "{path}");
+    }
+    assert_eq!(header(&got[0].1, "x-pilot-election-observer"), None);
+    assert_eq!(
+        header(&got[1].1, "x-pilot-election-observer"),
+        Some("obs-7")
+    );
+
+    // A client of its own: its user agent, no observer header, the first member first.
+    let plain = Client::new(&urls).unwrap();
+    let mut watch = plain.watch();
+    tokio::time::timeout(WITHIN, watch.next())
+        .await
+        .expect("a change in time")
+        .expect("the stream never ends");
+    let got = members[0].1.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert!(header(&got[0].1, "user-agent")
+        .unwrap()
+        .starts_with("pilot-election-client/"));
+    assert_eq!(header(&got[0].1, "x-pilot-election-observer"), None);
 }
 
 /// What a mock node says about itself on `GET /leader`.
@@ -660,4 +764,233 @@ async fn lead_cancels_at_the_event_that_the_node_stepped_down() {
         }
     );
     assert!(after < Duration::from_secs(10), "{after:?}");
+}
+
+/// A member whose `GET /events` streams what the test sends: each connection takes the next
+/// stream handed out by [`Scripted::connection`] (`503 too_many_subscribers` when none is
+/// left) and records the request's headers.
+#[derive(Clone, Default)]
+struct Scripted {
+    streams: Arc<Mutex<VecDeque<mpsc::UnboundedReceiver<String>>>>,
+    requests: Arc<Mutex<Vec<HeaderMap>>>,
+}
+
+impl Scripted {
+    async fn start() -> (String, Scripted) {
+        let s = Scripted::default();
+        let router = Router::new()
+            .route("/events", get(scripted_events))
+            .with_state(s.clone());
+        (serve(router).await, s)
+    }
+
+    /// The next connection's stream: each string sent is one chunk; dropping it ends the
+    /// stream.
+    fn connection(&self) -> mpsc::UnboundedSender<String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.streams.lock().unwrap().push_back(rx);
+        tx
+    }
+
+    fn requests(&self) -> Vec<HeaderMap> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+async fn scripted_events(State(s): State<Scripted>, headers: HeaderMap) -> Response {
+    s.requests.lock().unwrap().push(headers);
+    let Some(rx) = s.streams.lock().unwrap().pop_front() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"error": "too_many_subscribers"})),
+        )
+            .into_response();
+    };
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?;
+        Some((Ok::<_, std::io::Error>(chunk), rx))
+    });
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(chunks),
+    )
+        .into_response()
+}
+
+const KEEP_ALIVE: &str = ":\n\n";
+
+async fn next_observation(obs: &mut Observe) -> Observation {
+    tokio::time::timeout(WITHIN, obs.next())
+        .await
+        .expect("an observation in time")
+        .expect("the stream never ends")
+}
+
+/// Polls `obs` until its status satisfies `done`, failing if it yields anything meanwhile.
+/// (Dropping `next()` between the polls loses nothing: the stream keeps its place.)
+async fn quiet_until(obs: &mut Observe, done: impl Fn(&WatchStatus) -> bool) {
+    let deadline = Instant::now() + WITHIN;
+    while !done(&obs.status()) {
+        assert!(Instant::now() < deadline, "{:?}", obs.status());
+        if let Ok(got) = tokio::time::timeout(Duration::from_millis(20), obs.next()).await {
+            panic!("nothing should be yielded yet, got {got:?}");
+        }
+    }
+}
+
+fn pairs(o: &Observation) -> (Option<&str>, u64, &str) {
+    (o.leader.as_deref(), o.term, o.answered_by.as_str())
+}
+
+/// Every state is yielded, without a leader too and the same one again; each keep-alive after
+/// a state repeats it with a later `heard_at`; one before any state repeats nothing.
+#[tokio::test]
+async fn observe_yields_every_state_and_repeats_it_at_each_keep_alive() {
+    let (url, m) = Scripted::start().await;
+    let conn = m.connection();
+    let client = Client::builder([&url]).observer("obs-1").build().unwrap();
+    let before = Instant::now();
+    let mut obs = client.observe();
+    conn.send(KEEP_ALIVE.into()).unwrap();
+    quiet_until(&mut obs, |s| s.last_heard.is_some()).await;
+    assert_eq!(obs.status().connected_to.as_deref(), Some(url.as_str()));
+    conn.send(state_event("n1", "o-1", 3, Some("b"))).unwrap();
+    let first = next_observation(&mut obs).await;
+    assert_eq!(pairs(&first), (Some("b"), 3, url.as_str()));
+    assert_eq!(first.node, "n1");
+    assert!(before <= first.heard_at && first.age() < WITHIN);
+    let mut last = first.heard_at;
+    for keep_alive in [KEEP_ALIVE, ": keep-alive\n\n", ":\n\n"] {
+        conn.send(keep_alive.into()).unwrap();
+        let again = next_observation(&mut obs).await;
+        assert!(again.heard_at > last, "{again:?} after {last:?}");
+        assert_eq!(obs.status().last_heard, Some(again.heard_at));
+        last = again.heard_at;
+        let mut same = again.clone();
+        same.heard_at = first.heard_at;
+        assert_eq!(same, first, "the same state, heard again");
+    }
+    conn.send(state_event("n1", "o-2", 4, None)).unwrap();
+    let none = next_observation(&mut obs).await;
+    assert_eq!(pairs(&none), (None, 4, url.as_str()));
+    assert_eq!(none.leader_url, None);
+    conn.send(KEEP_ALIVE.into()).unwrap();
+    assert_eq!(
+        pairs(&next_observation(&mut obs).await),
+        (None, 4, url.as_str())
+    );
+    // The same state again is a confirmation, yielded as it comes.
+    conn.send(state_event("n1", "o-3", 4, None)).unwrap();
+    let same = next_observation(&mut obs).await;
+    assert_eq!(pairs(&same), (None, 4, url.as_str()));
+    let status = obs.status();
+    assert_eq!(status.last_event_id.as_deref(), Some("o-3"));
+    assert_eq!((status.last_term, status.connections), (Some(4), 1));
+    let requests = m.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(
+        header(&requests[0], "x-pilot-election-observer"),
+        Some("obs-1")
+    );
+    assert_eq!(header(&requests[0], "last-event-id"), None);
+}
+
+/// A stream that ends is reopened on the same member first (with the last id), and on the
+/// next member when that one refuses; a new stream yields nothing, keep-alives included, until
+/// its first state, and a snapshot yields its current state, not its history.
+#[tokio::test]
+async fn observe_fails_over_to_the_same_member_first_then_to_the_next() {
+    let (a_url, a) = Scripted::start().await;
+    let (b_url, b) = Scripted::start().await;
+    let (a1, a2, b1) = (a.connection(), a.connection(), b.connection());
+    let client = Client::builder([&a_url, &b_url])
+        .observer("obs-9")
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let mut obs = client.observe();
+    a1.send(state_event("na", "a-1", 5, Some("na"))).unwrap();
+    let first = next_observation(&mut obs).await;
+    assert_eq!(pairs(&first), (Some("na"), 5, a_url.as_str()));
+    drop(a1);
+    // Only bytes move last_heard (an ended stream brings none): this is a2's keep-alive.
+    a2.send(KEEP_ALIVE.into()).unwrap();
+    quiet_until(&mut obs, |s| s.last_heard != Some(first.heard_at)).await;
+    assert_eq!(obs.status().connections, 2);
+    a2.send(state_event("na", "a-2", 5, Some("na"))).unwrap();
+    let again = next_observation(&mut obs).await;
+    assert_eq!(pairs(&again), (Some("na"), 5, a_url.as_str()));
+    // The member goes away: its next connection is refused, the next member answers.
+    drop(a2);
+    let missed =
+        json!([{"term": 6, "leader": "nb", "previous": "na", "reason": "step_down", "at": "t6"}]);
+    let snap = json!({"node": "nb", "leader": "nb", "leader_url": "http://nb:1", "term": 6,
+                      "role": "leader", "resumed": false, "missed": missed});
+    b1.send(KEEP_ALIVE.into()).unwrap();
+    quiet_until(&mut obs, |s| s.last_heard != Some(again.heard_at)).await;
+    assert_eq!(obs.status().connections, 3);
+    b1.send(format!("event: snapshot\nid: b-9\ndata: {snap}\n\n"))
+        .unwrap();
+    let from_b = next_observation(&mut obs).await;
+    assert_eq!(pairs(&from_b), (Some("nb"), 6, b_url.as_str()));
+    assert_eq!(from_b.leader_url.as_deref(), Some("http://nb:1"));
+    assert_eq!(from_b.node, "nb");
+    b1.send(KEEP_ALIVE.into()).unwrap();
+    let repeat = next_observation(&mut obs).await;
+    assert_eq!(pairs(&repeat), (Some("nb"), 6, b_url.as_str()));
+    assert!(repeat.heard_at > from_b.heard_at);
+
+    let ids = |m: &Scripted| -> Vec<Option<String>> {
+        m.requests()
+            .iter()
+            .map(|h| header(h, "last-event-id").map(String::from))
+            .collect()
+    };
+    assert_eq!(ids(&a), [None, Some("a-1".into()), Some("a-2".into())]);
+    assert_eq!(ids(&b), [Some("a-2".into())]);
+    for h in a.requests().iter().chain(&b.requests()) {
+        assert_eq!(header(h, "x-pilot-election-observer"), Some("obs-9"));
+    }
+    let status = obs.status();
+    assert_eq!(status.connected_to.as_deref(), Some(b_url.as_str()));
+    assert_eq!(status.last_event_id.as_deref(), Some("b-9"));
+    assert!(status.last_error.unwrap().contains("503"));
+    assert_eq!(client.last_answered_by(), b_url);
+}
+
+/// After a failover to a member that is behind, its lower terms are skipped (and its
+/// keep-alives repeat nothing) until it reports the term already yielded.
+#[tokio::test]
+async fn observe_skips_a_lagging_members_lower_terms() {
+    let (a_url, a) = Scripted::start().await;
+    let (b_url, b) = Scripted::start().await;
+    let (a1, b1) = (a.connection(), b.connection());
+    let client = Client::builder([&a_url, &b_url])
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let mut obs = client.observe();
+    a1.send(state_event("na", "a-1", 7, Some("na"))).unwrap();
+    assert_eq!(
+        pairs(&next_observation(&mut obs).await),
+        (Some("na"), 7, a_url.as_str())
+    );
+    drop(a1);
+    let snap = json!({"node": "nb", "leader": "old", "term": 6, "role": "follower",
+                      "resumed": false, "missed": []});
+    b1.send(format!("event: snapshot\nid: b-1\ndata: {snap}\n\n"))
+        .unwrap();
+    quiet_until(&mut obs, |s| s.last_event_id.as_deref() == Some("b-1")).await;
+    b1.send(state_event("nb", "b-2", 6, None)).unwrap();
+    quiet_until(&mut obs, |s| s.last_event_id.as_deref() == Some("b-2")).await;
+    let heard = obs.status().last_heard;
+    b1.send(KEEP_ALIVE.into()).unwrap();
+    quiet_until(&mut obs, |s| s.last_heard != heard).await;
+    b1.send(state_event("nb", "b-3", 7, Some("na"))).unwrap();
+    let caught_up = next_observation(&mut obs).await;
+    assert_eq!(pairs(&caught_up), (Some("na"), 7, b_url.as_str()));
+    assert_eq!(obs.status().last_term, Some(7));
+    // No observer header without ClientBuilder::observer.
+    let requests = b.requests();
+    assert_eq!(header(&requests[0], "x-pilot-election-observer"), None);
 }
