@@ -29,6 +29,7 @@
 //!   changes (a VIP, DNS, a load balancer), done before a leader's resign leaves.
 //! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
 //! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
+//! - [`exit_budget`]: how the 10 s a stopping node has are shared among its stages.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`notify`]: systemd's readiness and watchdog notifications (`Type=notify`), from the
 //!   environment.
