@@ -21,17 +21,15 @@ use crate::server::{Limits, Listeners};
 use crate::signing::KeyRing;
 use crate::store::{self, Store, StoreError};
 use crate::tls::Tls;
-use crate::transport::http::{HttpTransport, Peer};
-use crate::transport::pilot::{PilotConfig, PilotTransport};
-use crate::transport::{Inbound, Transport, INBOUND_CAPACITY};
+use crate::transport::{self, Inbound, StartError, Transport, TransportConfig, INBOUND_CAPACITY};
 
 /// Everything one node needs, already validated.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: String,
     pub group: String,
-    /// http transport: where the other members listen.
-    pub peers: Vec<Peer>,
+    /// How messages reach the other members, and its settings.
+    pub transport: TransportConfig,
     /// The voting members, this node included (docs/protocol.md, rule 1).
     pub members: MemberSet,
     pub priority: u32,
@@ -44,8 +42,6 @@ pub struct NodeConfig {
     /// `--accept-member-change`: start even if the member set is more than one id away from the
     /// one this data directory last ran with.
     pub accept_member_change: bool,
-    /// Elect over the Pilot overlay through pilotctl instead of the built-in http transport.
-    pub pilot: Option<PilotConfig>,
     /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
     pub cluster_keys: Option<KeyRing>,
     /// Connection caps and timeouts of the HTTP server.
@@ -82,8 +78,8 @@ pub enum RunError {
         configured: String,
         difference: Vec<String>,
     },
-    #[error("cannot start the HTTP transport: {0}")]
-    Transport(String),
+    #[error(transparent)]
+    Transport(#[from] StartError),
     #[error("the election loop died: {0}")]
     LoopDied(String),
 }
@@ -171,30 +167,13 @@ impl NodeBuilder {
         let transport_stop = CancellationToken::new();
         let transport: Arc<dyn Transport> = match self.transport {
             Some(make) => make(in_tx.clone(), metrics.clone(), transport_stop.clone()),
-            None => match &config.pilot {
-                Some(pilot) => Arc::new(PilotTransport::start(
-                    pilot.clone(),
-                    in_tx.clone(),
-                    metrics.clone(),
-                    transport_stop.clone(),
-                )),
-                None => Arc::new(
-                    HttpTransport::start_with_tls(
-                        config.peers.clone(),
-                        config.members.quorum(),
-                        in_tx.clone(),
-                        metrics.clone(),
-                        config
-                            .tls
-                            .clone()
-                            .filter(|t| t.peer_client().is_some())
-                            .map(|tls| -> crate::transport::http::PeerClients {
-                                Arc::new(move || tls.peer_client())
-                            }),
-                    )
-                    .map_err(|e| RunError::Transport(e.to_string()))?,
-                ),
-            },
+            None => config.transport.start(transport::Start {
+                inbound: in_tx.clone(),
+                metrics: metrics.clone(),
+                stop: transport_stop.clone(),
+                quorum: config.members.quorum(),
+                tls: config.tls.clone(),
+            })?,
         };
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
         let (maintenance_tx, maintenance_rx) = mpsc::channel(8);
@@ -416,7 +395,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     // The process's open-file limit, raised to its hard limit; caps that do not fit are lowered.
-    crate::open_files::prepare(&mut config.limits, config.peers.len());
+    crate::open_files::prepare(&mut config.limits, config.transport.open_files());
     NodeBuilder::new(config)
         .build()?
         .serve(listeners, shutdown)

@@ -6,49 +6,30 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::{mpsc, Semaphore};
 
 use super::{Health, HealthCell, Inbound, Transport};
 use crate::metrics::Metrics;
-
-/// The current client for `https://` peers (from the tls module, replaced when the certificates are
-/// reloaded); `None` falls back to the plain client.
-pub type PeerClients = Arc<dyn Fn() -> Option<reqwest::Client> + Send + Sync>;
+use crate::peer_client::{self, PEER_IN_FLIGHT};
+use crate::tls::Tls;
 
 /// Messages waiting for one peer; older ones are worth little once newer ones exist.
 const PEER_QUEUE: usize = 32;
-/// Requests in flight to one peer, hence also the most connections to it.
-pub const PEER_IN_FLIGHT: usize = 4;
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
-const REQUEST_TIMEOUT: Duration = Duration::from_millis(1000);
-/// A pooled connection unused this long is closed by us, well before the peer's own idle
-/// timeout (`--idle-timeout`, 60 s by default) could close it under a request.
-pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The peer client's settings; the tls module adds TLS to them for `https://` peers.
-pub fn client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(REQUEST_TIMEOUT)
-        .pool_max_idle_per_host(PEER_IN_FLIGHT)
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-}
 
 /// Where each request gets its client: one for good, or the TLS configuration's current one
 /// (replaced when the certificates are reloaded).
 #[derive(Clone)]
 enum Clients {
     Plain(reqwest::Client),
-    Tls(reqwest::Client, PeerClients),
+    Tls(reqwest::Client, Arc<Tls>),
 }
 
 impl Clients {
     fn get(&self) -> reqwest::Client {
         match self {
             Clients::Plain(c) => c.clone(),
-            Clients::Tls(fallback, current) => current().unwrap_or_else(|| fallback.clone()),
+            Clients::Tls(fallback, tls) => tls.peer_client().unwrap_or_else(|| fallback.clone()),
         }
     }
 }
@@ -76,28 +57,19 @@ struct Reach {
 
 impl HttpTransport {
     /// Starts one sender task per peer. The transport counts as healthy when enough peers
-    /// answer for this node to be part of a `quorum`.
+    /// answer for this node to be part of a `quorum`. With `tls`, every request is sent with
+    /// the peer client it gives at that moment (`--peer-ca` and the node's client certificate,
+    /// replaced on reload).
     pub fn start(
         peers: Vec<Peer>,
         quorum: usize,
         inbound: Inbound,
         metrics: Arc<Metrics>,
+        tls: Option<Arc<Tls>>,
     ) -> Result<Self, reqwest::Error> {
-        Self::start_with_tls(peers, quorum, inbound, metrics, None)
-    }
-
-    /// As [`HttpTransport::start`], every request sent with the client `tls` gives at that
-    /// moment (`--peer-ca` and the node's client certificate, replaced on reload).
-    pub fn start_with_tls(
-        peers: Vec<Peer>,
-        quorum: usize,
-        inbound: Inbound,
-        metrics: Arc<Metrics>,
-        tls: Option<PeerClients>,
-    ) -> Result<Self, reqwest::Error> {
-        let plain = client_builder().build()?;
-        let client = match tls {
-            Some(current) => Clients::Tls(plain, current),
+        let plain = peer_client::builder().build()?;
+        let client = match tls.filter(|t| t.peer_client().is_some()) {
+            Some(tls) => Clients::Tls(plain, tls),
             None => Clients::Plain(plain),
         };
         let needed = quorum.saturating_sub(1);

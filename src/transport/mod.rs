@@ -13,6 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::tls::Tls;
 
 /// How many received messages may wait for the election loop before new ones are dropped. The
 /// protocol tolerates loss; an unbounded queue under a flood would not be tolerated by memory.
@@ -20,6 +24,72 @@ pub const INBOUND_CAPACITY: usize = 1024;
 
 /// The sending half a transport (or the HTTP ingress route) pushes received bytes into.
 pub type Inbound = mpsc::Sender<Vec<u8>>;
+
+/// Which transport a node elects over, and its settings: the one place that names every kind.
+#[derive(Debug, Clone)]
+pub enum TransportConfig {
+    /// The built-in transport: every message POSTed to each peer's `/peer/messages`.
+    Http {
+        /// Where the other members listen.
+        peers: Vec<http::Peer>,
+    },
+    /// Over the Pilot overlay's brokers, through pilotctl.
+    Pilot(pilot::PilotConfig),
+}
+
+/// What a node gives the transport it starts.
+pub struct Start {
+    /// Where received messages go: the election loop's inbound queue.
+    pub inbound: Inbound,
+    pub metrics: Arc<Metrics>,
+    /// Stops the transport's background tasks (cancelled after the loop, so that a leader
+    /// handing over still hears its successor win).
+    pub stop: CancellationToken,
+    /// The member set's quorum, this node included.
+    pub quorum: usize,
+    /// `--peer-ca` and the node's client certificate, for transports that speak HTTPS.
+    pub tls: Option<Arc<Tls>>,
+}
+
+/// Why a transport could not start (the node then exits non-zero, with this message).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot start the HTTP transport: {0}")]
+    HttpClient(#[from] reqwest::Error),
+}
+
+impl TransportConfig {
+    /// Starts the transport.
+    pub fn start(&self, node: Start) -> Result<Arc<dyn Transport>, StartError> {
+        Ok(match self {
+            TransportConfig::Http { peers } => Arc::new(http::HttpTransport::start(
+                peers.clone(),
+                node.quorum,
+                node.inbound,
+                node.metrics,
+                node.tls,
+            )?),
+            TransportConfig::Pilot(config) => Arc::new(pilot::PilotTransport::start(
+                config.clone(),
+                node.inbound,
+                node.metrics,
+                node.stop,
+            )),
+        })
+    }
+
+    /// Files the transport may hold open besides the node's own, which the connection caps must
+    /// leave room for: the http transport's connections to its peers (pilotctl's pipes are in
+    /// the node's own share).
+    pub fn open_files(&self) -> u64 {
+        match self {
+            TransportConfig::Http { peers } => {
+                (peers.len() * crate::peer_client::PEER_IN_FLIGHT) as u64
+            }
+            TransportConfig::Pilot(_) => 0,
+        }
+    }
+}
 
 /// What `/readyz` and `/status` report about the transport. The fields after `last_error` came
 /// later and are left out of the JSON when a transport has nothing to say in them.
