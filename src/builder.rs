@@ -17,11 +17,13 @@ use crate::exit_budget;
 use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Wiring};
-use crate::server::{Limits, Listeners};
+use crate::server::{Limits, Listeners, PeerRoutes};
 use crate::signing::KeyRing;
 use crate::store::{self, Store, StoreError};
 use crate::tls::Tls;
-use crate::transport::{self, Inbound, StartError, Transport, TransportConfig, INBOUND_CAPACITY};
+use crate::transport::{
+    self, Inbound, Ingress, StartError, Started, Transport, TransportConfig, INBOUND_CAPACITY,
+};
 
 /// Everything one node needs, already validated.
 #[derive(Debug, Clone)]
@@ -103,6 +105,8 @@ pub struct BuiltNode {
     pub state: AppState,
     limits: Limits,
     tls: Option<Arc<Tls>>,
+    /// The requests of the transport's peers, for the server.
+    peer_routes: PeerRoutes,
     /// The `--exec` supervisor, if any.
     exec: Option<Exec>,
     /// The `--on-change` task, if any.
@@ -165,10 +169,15 @@ impl NodeBuilder {
         let metrics = Arc::new(Metrics::new());
         let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
         let transport_stop = CancellationToken::new();
-        let transport: Arc<dyn Transport> = match self.transport {
-            Some(make) => make(in_tx.clone(), metrics.clone(), transport_stop.clone()),
+        let Started { transport, ingress } = match self.transport {
+            // A test's stand-in for the http transport (a memory bus, a faulty link): its node
+            // takes `POST /peer/messages` as an http node does.
+            Some(make) => Started {
+                transport: make(in_tx.clone(), metrics.clone(), transport_stop.clone()),
+                ingress: Some(transport::http::ingress(in_tx.clone(), metrics.clone())),
+            },
             None => config.transport.start(transport::Start {
-                inbound: in_tx.clone(),
+                inbound: in_tx,
                 metrics: metrics.clone(),
                 stop: transport_stop.clone(),
                 quorum: config.members.quorum(),
@@ -228,7 +237,7 @@ impl NodeBuilder {
             snapshot,
             commands,
             maintenance: maintenance_tx,
-            ingress: in_tx,
+            ingress: ingress.as_ref().map(|i| i.router.clone()),
             clock,
             metrics,
             auth: Arc::new(Auth {
@@ -244,6 +253,7 @@ impl NodeBuilder {
             state,
             limits: config.limits,
             tls: config.tls,
+            peer_routes: PeerRoutes(ingress.map_or(&[], |i: Ingress| i.routes)),
             exec,
             hooks,
             transport_stop,
@@ -316,6 +326,7 @@ impl BuiltNode {
         let server = tokio::spawn(crate::server::serve(
             listeners,
             crate::api::router(self.state),
+            self.peer_routes,
             self.limits,
             self.tls,
             metrics,

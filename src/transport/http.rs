@@ -1,8 +1,13 @@
-//! The built-in transport: each message is POSTed to every peer's `/peer/messages`.
+//! The built-in transport: each message is POSTed to every peer's `/peer/messages`, the route
+//! [`ingress`] serves.
 //!
 //! Every peer has its own bounded queue and a bounded number of requests in flight, so a slow or
 //! dead peer costs at most that much memory and never delays the others or the election loop;
 //! what does not fit is dropped (the protocol tolerates loss, not a stuck leader).
+
+mod ingress;
+
+pub use ingress::{ingress, Refusal, PEER_MESSAGES};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -108,7 +113,7 @@ async fn peer_task(
     reach: Arc<Reach>,
     metrics: Arc<Metrics>,
 ) {
-    let url = format!("{}/peer/messages", peer.url.trim_end_matches('/'));
+    let url = format!("{}{PEER_MESSAGES}", peer.url.trim_end_matches('/'));
     let slots = Arc::new(Semaphore::new(PEER_IN_FLIGHT));
     while let Some(bytes) = rx.recv().await {
         let Ok(permit) = slots.clone().acquire_owned().await else {

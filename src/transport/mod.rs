@@ -22,7 +22,7 @@ use crate::tls::Tls;
 /// protocol tolerates loss; an unbounded queue under a flood would not be tolerated by memory.
 pub const INBOUND_CAPACITY: usize = 1024;
 
-/// The sending half a transport (or the HTTP ingress route) pushes received bytes into.
+/// The sending half a transport (or its ingress route) pushes received bytes into.
 pub type Inbound = mpsc::Sender<Vec<u8>>;
 
 /// Which transport a node elects over, and its settings: the one place that names every kind.
@@ -51,6 +51,24 @@ pub struct Start {
     pub tls: Option<Arc<Tls>>,
 }
 
+/// A started transport: what the election loop publishes through, and what the node's HTTP
+/// server serves for it, if anything.
+pub struct Started {
+    pub transport: Arc<dyn Transport>,
+    pub ingress: Option<Ingress>,
+}
+
+/// Routes a transport serves on the node's HTTP server for its peers (the http transport's
+/// `POST /peer/messages`). The API's router merges them; the server keeps connections for them
+/// beyond `--max-connections` and may serve them on a listener of their own (`--peer-listen`).
+#[derive(Clone)]
+pub struct Ingress {
+    /// The routes, their state given.
+    pub router: axum::Router,
+    /// `(method, path)` of each, the method in lower case as in openapi/openapi.yaml.
+    pub routes: &'static [(&'static str, &'static str)],
+}
+
 /// Why a transport could not start (the node then exits non-zero, with this message).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -60,21 +78,27 @@ pub enum StartError {
 
 impl TransportConfig {
     /// Starts the transport.
-    pub fn start(&self, node: Start) -> Result<Arc<dyn Transport>, StartError> {
+    pub fn start(&self, node: Start) -> Result<Started, StartError> {
         Ok(match self {
-            TransportConfig::Http { peers } => Arc::new(http::HttpTransport::start(
-                peers.clone(),
-                node.quorum,
-                node.inbound,
-                node.metrics,
-                node.tls,
-            )?),
-            TransportConfig::Pilot(config) => Arc::new(pilot::PilotTransport::start(
-                config.clone(),
-                node.inbound,
-                node.metrics,
-                node.stop,
-            )),
+            TransportConfig::Http { peers } => Started {
+                ingress: Some(http::ingress(node.inbound.clone(), node.metrics.clone())),
+                transport: Arc::new(http::HttpTransport::start(
+                    peers.clone(),
+                    node.quorum,
+                    node.inbound,
+                    node.metrics,
+                    node.tls,
+                )?),
+            },
+            TransportConfig::Pilot(config) => Started {
+                transport: Arc::new(pilot::PilotTransport::start(
+                    config.clone(),
+                    node.inbound,
+                    node.metrics,
+                    node.stop,
+                )),
+                ingress: None,
+            },
         })
     }
 
