@@ -9,12 +9,14 @@ mod ingress;
 
 pub use ingress::{ingress, Refusal, PEER_MESSAGES};
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
 
 use tokio::sync::{mpsc, Semaphore};
 
-use super::{Health, HealthCell, Inbound, Transport};
+use super::{Health, Inbound, Link, Links, Transport};
+use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::metrics::Metrics;
 use crate::peer_client::{self, PEER_IN_FLIGHT};
 use crate::tls::Tls;
@@ -49,15 +51,125 @@ pub struct Peer {
 pub struct HttpTransport {
     peers: Vec<mpsc::Sender<Arc<[u8]>>>,
     inbound: Inbound,
-    health: Arc<HealthCell>,
+    reach: Arc<Reach>,
     metrics: Arc<Metrics>,
 }
 
-/// Which peers answered their latest request, to judge whether a quorum is reachable.
+/// What the latest request to each peer found: whether a quorum is reachable, and each peer for
+/// `/status`.
 struct Reach {
-    ok: Mutex<HashMap<String, bool>>,
+    /// In the order of `--peer`.
+    peers: Mutex<Vec<PeerReach>>,
     /// Peers that must answer for this node to reach a quorum (itself counted).
     needed: usize,
+    /// The latest failure of any peer.
+    last_error: Mutex<Option<String>>,
+}
+
+/// One peer as `/status` shows it: a link named by `id`, in `state`, the other fields its
+/// detail.
+#[derive(Debug, Clone, Serialize)]
+struct PeerReach {
+    #[serde(skip)]
+    id: String,
+    #[serde(skip)]
+    state: PeerState,
+    /// When the current state began (wall clock, RFC 3339; for display).
+    #[serde(serialize_with = "as_rfc3339")]
+    since: u64,
+    /// The latest failure to deliver to it, whenever it was.
+    last_error: Option<String>,
+}
+
+fn as_rfc3339<S: serde::Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*ms))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerState {
+    /// Nothing was sent to it yet.
+    Unknown,
+    /// It took the latest message.
+    Reachable,
+    /// The latest message to it failed.
+    Unreachable,
+}
+
+impl PeerState {
+    fn as_str(self) -> &'static str {
+        match self {
+            PeerState::Unknown => "unknown",
+            PeerState::Reachable => "reachable",
+            PeerState::Unreachable => "unreachable",
+        }
+    }
+}
+
+impl Reach {
+    fn new(peers: &[Peer], quorum: usize) -> Reach {
+        let since = unix_ms_now();
+        Reach {
+            peers: Mutex::new(
+                peers
+                    .iter()
+                    .map(|p| PeerReach {
+                        id: p.id.clone(),
+                        state: PeerState::Unknown,
+                        since,
+                        last_error: None,
+                    })
+                    .collect(),
+            ),
+            needed: quorum.saturating_sub(1),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// The latest request to peer `index` succeeded (`error` is `None`) or failed, and why.
+    fn record(&self, index: usize, error: Option<String>) {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let peer = &mut peers[index];
+        let state = match error {
+            None => PeerState::Reachable,
+            Some(_) => PeerState::Unreachable,
+        };
+        if peer.state != state {
+            peer.state = state;
+            peer.since = unix_ms_now();
+        }
+        if let Some(e) = error {
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(format!("peer {}: {e}", peer.id));
+            peer.last_error = Some(e);
+        }
+    }
+
+    /// Healthy while enough peers answer for this node to be part of a quorum.
+    fn health(&self) -> Health {
+        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let reachable = peers
+            .iter()
+            .filter(|p| p.state == PeerState::Reachable)
+            .count();
+        Health {
+            kind: "http",
+            healthy: reachable >= self.needed,
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            reason: None,
+            links: Some(Links {
+                list: "peers",
+                name: "peer",
+                entries: peers
+                    .iter()
+                    .map(|p| Link::new(p.id.clone(), p.state.as_str(), p))
+                    .collect(),
+            }),
+        }
+    }
 }
 
 impl HttpTransport {
@@ -77,21 +189,15 @@ impl HttpTransport {
             Some(tls) => Clients::Tls(plain, tls),
             None => Clients::Plain(plain),
         };
-        let needed = quorum.saturating_sub(1);
-        let health = Arc::new(HealthCell::new("http", needed == 0));
-        let reach = Arc::new(Reach {
-            ok: Mutex::new(HashMap::new()),
-            needed,
-        });
+        let reach = Arc::new(Reach::new(&peers, quorum));
         let mut senders = Vec::new();
-        for peer in peers {
+        for (index, peer) in peers.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel(PEER_QUEUE);
             senders.push(tx);
             tokio::spawn(peer_task(
-                peer,
+                (index, peer),
                 rx,
                 client.clone(),
-                health.clone(),
                 reach.clone(),
                 metrics.clone(),
             ));
@@ -99,17 +205,16 @@ impl HttpTransport {
         Ok(HttpTransport {
             peers: senders,
             inbound,
-            health,
+            reach,
             metrics,
         })
     }
 }
 
 async fn peer_task(
-    peer: Peer,
+    (index, peer): (usize, Peer),
     mut rx: mpsc::Receiver<Arc<[u8]>>,
     client: Clients,
-    health: Arc<HealthCell>,
     reach: Arc<Reach>,
     metrics: Arc<Metrics>,
 ) {
@@ -119,14 +224,8 @@ async fn peer_task(
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (client, url, health, reach, metrics, id) = (
-            client.get(),
-            url.clone(),
-            health.clone(),
-            reach.clone(),
-            metrics.clone(),
-            peer.id.clone(),
-        );
+        let (client, url, reach, metrics) =
+            (client.get(), url.clone(), reach.clone(), metrics.clone());
         tokio::spawn(async move {
             let started = crate::clock::now();
             let result = client
@@ -141,13 +240,10 @@ async fn peer_task(
                 Ok(_) => None,
                 Err(e) => {
                     metrics.publish_failed();
-                    Some(format!("peer {id}: {}", without_url(&e)))
+                    Some(without_url(&e))
                 }
             };
-            let mut ok = reach.ok.lock().unwrap_or_else(|e| e.into_inner());
-            ok.insert(id, error.is_none());
-            let reachable = ok.values().filter(|v| **v).count();
-            health.set(reachable >= reach.needed, error);
+            reach.record(index, error);
             drop(permit);
         });
     }
@@ -187,6 +283,57 @@ impl Transport for HttpTransport {
     }
 
     fn health(&self) -> Health {
-        self.health.get()
+        self.reach.health()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_peer_shows_its_latest_request_and_a_quorum_of_answers_is_healthy() {
+        let peer = |id: &str| Peer {
+            id: id.into(),
+            url: format!("http://{id}"),
+        };
+        // Five members: this node and two peers make a quorum.
+        let reach = Reach::new(&[peer("b"), peer("c"), peer("d"), peer("e")], 3);
+        let states = |h: &Health| -> Vec<&'static str> {
+            h.links
+                .as_ref()
+                .unwrap()
+                .entries
+                .iter()
+                .map(|l| l.state)
+                .collect()
+        };
+        let h = reach.health();
+        assert!(!h.healthy);
+        assert_eq!(states(&h), ["unknown"; 4]);
+        reach.record(0, None);
+        reach.record(2, Some("timed out".into()));
+        assert!(!reach.health().healthy, "one peer of the two needed");
+        reach.record(3, None);
+        let h = reach.health();
+        assert!(h.healthy);
+        assert_eq!(
+            states(&h),
+            ["reachable", "unknown", "unreachable", "reachable"]
+        );
+        assert_eq!(h.last_error.as_deref(), Some("peer d: timed out"));
+        let json = serde_json::to_value(&h).unwrap();
+        let d = &json["peers"][2];
+        assert_eq!(
+            (&d["peer"], &d["state"]),
+            (&"d".into(), &"unreachable".into())
+        );
+        assert_eq!(d["last_error"], "timed out");
+        assert!(d["since"].as_str().is_some_and(|s| s.ends_with('Z')), "{d}");
+        // Back: reachable again, its last failure kept.
+        reach.record(2, None);
+        let json = serde_json::to_value(reach.health()).unwrap();
+        assert_eq!(json["peers"][2]["state"], "reachable");
+        assert_eq!(json["peers"][2]["last_error"], "timed out");
     }
 }
