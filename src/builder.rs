@@ -18,21 +18,21 @@ use crate::health_check::{HealthCheckConfig, HealthChecks};
 use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
 use crate::runtime::{Runtime, RuntimeError, Wiring};
-use crate::server::{Limits, Listeners};
+use crate::server::{Limits, Listeners, PeerRoutes};
 use crate::signing::KeyRing;
 use crate::store::{self, Store, StoreError};
 use crate::tls::Tls;
-use crate::transport::http::{HttpTransport, Peer};
-use crate::transport::pilot::{PilotConfig, PilotTransport};
-use crate::transport::{Inbound, Transport, INBOUND_CAPACITY};
+use crate::transport::{
+    self, Inbound, Ingress, StartError, Started, Transport, TransportConfig, INBOUND_CAPACITY,
+};
 
 /// Everything one node needs, already validated.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: String,
     pub group: String,
-    /// http transport: where the other members listen.
-    pub peers: Vec<Peer>,
+    /// How messages reach the other members, and its settings.
+    pub transport: TransportConfig,
     /// The voting members, this node included (docs/protocol.md, rule 1).
     pub members: MemberSet,
     pub priority: u32,
@@ -45,8 +45,6 @@ pub struct NodeConfig {
     /// `--accept-member-change`: start even if the member set is more than one id away from the
     /// one this data directory last ran with.
     pub accept_member_change: bool,
-    /// Elect over the Pilot overlay through pilotctl instead of the built-in http transport.
-    pub pilot: Option<PilotConfig>,
     /// Cluster keys (`--cluster-key-file`); `None` leaves peers unauthenticated.
     pub cluster_keys: Option<KeyRing>,
     /// Connection caps and timeouts of the HTTP server.
@@ -86,8 +84,8 @@ pub enum RunError {
         configured: String,
         difference: Vec<String>,
     },
-    #[error("cannot start the HTTP transport: {0}")]
-    Transport(String),
+    #[error(transparent)]
+    Transport(#[from] StartError),
     #[error("the election loop died: {0}")]
     LoopDied(String),
 }
@@ -111,6 +109,8 @@ pub struct BuiltNode {
     pub state: AppState,
     limits: Limits,
     tls: Option<Arc<Tls>>,
+    /// The requests of the transport's peers, for the server.
+    peer_routes: PeerRoutes,
     /// The `--exec` supervisor, if any.
     exec: Option<Exec>,
     /// The `--on-change` task, if any.
@@ -177,32 +177,20 @@ impl NodeBuilder {
         let metrics = Arc::new(Metrics::new());
         let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
         let transport_stop = CancellationToken::new();
-        let transport: Arc<dyn Transport> = match self.transport {
-            Some(make) => make(in_tx.clone(), metrics.clone(), transport_stop.clone()),
-            None => match &config.pilot {
-                Some(pilot) => Arc::new(PilotTransport::start(
-                    pilot.clone(),
-                    in_tx.clone(),
-                    metrics.clone(),
-                    transport_stop.clone(),
-                )),
-                None => Arc::new(
-                    HttpTransport::start_with_tls(
-                        config.peers.clone(),
-                        config.members.quorum(),
-                        in_tx.clone(),
-                        metrics.clone(),
-                        config
-                            .tls
-                            .clone()
-                            .filter(|t| t.peer_client().is_some())
-                            .map(|tls| -> crate::transport::http::PeerClients {
-                                Arc::new(move || tls.peer_client())
-                            }),
-                    )
-                    .map_err(|e| RunError::Transport(e.to_string()))?,
-                ),
+        let Started { transport, ingress } = match self.transport {
+            // A test's stand-in for the http transport (a memory bus, a faulty link): its node
+            // takes `POST /peer/messages` as an http node does.
+            Some(make) => Started {
+                transport: make(in_tx.clone(), metrics.clone(), transport_stop.clone()),
+                ingress: Some(transport::http::ingress(in_tx.clone(), metrics.clone())),
             },
+            None => config.transport.start(transport::Start {
+                inbound: in_tx,
+                metrics: metrics.clone(),
+                stop: transport_stop.clone(),
+                quorum: config.members.quorum(),
+                tls: config.tls.clone(),
+            })?,
         };
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
         let (maintenance_tx, maintenance_rx) = mpsc::channel(8);
@@ -261,7 +249,7 @@ impl NodeBuilder {
             snapshot,
             commands,
             maintenance: maintenance_tx,
-            ingress: in_tx,
+            ingress: ingress.as_ref().map(|i| i.router.clone()),
             clock,
             metrics,
             auth: Arc::new(Auth {
@@ -278,6 +266,7 @@ impl NodeBuilder {
             state,
             limits: config.limits,
             tls: config.tls,
+            peer_routes: PeerRoutes(ingress.map_or(&[], |i: Ingress| i.routes)),
             exec,
             hooks,
             health,
@@ -351,6 +340,7 @@ impl BuiltNode {
         let server = tokio::spawn(crate::server::serve(
             listeners,
             crate::api::router(self.state),
+            self.peer_routes,
             self.limits,
             self.tls,
             metrics,
@@ -434,7 +424,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RunError> {
     // The process's open-file limit, raised to its hard limit; caps that do not fit are lowered.
-    crate::open_files::prepare(&mut config.limits, config.peers.len());
+    crate::open_files::prepare(&mut config.limits, config.transport.open_files());
     NodeBuilder::new(config)
         .build()?
         .serve(listeners, shutdown)

@@ -20,6 +20,7 @@
 //! - [`signing`]: peer authentication (HMAC-SHA256 cluster keys with rotation) and replay windows.
 //! - [`transport`]: how messages leave and arrive (`http` built in, `pilot` through pilotctl,
 //!   `memory` for tests).
+//! - [`peer_client`]: the HTTP client the http transport reaches its peers with (timeouts, pool).
 //! - [`pilotctl`]: a typed async wrapper around the real `pilotctl` CLI, for the pilot transport.
 //! - [`api`]: the HTTP API (`router(AppState)`), one file per resource.
 //! - [`server`]: the HTTP server around the router: connection caps, timeouts, the peers' own
@@ -31,6 +32,7 @@
 //!   leadership follows (rule 17).
 //! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
 //! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
+//! - [`exit_budget`]: how the 10 s a stopping node has are shared among its stages.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`notify`]: systemd's readiness and watchdog notifications (`Type=notify`), from the
 //!   environment.
@@ -52,6 +54,7 @@ pub mod log_limit;
 pub mod metrics;
 pub mod notify;
 pub mod open_files;
+pub mod peer_client;
 pub mod pilotctl;
 pub mod runtime;
 pub mod scheduled;

@@ -6,7 +6,6 @@
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 use crate::server::{Limits, OWN_FILES};
-use crate::transport::http::PEER_IN_FLIGHT;
 
 /// Raises the soft limit to the hard limit; returns `(soft, hard)` as they are afterwards.
 pub fn raise() -> nix::Result<(u64, u64)> {
@@ -17,9 +16,10 @@ pub fn raise() -> nix::Result<(u64, u64)> {
     getrlimit(Resource::RLIMIT_NOFILE)
 }
 
-/// Raises the limit, logs it, and lowers `limits` if they would not fit beside what a node with
-/// `peers` outgoing peers needs for itself.
-pub fn prepare(limits: &mut Limits, peers: usize) {
+/// Raises the limit, logs it, and lowers `limits` if they would not fit beside the files the
+/// node needs for itself: its own, and the `transport` files its transport may hold (the http
+/// transport's connections to its peers).
+pub fn prepare(limits: &mut Limits, transport: u64) {
     let soft = match raise() {
         Ok((soft, hard)) => {
             tracing::info!(
@@ -35,7 +35,7 @@ pub fn prepare(limits: &mut Limits, peers: usize) {
             soft
         }
     };
-    let reserved = OWN_FILES + (peers * PEER_IN_FLIGHT) as u64;
+    let reserved = OWN_FILES + transport;
     if let Some(change) = limits.fit(soft, reserved) {
         tracing::warn!("{change}");
     }

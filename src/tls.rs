@@ -356,7 +356,7 @@ fn peer_client(files: &TlsFiles) -> Result<Option<reqwest::Client>, String> {
         return Ok(None);
     };
     roots(ca, "--peer-ca")?;
-    let mut builder = crate::transport::http::client_builder().tls_built_in_root_certs(false);
+    let mut builder = crate::peer_client::builder().tls_built_in_root_certs(false);
     let bundle = reqwest::Certificate::from_pem_bundle(&read(ca, "--peer-ca")?)
         .map_err(|e| format!("--peer-ca {}: {e}", ca.display()))?;
     for c in bundle {

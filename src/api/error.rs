@@ -5,6 +5,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
+use crate::transport::http::Refusal;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
     #[error("no leader is known in term {term}")]
@@ -179,5 +181,23 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         resp
+    }
+}
+
+/// A peer message the http transport's ingress refused answers as the API's own errors do.
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> ApiError {
+        match r {
+            Refusal::Body { error, limit } => super::extract::body_error(&error, limit),
+            Refusal::Malformed(e) => ApiError::MalformedMessage(e),
+            Refusal::WrongCertificate { from, names } => ApiError::WrongCertificate { from, names },
+            Refusal::Overloaded => ApiError::Overloaded,
+        }
+    }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
     }
 }

@@ -49,18 +49,22 @@ pub const BODY_LIMIT: usize = 64 * 1024;
 pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(req.into_body(), limit)
         .await
-        .map_err(|e| {
-            if let Some(t) = BodyTimedOut::caused(&e) {
-                return ApiError::RequestTimeout {
-                    after_ms: t.0.as_millis() as u64,
-                };
-            }
-            if cause::<http_body_util::LengthLimitError>(&e).is_some() {
-                ApiError::PayloadTooLarge { limit }
-            } else {
-                ApiError::BadRequest(e.to_string())
-            }
-        })
+        .map_err(|e| body_error(&e, limit))
+}
+
+/// What failed reading a body of at most `limit` bytes: its deadline (408), its size (413) or
+/// the connection (400).
+pub(super) fn body_error(e: &axum::Error, limit: usize) -> ApiError {
+    if let Some(t) = BodyTimedOut::caused(e) {
+        return ApiError::RequestTimeout {
+            after_ms: t.0.as_millis() as u64,
+        };
+    }
+    if cause::<http_body_util::LengthLimitError>(e).is_some() {
+        ApiError::PayloadTooLarge { limit }
+    } else {
+        ApiError::BadRequest(e.to_string())
+    }
 }
 
 /// A JSON body: `application/json`, at most 64 KiB, no unknown fields (the target types deny

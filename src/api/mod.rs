@@ -16,7 +16,6 @@ mod metrics;
 mod openapi;
 mod page;
 mod pause;
-mod peer;
 mod role;
 mod status;
 
@@ -70,8 +69,9 @@ pub struct AppParts {
     pub scheduler: crate::scheduled::Scheduler,
     /// `POST /pause` and `DELETE /pause` to the election loop.
     pub maintenance: mpsc::Sender<MaintenanceRequest>,
-    /// Where `/peer/messages` delivers (the HTTP transport's inbound side).
-    pub ingress: mpsc::Sender<Vec<u8>>,
+    /// The routes the node's transport serves for its peers (the http transport's
+    /// `POST /peer/messages`), merged into the API's; `None` when it serves none.
+    pub ingress: Option<Router>,
     pub clock: LoopClock,
     pub metrics: Arc<Metrics>,
     pub auth: Arc<Auth>,
@@ -104,8 +104,10 @@ impl AppParts {
     }
 }
 
-/// Every route of the service. Pure: building it starts nothing.
+/// Every route of the service: the API's and the transport's ingress. Pure: building it starts
+/// nothing.
 pub fn router(state: AppState) -> Router {
+    let ingress = state.ingress.clone().unwrap_or_default();
     Router::new()
         .route("/", get(page::get_page))
         .route("/leader", get(leader::get_leader))
@@ -138,16 +140,14 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::get_readyz))
         .route("/metrics", get(metrics::get_metrics))
         .route("/openapi.yaml", get(openapi::get_openapi))
-        .route(PEER_MESSAGES, post(peer::post_messages))
+        .with_state(state)
+        .merge(ingress)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
 }
 
-/// The http transport's ingress; the server may reserve connections for it or serve it alone.
-pub const PEER_MESSAGES: &str = "/peer/messages";
-
-/// The paths `router` serves, for the contract test against the OpenAPI document.
+/// The paths `router` serves, for the contract test against the OpenAPI document: the API's,
+/// then the http transport's ingress (served when the node's transport is http).
 pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/"),
     ("get", "/leader"),
@@ -172,7 +172,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/openapi.yaml"),
-    ("post", PEER_MESSAGES),
+    ("post", crate::transport::http::PEER_MESSAGES),
 ];
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

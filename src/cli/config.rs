@@ -15,6 +15,7 @@ use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
 use crate::transport::http::Peer;
 use crate::transport::pilot::PilotConfig;
+use crate::transport::TransportConfig;
 use crate::NodeConfig;
 
 /// `500ms`, `2s`, `1m`, `2h`: a number and a unit, nothing else (a bare number would be
@@ -136,7 +137,6 @@ impl RunArgs {
                 .unwrap_or_else(|| PathBuf::from("pilot-election-data").join(&node_id)),
             node_id,
             group: self.group.clone(),
-            peers,
             members,
             eligible: !self.no_candidate,
             timings,
@@ -144,7 +144,10 @@ impl RunArgs {
             allow_unauthenticated: self.allow_unauthenticated,
             reset_state: self.reset_state,
             accept_member_change: self.accept_member_change,
-            pilot,
+            transport: match pilot {
+                Some(pilot) => TransportConfig::Pilot(pilot),
+                None => TransportConfig::Http { peers },
+            },
             cluster_keys,
             limits: self.server.to_limits()?,
             tls,

@@ -327,7 +327,7 @@ mod tests {
                 healthy: true,
                 last_error: None,
                 reason: None,
-                brokers: None,
+                links: None,
             },
             history: Arc::new(VecDeque::new()),
             timings: timings(),

@@ -9,8 +9,9 @@
 //!   head is closed to make room, then the longest idle one; only when every connection is
 //!   busy with a request is a newcomer refused, with `503 too_many_connections`.
 //! - Peer ingress never depends on the API having room: on a shared port, `--peer-connections`
-//!   slots beyond the cap carry only `POST /peer/messages`; with `--peer-listen` the peers have
-//!   a listener (and cap) of their own.
+//!   slots beyond the cap carry only the transport's peer routes (the http transport's
+//!   `POST /peer/messages`); with `--peer-listen` the peers have a listener (and cap) of their
+//!   own.
 //! - With `--tls-cert`, every connection (on both listeners) is a TLS connection. Its handshake
 //!   runs in the connection's own task, after admission: it holds a slot of the cap, can be
 //!   evicted like a connection that has not sent a head, and must be done, with the first
@@ -61,7 +62,7 @@ use tower::ServiceExt;
 use body::{Deadline, Tracked};
 use conn::{Alarm, Conn, Watched};
 
-use crate::api::{ApiError, PEER_MESSAGES};
+use crate::api::ApiError;
 use crate::metrics::{self, Metrics, Refused};
 use crate::tls::Tls;
 
@@ -166,9 +167,10 @@ enum Scope {
 }
 
 impl Scope {
-    /// The answer for a request this connection may not make, if it is one.
-    fn refusal(self, method: &Method, path: &str) -> Option<ApiError> {
-        let peer = method == Method::POST && path == PEER_MESSAGES;
+    /// The answer for a request this connection may not make, if it is one; `peers` are the
+    /// requests the peers make.
+    fn refusal(self, method: &Method, path: &str, peers: &PeerRoutes) -> Option<ApiError> {
+        let peer = peers.carries(method, path);
         match self {
             Scope::All => None,
             Scope::Api if peer => Some(ApiError::NotFound(format!(
@@ -176,10 +178,29 @@ impl Scope {
             ))),
             Scope::Reserved if !peer => Some(ApiError::TooManyConnections),
             Scope::Peer if !peer => Some(ApiError::NotFound(format!(
-                "{method} {path} (this is the peer listener: only {PEER_MESSAGES})"
+                "{method} {path} (this is the peer listener: only {})",
+                peers.paths()
             ))),
             _ => None,
         }
+    }
+}
+
+/// The routes the node's transport serves for its peers (`transport::Ingress::routes`): `(method,
+/// path)`, the method in lower case. None for a transport without an ingress.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PeerRoutes(pub &'static [(&'static str, &'static str)]);
+
+impl PeerRoutes {
+    fn carries(&self, method: &Method, path: &str) -> bool {
+        self.0
+            .iter()
+            .any(|(m, p)| *p == path && method.as_str().eq_ignore_ascii_case(m))
+    }
+
+    fn paths(&self) -> String {
+        let paths: Vec<&str> = self.0.iter().map(|(_, p)| *p).collect();
+        paths.join(", ")
     }
 }
 
@@ -254,6 +275,8 @@ struct Shared {
     pools: [Pool; 2],
     /// Whether peers have their own listener.
     peer_listener: bool,
+    /// What the peers may ask for.
+    peer_routes: PeerRoutes,
     refusals: Arc<Semaphore>,
     tasks: TaskTracker,
     stop: CancellationToken,
@@ -296,10 +319,12 @@ const API: usize = 0;
 const PEER: usize = 1;
 
 /// Serves `router` on `listeners` until `stop` is cancelled, then until the requests in
-/// progress are done (the caller bounds that wait).
+/// progress are done (the caller bounds that wait). `peer_routes` are those of the router's
+/// routes the peers use, which connections kept for peers carry.
 pub async fn serve(
     listeners: Listeners,
     router: Router,
+    peer_routes: PeerRoutes,
     limits: Limits,
     tls: Option<Arc<Tls>>,
     metrics: Arc<Metrics>,
@@ -321,6 +346,7 @@ pub async fn serve(
         limits,
         metrics,
         peer_listener: listeners.peer.is_some(),
+        peer_routes,
         refusals: Arc::new(Semaphore::new(REFUSALS)),
         tasks: TaskTracker::new(),
         stop,
@@ -606,7 +632,7 @@ async fn answer(
     remote: SocketAddr,
     scope: Scope,
 ) -> Response<Body> {
-    if let Some(e) = scope.refusal(req.method(), req.uri().path()) {
+    if let Some(e) = scope.refusal(req.method(), req.uri().path(), &shared.peer_routes) {
         if e == ApiError::TooManyConnections {
             shared.metrics.refused(Refused::MaxConnections);
             return closing(e);
@@ -724,7 +750,9 @@ mod tests {
     fn each_scope_refuses_what_it_does_not_carry() {
         let post = Method::POST;
         let get = Method::GET;
-        let code = |s: Scope, m: &Method, p: &str| s.refusal(m, p).map(|e| e.code());
+        const PEER_MESSAGES: &str = "/peer/messages";
+        let peers = PeerRoutes(&[("post", PEER_MESSAGES)]);
+        let code = |s: Scope, m: &Method, p: &str| s.refusal(m, p, &peers).map(|e| e.code());
         assert_eq!(code(Scope::All, &post, PEER_MESSAGES), None);
         assert_eq!(code(Scope::All, &get, "/leader"), None);
         assert_eq!(code(Scope::Api, &get, "/leader"), None);
@@ -737,5 +765,11 @@ mod tests {
         assert_eq!(code(Scope::Peer, &post, PEER_MESSAGES), None);
         assert_eq!(code(Scope::Peer, &get, "/leader"), Some("not_found"));
         assert_eq!(code(Scope::Peer, &get, PEER_MESSAGES), Some("not_found"));
+        // A transport without an ingress (pilot): the peers' slots carry nothing.
+        let none = PeerRoutes::default();
+        assert_eq!(
+            Scope::Reserved.refusal(&post, PEER_MESSAGES, &none),
+            Some(ApiError::TooManyConnections)
+        );
     }
 }

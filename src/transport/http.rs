@@ -1,54 +1,42 @@
-//! The built-in transport: each message is POSTed to every peer's `/peer/messages`.
+//! The built-in transport: each message is POSTed to every peer's `/peer/messages`, the route
+//! [`ingress`] serves.
 //!
 //! Every peer has its own bounded queue and a bounded number of requests in flight, so a slow or
 //! dead peer costs at most that much memory and never delays the others or the election loop;
 //! what does not fit is dropped (the protocol tolerates loss, not a stuck leader).
 
-use std::collections::HashMap;
+mod ingress;
+
+pub use ingress::{ingress, Refusal, PEER_MESSAGES};
+
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+
+use serde::Serialize;
 
 use tokio::sync::{mpsc, Semaphore};
 
-use super::{Health, HealthCell, Inbound, Transport};
+use super::{Health, Inbound, Link, Links, Transport};
+use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::metrics::Metrics;
-
-/// The current client for `https://` peers (from the tls module, replaced when the certificates are
-/// reloaded); `None` falls back to the plain client.
-pub type PeerClients = Arc<dyn Fn() -> Option<reqwest::Client> + Send + Sync>;
+use crate::peer_client::{self, PEER_IN_FLIGHT};
+use crate::tls::Tls;
 
 /// Messages waiting for one peer; older ones are worth little once newer ones exist.
 const PEER_QUEUE: usize = 32;
-/// Requests in flight to one peer, hence also the most connections to it.
-pub const PEER_IN_FLIGHT: usize = 4;
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
-const REQUEST_TIMEOUT: Duration = Duration::from_millis(1000);
-/// A pooled connection unused this long is closed by us, well before the peer's own idle
-/// timeout (`--idle-timeout`, 60 s by default) could close it under a request.
-pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The peer client's settings; the tls module adds TLS to them for `https://` peers.
-pub fn client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(REQUEST_TIMEOUT)
-        .pool_max_idle_per_host(PEER_IN_FLIGHT)
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-}
 
 /// Where each request gets its client: one for good, or the TLS configuration's current one
 /// (replaced when the certificates are reloaded).
 #[derive(Clone)]
 enum Clients {
     Plain(reqwest::Client),
-    Tls(reqwest::Client, PeerClients),
+    Tls(reqwest::Client, Arc<Tls>),
 }
 
 impl Clients {
     fn get(&self) -> reqwest::Client {
         match self {
             Clients::Plain(c) => c.clone(),
-            Clients::Tls(fallback, current) => current().unwrap_or_else(|| fallback.clone()),
+            Clients::Tls(fallback, tls) => tls.peer_client().unwrap_or_else(|| fallback.clone()),
         }
     }
 }
@@ -63,58 +51,153 @@ pub struct Peer {
 pub struct HttpTransport {
     peers: Vec<mpsc::Sender<Arc<[u8]>>>,
     inbound: Inbound,
-    health: Arc<HealthCell>,
+    reach: Arc<Reach>,
     metrics: Arc<Metrics>,
 }
 
-/// Which peers answered their latest request, to judge whether a quorum is reachable.
+/// What the latest request to each peer found: whether a quorum is reachable, and each peer for
+/// `/status`.
 struct Reach {
-    ok: Mutex<HashMap<String, bool>>,
+    /// In the order of `--peer`.
+    peers: Mutex<Vec<PeerReach>>,
     /// Peers that must answer for this node to reach a quorum (itself counted).
     needed: usize,
+    /// The latest failure of any peer.
+    last_error: Mutex<Option<String>>,
+}
+
+/// One peer as `/status` shows it: a link named by `id`, in `state`, the other fields its
+/// detail.
+#[derive(Debug, Clone, Serialize)]
+struct PeerReach {
+    #[serde(skip)]
+    id: String,
+    #[serde(skip)]
+    state: PeerState,
+    /// When the current state began (wall clock, RFC 3339; for display).
+    #[serde(serialize_with = "as_rfc3339")]
+    since: u64,
+    /// The latest failure to deliver to it, whenever it was.
+    last_error: Option<String>,
+}
+
+fn as_rfc3339<S: serde::Serializer>(ms: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*ms))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerState {
+    /// Nothing was sent to it yet.
+    Unknown,
+    /// It took the latest message.
+    Reachable,
+    /// The latest message to it failed.
+    Unreachable,
+}
+
+impl PeerState {
+    fn as_str(self) -> &'static str {
+        match self {
+            PeerState::Unknown => "unknown",
+            PeerState::Reachable => "reachable",
+            PeerState::Unreachable => "unreachable",
+        }
+    }
+}
+
+impl Reach {
+    fn new(peers: &[Peer], quorum: usize) -> Reach {
+        let since = unix_ms_now();
+        Reach {
+            peers: Mutex::new(
+                peers
+                    .iter()
+                    .map(|p| PeerReach {
+                        id: p.id.clone(),
+                        state: PeerState::Unknown,
+                        since,
+                        last_error: None,
+                    })
+                    .collect(),
+            ),
+            needed: quorum.saturating_sub(1),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// The latest request to peer `index` succeeded (`error` is `None`) or failed, and why.
+    fn record(&self, index: usize, error: Option<String>) {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let peer = &mut peers[index];
+        let state = match error {
+            None => PeerState::Reachable,
+            Some(_) => PeerState::Unreachable,
+        };
+        if peer.state != state {
+            peer.state = state;
+            peer.since = unix_ms_now();
+        }
+        if let Some(e) = error {
+            *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(format!("peer {}: {e}", peer.id));
+            peer.last_error = Some(e);
+        }
+    }
+
+    /// Healthy while enough peers answer for this node to be part of a quorum.
+    fn health(&self) -> Health {
+        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let reachable = peers
+            .iter()
+            .filter(|p| p.state == PeerState::Reachable)
+            .count();
+        Health {
+            kind: "http",
+            healthy: reachable >= self.needed,
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            reason: None,
+            links: Some(Links {
+                list: "peers",
+                name: "peer",
+                entries: peers
+                    .iter()
+                    .map(|p| Link::new(p.id.clone(), p.state.as_str(), p))
+                    .collect(),
+            }),
+        }
+    }
 }
 
 impl HttpTransport {
     /// Starts one sender task per peer. The transport counts as healthy when enough peers
-    /// answer for this node to be part of a `quorum`.
+    /// answer for this node to be part of a `quorum`. With `tls`, every request is sent with
+    /// the peer client it gives at that moment (`--peer-ca` and the node's client certificate,
+    /// replaced on reload).
     pub fn start(
         peers: Vec<Peer>,
         quorum: usize,
         inbound: Inbound,
         metrics: Arc<Metrics>,
+        tls: Option<Arc<Tls>>,
     ) -> Result<Self, reqwest::Error> {
-        Self::start_with_tls(peers, quorum, inbound, metrics, None)
-    }
-
-    /// As [`HttpTransport::start`], every request sent with the client `tls` gives at that
-    /// moment (`--peer-ca` and the node's client certificate, replaced on reload).
-    pub fn start_with_tls(
-        peers: Vec<Peer>,
-        quorum: usize,
-        inbound: Inbound,
-        metrics: Arc<Metrics>,
-        tls: Option<PeerClients>,
-    ) -> Result<Self, reqwest::Error> {
-        let plain = client_builder().build()?;
-        let client = match tls {
-            Some(current) => Clients::Tls(plain, current),
+        let plain = peer_client::builder().build()?;
+        let client = match tls.filter(|t| t.peer_client().is_some()) {
+            Some(tls) => Clients::Tls(plain, tls),
             None => Clients::Plain(plain),
         };
-        let needed = quorum.saturating_sub(1);
-        let health = Arc::new(HealthCell::new("http", needed == 0));
-        let reach = Arc::new(Reach {
-            ok: Mutex::new(HashMap::new()),
-            needed,
-        });
+        let reach = Arc::new(Reach::new(&peers, quorum));
         let mut senders = Vec::new();
-        for peer in peers {
+        for (index, peer) in peers.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel(PEER_QUEUE);
             senders.push(tx);
             tokio::spawn(peer_task(
-                peer,
+                (index, peer),
                 rx,
                 client.clone(),
-                health.clone(),
                 reach.clone(),
                 metrics.clone(),
             ));
@@ -122,34 +205,27 @@ impl HttpTransport {
         Ok(HttpTransport {
             peers: senders,
             inbound,
-            health,
+            reach,
             metrics,
         })
     }
 }
 
 async fn peer_task(
-    peer: Peer,
+    (index, peer): (usize, Peer),
     mut rx: mpsc::Receiver<Arc<[u8]>>,
     client: Clients,
-    health: Arc<HealthCell>,
     reach: Arc<Reach>,
     metrics: Arc<Metrics>,
 ) {
-    let url = format!("{}/peer/messages", peer.url.trim_end_matches('/'));
+    let url = format!("{}{PEER_MESSAGES}", peer.url.trim_end_matches('/'));
     let slots = Arc::new(Semaphore::new(PEER_IN_FLIGHT));
     while let Some(bytes) = rx.recv().await {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (client, url, health, reach, metrics, id) = (
-            client.get(),
-            url.clone(),
-            health.clone(),
-            reach.clone(),
-            metrics.clone(),
-            peer.id.clone(),
-        );
+        let (client, url, reach, metrics) =
+            (client.get(), url.clone(), reach.clone(), metrics.clone());
         tokio::spawn(async move {
             let started = crate::clock::now();
             let result = client
@@ -164,13 +240,10 @@ async fn peer_task(
                 Ok(_) => None,
                 Err(e) => {
                     metrics.publish_failed();
-                    Some(format!("peer {id}: {}", without_url(&e)))
+                    Some(without_url(&e))
                 }
             };
-            let mut ok = reach.ok.lock().unwrap_or_else(|e| e.into_inner());
-            ok.insert(id, error.is_none());
-            let reachable = ok.values().filter(|v| **v).count();
-            health.set(reachable >= reach.needed, error);
+            reach.record(index, error);
             drop(permit);
         });
     }
@@ -210,6 +283,57 @@ impl Transport for HttpTransport {
     }
 
     fn health(&self) -> Health {
-        self.health.get()
+        self.reach.health()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_peer_shows_its_latest_request_and_a_quorum_of_answers_is_healthy() {
+        let peer = |id: &str| Peer {
+            id: id.into(),
+            url: format!("http://{id}"),
+        };
+        // Five members: this node and two peers make a quorum.
+        let reach = Reach::new(&[peer("b"), peer("c"), peer("d"), peer("e")], 3);
+        let states = |h: &Health| -> Vec<&'static str> {
+            h.links
+                .as_ref()
+                .unwrap()
+                .entries
+                .iter()
+                .map(|l| l.state)
+                .collect()
+        };
+        let h = reach.health();
+        assert!(!h.healthy);
+        assert_eq!(states(&h), ["unknown"; 4]);
+        reach.record(0, None);
+        reach.record(2, Some("timed out".into()));
+        assert!(!reach.health().healthy, "one peer of the two needed");
+        reach.record(3, None);
+        let h = reach.health();
+        assert!(h.healthy);
+        assert_eq!(
+            states(&h),
+            ["reachable", "unknown", "unreachable", "reachable"]
+        );
+        assert_eq!(h.last_error.as_deref(), Some("peer d: timed out"));
+        let json = serde_json::to_value(&h).unwrap();
+        let d = &json["peers"][2];
+        assert_eq!(
+            (&d["peer"], &d["state"]),
+            (&"d".into(), &"unreachable".into())
+        );
+        assert_eq!(d["last_error"], "timed out");
+        assert!(d["since"].as_str().is_some_and(|s| s.ends_with('Z')), "{d}");
+        // Back: reachable again, its last failure kept.
+        reach.record(2, None);
+        let json = serde_json::to_value(reach.health()).unwrap();
+        assert_eq!(json["peers"][2]["state"], "reachable");
+        assert_eq!(json["peers"][2]["last_error"], "timed out");
     }
 }

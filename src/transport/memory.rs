@@ -50,7 +50,7 @@ impl Transport for MemoryTransport {
             healthy: true,
             last_error: None,
             reason: None,
-            brokers: None,
+            links: None,
         }
     }
 }

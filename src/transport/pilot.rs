@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Health, Inbound, Transport};
+use super::{Health, Inbound, Links, Transport};
 use crate::metrics::Metrics;
 use crate::pilotctl::Pilotctl;
 pub use broker_link::{BrokerHealth, LinkState};
@@ -94,7 +94,7 @@ struct Identity {
 }
 
 /// Every broker's diagnosis, shared by its subscription task, the publishes and `health()`.
-struct Links {
+struct Brokers {
     brokers: Mutex<Vec<BrokerLink>>,
     /// The latest error of any publish or subscription.
     last_error: Mutex<Option<String>>,
@@ -109,7 +109,7 @@ fn report_state(metrics: &Metrics, broker: &str, state: LinkState) {
         &LinkState::ALL.map(LinkState::as_str),
     );
 }
-impl Links {
+impl Brokers {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<BrokerLink>> {
         self.brokers.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -179,7 +179,11 @@ impl Links {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
             reason,
-            brokers: Some(brokers),
+            links: Some(Links {
+                list: "brokers",
+                name: "broker",
+                entries: brokers.iter().map(BrokerHealth::link).collect(),
+            }),
         }
     }
 }
@@ -195,7 +199,7 @@ fn log(notes: Vec<Note>, broker: &str) {
 
 pub struct PilotTransport {
     config: PilotConfig,
-    links: Arc<Links>,
+    links: Arc<Brokers>,
     in_flight: Arc<Semaphore>,
     metrics: Arc<Metrics>,
 }
@@ -220,7 +224,7 @@ impl PilotTransport {
                 })
             })
             .collect();
-        let links = Arc::new(Links {
+        let links = Arc::new(Brokers {
             brokers: Mutex::new(brokers),
             last_error: Mutex::new(None),
             metrics: metrics.clone(),
@@ -299,7 +303,7 @@ async fn publish_one(
     topic: &str,
     text: &str,
     metrics: &Metrics,
-    links: &Links,
+    links: &Brokers,
 ) -> Option<Instant> {
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=PUBLISH_ATTEMPTS {
@@ -332,7 +336,7 @@ async fn subscribe_loop(
     broker: String,
     config: PilotConfig,
     inbound: Inbound,
-    links: Arc<Links>,
+    links: Arc<Brokers>,
     dedup: Arc<Mutex<Dedup>>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,

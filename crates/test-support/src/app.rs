@@ -537,7 +537,7 @@ pub fn node_config(
     pilot_election::NodeConfig {
         node_id: id.into(),
         group: "in-process".into(),
-        peers: Vec::new(),
+        transport: pilot_election::transport::TransportConfig::Http { peers: Vec::new() },
         members: pilot_election::election::MemberSet::new(id, members.iter().copied())
             .expect("valid members"),
         priority: 1,
@@ -548,7 +548,6 @@ pub fn node_config(
         allow_unauthenticated: auth.allow_unauthenticated,
         reset_state: false,
         accept_member_change: false,
-        pilot: None,
         cluster_keys: None,
         limits: pilot_election::server::Limits::default(),
         exec: None,

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::pilotctl::{ErrorCode, PilotctlError};
+use crate::transport::Link;
 
 /// A new subscription that neither delivered anything nor ended within this long is trusted
 /// to work. A broker that refuses a node closes the connection within a round trip of the
@@ -55,9 +56,8 @@ pub const EPISODE_ENDS_AFTER: Duration = Duration::from_secs(10);
 /// Own publishes remembered per broker while they wait for their echo.
 const SENT_MEMORY: usize = 64;
 
-/// The state of one broker's subscription, as `/status` and the metric name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// The state of one broker's subscription, as `/status` and the metric name it ([`Self::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkState {
     /// No subscription has proven itself yet since the node started.
     Starting,
@@ -176,10 +176,13 @@ pub enum Note {
     Info(String),
 }
 
-/// One broker as `/status` shows it.
+/// One broker as `/status` shows it: a link of the transport's [`Health`](crate::transport::Health)
+/// named by `broker`, in `state`, the other fields serialized as its detail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BrokerHealth {
+    #[serde(skip)]
     pub broker: String,
+    #[serde(skip)]
     pub state: LinkState,
     /// When the current state began (wall clock, RFC 3339; for display).
     pub since: String,
@@ -192,6 +195,12 @@ pub struct BrokerHealth {
     pub cause: Option<String>,
     /// What to run to fix it.
     pub fix: Option<String>,
+}
+
+impl BrokerHealth {
+    pub fn link(&self) -> Link {
+        Link::new(self.broker.clone(), self.state.as_str(), self)
+    }
 }
 
 /// Who this node is and how it subscribes, for the explanations.

@@ -1,0 +1,88 @@
+//! `POST /peer/messages`: where the http transport's peers deliver wire messages. The node's
+//! HTTP server serves it beside the API (the API's router merges it, and the server keeps
+//! connections for it or a listener of its own, `--peer-listen`).
+//!
+//! Bytes are checked here so that the sender learns at once that a message is malformed; the
+//! election loop parses again (it owns counting and the rules). Over mutual TLS the sender is
+//! known by its certificate, so a message is taken only from the member the certificate names:
+//! another member's key or a stolen certificate cannot speak for anyone else.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use crate::election::{Message, MAX_MESSAGE_BYTES};
+use crate::metrics::Metrics;
+use crate::tls::cert::ClientNames;
+use crate::transport::{Inbound, Ingress};
+
+/// The route's path; the peers' senders POST to it.
+pub const PEER_MESSAGES: &str = "/peer/messages";
+
+/// Why a peer's message was refused. The API renders it as it renders every error of the node
+/// (`api::ApiError`, one shape for all of them), so the transport needs no error format of its
+/// own.
+#[derive(Debug)]
+pub enum Refusal {
+    /// The body could not be read whole within `limit` bytes (too large, too slow, broken).
+    Body { error: axum::Error, limit: usize },
+    /// Not a wire message.
+    Malformed(String),
+    /// Over mutual TLS, the certificate does not name the member the message is from.
+    WrongCertificate { from: String, names: Vec<String> },
+    /// The election loop's inbound queue is full.
+    Overloaded,
+}
+
+#[derive(Clone)]
+struct Delivery {
+    inbound: Inbound,
+    metrics: Arc<Metrics>,
+}
+
+/// The route, delivering into `inbound` (the queue the election loop reads).
+pub fn ingress(inbound: Inbound, metrics: Arc<Metrics>) -> Ingress {
+    Ingress {
+        router: Router::new()
+            .route(PEER_MESSAGES, post(post_messages))
+            .with_state(Delivery { inbound, metrics }),
+        routes: &[("post", PEER_MESSAGES)],
+    }
+}
+
+async fn post_messages(
+    State(s): State<Delivery>,
+    req: Request,
+) -> Result<(StatusCode, Json<Value>), Refusal> {
+    let names = req.extensions().get::<ClientNames>().cloned();
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_MESSAGE_BYTES)
+        .await
+        .map_err(|error| Refusal::Body {
+            error,
+            limit: MAX_MESSAGE_BYTES,
+        })?;
+    let m = match Message::parse(&bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            s.metrics.received("unknown", "malformed");
+            return Err(Refusal::Malformed(e.to_string()));
+        }
+    };
+    if let Some(names) = names {
+        if !names.names_member(&m.from) {
+            s.metrics.received("unknown", "wrong_certificate");
+            return Err(Refusal::WrongCertificate {
+                from: m.from,
+                names: names.0.to_vec(),
+            });
+        }
+    }
+    s.inbound
+        .try_send(bytes.to_vec())
+        .map_err(|_| Refusal::Overloaded)?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+}
