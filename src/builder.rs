@@ -17,6 +17,8 @@ use crate::exit_budget;
 use crate::health_check::{HealthCheckConfig, HealthChecks};
 use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
+use crate::observer::{Observer, ObserverConfig, Source as ObserverSource};
+use crate::observer_table::ObserverTable;
 use crate::runtime::{Runtime, RuntimeError, Wiring};
 use crate::server::{Limits, Listeners, PeerRoutes};
 use crate::signing::KeyRing;
@@ -194,6 +196,7 @@ impl NodeBuilder {
         };
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
         let (maintenance_tx, maintenance_rx) = mpsc::channel(8);
+        let observers = ObserverTable::shared();
         let (mut runtime, snapshot, clock) = Runtime::new(
             node,
             loaded.store,
@@ -207,6 +210,7 @@ impl NodeBuilder {
                 group: config.group.clone(),
                 info: config.info.clone(),
                 maintenance: maintenance_rx,
+                observers: observers.clone(),
             },
         );
         tracing::info!(
@@ -260,6 +264,8 @@ impl NodeBuilder {
             events,
             hooks: hooks.as_ref().map(Hooks::handle),
             health: health.as_ref().map(HealthChecks::handle),
+            observers,
+            observing: None,
         });
         Ok(BuiltNode {
             runtime,
@@ -429,6 +435,112 @@ pub async fn run(
         .build()?
         .serve(listeners, shutdown)
         .await
+}
+
+/// `run --observe`, already validated: what the observer follows, and how its API is served.
+#[derive(Debug, Clone)]
+pub struct ObserverNodeConfig {
+    pub observer: ObserverConfig,
+    /// Connection caps and timeouts of its HTTP server.
+    pub limits: Limits,
+    /// `--tls-cert` and friends for its own API; `None` is plain HTTP.
+    pub tls: Option<Arc<Tls>>,
+    /// `--on-change`: run on every change of the leader it knows (role `observer`).
+    pub on_change: Option<HookConfig>,
+}
+
+/// Runs an observer on `listeners` until `shutdown` resolves: it follows the election
+/// ([`crate::observer`]) and serves the read API from what it knows. Its API refuses every
+/// command, and it never answers 200 on `/role/leader`.
+pub async fn run_observer(
+    mut config: ObserverNodeConfig,
+    listeners: impl Into<Listeners>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    crate::open_files::prepare(&mut config.limits, 0);
+    let listeners = listeners.into();
+    let o = &config.observer;
+    let (node_id, group, timings) = (o.node_id.clone(), o.group.clone(), o.timings);
+    tracing::info!(
+        node = %node_id,
+        members = %o.members,
+        transport = match &o.source {
+            ObserverSource::Http { .. } => "http",
+            ObserverSource::Pilot(_) => "pilot",
+        },
+        verified = o.cluster_keys.is_some(),
+        "observer starting: it follows the election without a vote"
+    );
+    let metrics = Arc::new(Metrics::new());
+    let observer = Observer::start(config.observer.clone(), metrics.clone());
+    let hooks = config.on_change.clone().map(|h| {
+        let who = (node_id.clone(), group.clone());
+        Hooks::start(h, observer.changes.clone(), who, timings, metrics.clone())
+    });
+    // Nothing takes commands: the observer's router refuses them before any would be sent.
+    let (commands, _) = mpsc::channel(1);
+    let (maintenance, _) = mpsc::channel(1);
+    let snapshot = observer.snapshot.clone();
+    let started = crate::clock::wall::unix_ms_now() / 1000;
+    let events = crate::api::start_event_log(snapshot.clone(), event_run(&node_id, started));
+    let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
+    let state = AppState::new(AppParts {
+        tls: config.tls.clone(),
+        scheduler,
+        snapshot,
+        commands,
+        maintenance,
+        ingress: None,
+        clock: observer.clock.clone(),
+        metrics: metrics.clone(),
+        auth: Arc::new(Auth {
+            token: None,
+            allow_unauthenticated: false,
+        }),
+        subscribers: Subscribers::new(config.limits.max_event_subscribers),
+        events,
+        hooks: hooks.as_ref().map(Hooks::handle),
+        health: None,
+        observers: ObserverTable::shared(),
+        observing: Some(observer.observing.clone()),
+    });
+    let _stop_watch = config.tls.as_ref().map(|tls| {
+        let stop = CancellationToken::new();
+        tls.watch(stop.clone());
+        stop.drop_guard()
+    });
+    tracing::info!(
+        listen = %listeners.api.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "serving"
+    );
+    let server_done = CancellationToken::new();
+    let server = tokio::spawn(crate::server::serve(
+        listeners,
+        crate::api::router(state),
+        PeerRoutes(&[]),
+        config.limits,
+        config.tls,
+        metrics,
+        server_done.clone(),
+    ));
+    crate::notify::ready();
+    shutdown.await;
+    crate::notify::stopping();
+    tracing::info!("observer stopping");
+    server_done.cancel();
+    if let Some(h) = &hooks {
+        h.handle().exiting();
+    }
+    let _ = tokio::join!(
+        tokio::time::timeout(exit_budget::SERVER_CLOSE, server),
+        observer.finish(),
+        async {
+            if let Some(h) = hooks {
+                h.finish().await;
+            }
+        }
+    );
+    Ok(())
 }
 
 #[cfg(test)]

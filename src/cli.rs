@@ -21,7 +21,7 @@ pub mod tls;
 
 pub use config::{parse_duration, ConfigError, PilotctlVerdict};
 pub use process::shutdown_signal;
-use process::{init_tracing, run_node};
+use process::{init_tracing, run_node, run_observer_node};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_REFUSED: i32 = 1;
@@ -214,6 +214,11 @@ pub struct RunArgs {
     /// Passes in a row that make an unhealthy node healthy again [default: 2].
     #[arg(long, env = "PILOT_ELECTION_HEALTH_SUCCESSES")]
     pub health_successes: Option<u32>,
+    /// Follow the election without a vote (an observer): never campaigns, never counts towards
+    /// a quorum; serves the read API. Over http it follows the --peer members' /events, over
+    /// pilot it subscribes to the topic.
+    #[arg(long, env = "PILOT_ELECTION_OBSERVE")]
+    pub observe: bool,
 }
 
 #[derive(Debug, Args)]
@@ -347,6 +352,24 @@ pub fn main() -> i32 {
         }
     };
     let code = match cli.command {
+        Command::Run(mut args) if args.observe => {
+            let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
+                rt.block_on(args.resolve_node_id())?;
+                Ok((v, args.to_observer_config()?))
+            });
+            let (pilotctl, config) = match checked {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("pilot-election: {e}");
+                    return e.exit_code();
+                }
+            };
+            init_tracing(args.log_format);
+            if let Some((ctl, verdict)) = pilotctl {
+                verdict.log(&ctl);
+            }
+            rt.block_on(run_observer_node(config, &args.listen, &args.server))
+        }
         Command::Run(mut args) => {
             let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
                 rt.block_on(args.resolve_node_id())?;

@@ -53,6 +53,8 @@ pub mod hooks;
 pub mod log_limit;
 pub mod metrics;
 pub mod notify;
+pub mod observer;
+pub mod observer_table;
 pub mod open_files;
 pub mod peer_client;
 pub mod pilotctl;
@@ -64,4 +66,4 @@ pub mod store;
 pub mod tls;
 pub mod transport;
 
-pub use builder::{run, NodeBuilder, NodeConfig, RunError};
+pub use builder::{run, run_observer, NodeBuilder, NodeConfig, ObserverNodeConfig, RunError};

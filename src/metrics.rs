@@ -57,6 +57,8 @@ pub struct Metrics {
     pub app_healthy: Gauge,
     pub health_checks: Family<Labels, Counter>,
     pub health_check_duration: Histogram,
+    /// Observers this member knows of, by how (`topic`, `events`); set at scrape time.
+    pub observers: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -99,6 +101,7 @@ impl Metrics {
             app_healthy: Gauge::default(),
             health_checks: Family::default(),
             health_check_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            observers: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
@@ -231,6 +234,11 @@ impl Metrics {
                 "on_change_run_duration_seconds",
                 "How long each --on-change hook run took",
                 m.on_change_duration.clone(),
+            );
+            r.register(
+                "observers",
+                "Observers (run --observe) this member knows of: heard on the election topic within 30 s (via=topic), or following its /events now (via=events)",
+                m.observers.clone(),
             );
             r.register(
                 "on_change_coalesced",

@@ -28,6 +28,7 @@ use crate::election::{
     Outcome, Role, Timings, Transition, View,
 };
 use crate::metrics::Metrics;
+use crate::observer_table::Observers;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
@@ -35,8 +36,7 @@ use crate::transport::{Health, Transport};
 mod change;
 mod maintenance;
 mod stray;
-use change::Reporter;
-pub use change::{reason as change_reason, Change, ChangeRole};
+pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
 pub use maintenance::MaintenanceRequest;
 use stray::StrayLog;
 
@@ -125,6 +125,8 @@ pub struct Runtime {
     maintenance: Option<Maintenance>,
     /// What the core was last told of it.
     maintenance_in_core: bool,
+    /// The observers heard on the topic (their announcements never reach the core).
+    observers: Observers,
 }
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
@@ -148,6 +150,8 @@ pub struct Wiring {
     pub info: Option<NodeInfo>,
     /// `POST /pause` and `DELETE /pause`.
     pub maintenance: mpsc::Receiver<MaintenanceRequest>,
+    /// Where announcements of observers (`run --observe`) are recorded, for `/status`.
+    pub observers: Observers,
 }
 
 impl Runtime {
@@ -205,6 +209,7 @@ impl Runtime {
             maintenance_requests: wiring.maintenance,
             maintenance,
             maintenance_in_core: false,
+            observers: wiring.observers,
         };
         (rt, rx, loop_clock)
     }
@@ -370,6 +375,17 @@ impl Runtime {
             None => Message::parse(bytes).map_err(Rejection::from),
         };
         match checked {
+            Ok(msg) if msg.observer => {
+                // An observer's announcement: recorded, never a stray, never the core's. A
+                // member's id in one is a misconfigured observer; it changes nothing either.
+                if msg.group == self.group && !self.node.members().contains(&msg.from) {
+                    self.observers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .heard(clock::now(), &msg.from);
+                }
+                self.metrics.received(msg.body.kind(), "observer");
+            }
             Ok(msg) => {
                 if msg.group == self.group && self.node.members().contains(&msg.from) {
                     Arc::make_mut(&mut self.directory).record(

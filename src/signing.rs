@@ -369,16 +369,17 @@ mod tests {
                 timestamp: 1,
                 lease_ms: 2000,
                 advert: crate::election::Advert {
-                    unhealthy: false,
                     priority: 1,
                     candidacy: crate::election::Candidacy::Eligible,
                     hears: vec!["b".into()],
                     member_ids: vec!["a".into(), "b".into()],
                     flapped: false,
+                    unhealthy: false,
                 },
             },
             info: None,
             maintenance: None,
+            observer: false,
             kid: None,
             sig: None,
         }

@@ -225,6 +225,7 @@ fn message(from: String, term: u64, seq: u64, body: Body, v: u32, timings: Annou
         body,
         info: None,
         maintenance: None,
+        observer: false,
         kid: None,
         sig: None,
     }

@@ -66,6 +66,8 @@ pub enum ApiError {
     WrongCertificate { from: String, names: Vec<String> },
     #[error("this request needs a client certificate (the node lets connections without one only read: --tls-anonymous-reads)")]
     ClientCertificateRequired,
+    #[error("this node is an observer (run --observe): it neither votes nor leads, so it takes no command; send it to a member")]
+    Observer,
 }
 
 impl ApiError {
@@ -82,7 +84,8 @@ impl ApiError {
             NotLeader { .. }
             | TermMismatch { .. }
             | NoSuccessorInMaintenance(_)
-            | AlreadyScheduled { .. } => StatusCode::CONFLICT,
+            | AlreadyScheduled { .. }
+            | Observer => StatusCode::CONFLICT,
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Unauthorized | ClientCertificateRequired => StatusCode::UNAUTHORIZED,
             Forbidden | AdminTokenNotConfigured | WrongCertificate { .. } => StatusCode::FORBIDDEN,
@@ -123,6 +126,7 @@ impl ApiError {
             NothingScheduled => "nothing_scheduled",
             WrongCertificate { .. } => "wrong_certificate",
             ClientCertificateRequired => "client_certificate_required",
+            Observer => "observer",
         }
     }
 

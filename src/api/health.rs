@@ -132,8 +132,41 @@ pub fn readiness(snap: &Snapshot) -> ReadyBody {
     }
 }
 
+/// An observer votes for nobody: it is ready when it follows the election, its transport
+/// working (over http: a member's stream open) and a member heard within its time.
+pub fn observer_readiness(snap: &Snapshot) -> ReadyBody {
+    let heard = snap.members.iter().filter(|m| m.live).count();
+    let mut reasons = Vec::new();
+    if !snap.transport.healthy {
+        let why = (snap.transport.reason.as_deref())
+            .or(snap.transport.last_error.as_deref())
+            .unwrap_or("no error reported yet");
+        reasons.push(format!(
+            "observer: transport {} not following: {why}",
+            snap.transport.kind
+        ));
+    }
+    if heard == 0 {
+        reasons.push("observer: no member heard yet".to_string());
+    }
+    ReadyBody {
+        ready: reasons.is_empty(),
+        reason: reasons.first().cloned(),
+        can_vote: false,
+        voters_heard: heard,
+        quorum: snap.member_set.quorum(),
+        mismatched_members: Vec::new(),
+        reasons,
+        transport: snap.transport.clone(),
+    }
+}
+
 pub async fn get_readyz(State(s): State<AppState>) -> (StatusCode, Json<ReadyBody>) {
-    let body = readiness(&s.snapshot());
+    let snap = s.snapshot();
+    let body = match s.observing {
+        Some(_) => observer_readiness(&snap),
+        None => readiness(&snap),
+    };
     let code = if body.ready {
         StatusCode::OK
     } else {

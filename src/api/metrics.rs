@@ -18,6 +18,15 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     };
     m.last_heartbeat_age.set(hb_age);
     m.event_subscribers.set(s.subscribers.open() as i64);
+    {
+        use crate::observer_table::Via;
+        let table = s.observers.lock().unwrap_or_else(|e| e.into_inner());
+        for via in [Via::Topic, Via::Events] {
+            m.observers
+                .get_or_create(&vec![("via", via.as_str().to_string())])
+                .set(table.count(now, via) as i64);
+        }
+    }
     m.maintenance.set(i64::from(snap.view.maintenance));
     if let Some(tls) = &s.tls {
         let now = (crate::clock::wall::unix_ms_now() / 1000) as i64;
@@ -31,7 +40,10 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
         .set(i64::from(s.scheduler.pending().is_some()));
     m.ready
         .get_or_create(&vec![("transport", snap.transport.kind.to_string())])
-        .set(i64::from(super::health::readiness(&snap).ready));
+        .set(i64::from(match s.observing {
+            Some(_) => super::health::observer_readiness(&snap).ready,
+            None => super::health::readiness(&snap).ready,
+        }));
     for member in &snap.members {
         // -1 for a member never heard, like the heartbeat age without a leader.
         let age = member

@@ -83,6 +83,12 @@ pub struct AppParts {
     pub hooks: Option<crate::hooks::HooksHandle>,
     /// The `--health-cmd`/`--health-url` checks, for `/status`; `None` without them.
     pub health: Option<crate::health_check::HealthHandle>,
+    /// The observers this member knows of (`/status`, the metric); an `/events` stream that
+    /// names its observer is recorded here while it is open.
+    pub observers: crate::observer_table::Observers,
+    /// On an observer (`run --observe`): how it follows, for `/status`. `Some` makes this an
+    /// observer's API: it refuses every command, and never answers 200 on `/role/leader`.
+    pub observing: Option<watch::Receiver<crate::observer::Observing>>,
 }
 
 impl AppParts {
@@ -107,6 +113,9 @@ impl AppParts {
 /// Every route of the service: the API's and the transport's ingress. Pure: building it starts
 /// nothing.
 pub fn router(state: AppState) -> Router {
+    if state.observing.is_some() {
+        return observer_router(state);
+    }
     let ingress = state.ingress.clone().unwrap_or_default();
     Router::new()
         .route("/", get(page::get_page))
@@ -144,6 +153,50 @@ pub fn router(state: AppState) -> Router {
         .merge(ingress)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// An observer's routes: the same reads, and every command refused with `409 observer` (it
+/// neither votes nor leads, so there is nothing to step down from or pause).
+fn observer_router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(page::get_page))
+        .route("/leader", get(leader::get_leader))
+        .route("/term", get(leader::get_term))
+        .route("/status", get(status::get_status))
+        .route("/candidacy", post(refuse_observer))
+        .route(
+            "/step-down",
+            post(refuse_observer)
+                .get(membership::get_step_down)
+                .delete(refuse_observer),
+        )
+        .route(
+            "/pause",
+            get(pause::get_pause)
+                .post(refuse_observer)
+                .delete(refuse_observer),
+        )
+        .route("/events", get(events::get_events))
+        .route("/history", get(history::get_history))
+        .route(
+            "/role/leader",
+            get(role::get_role_leader).options(role::options_role_leader),
+        )
+        .route(
+            "/role/follower",
+            get(role::get_role_follower).options(role::options_role_follower),
+        )
+        .route("/healthz", get(health::get_healthz))
+        .route("/readyz", get(health::get_readyz))
+        .route("/metrics", get(metrics::get_metrics))
+        .route("/openapi.yaml", get(openapi::get_openapi))
+        .with_state(state)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+async fn refuse_observer() -> ApiError {
+    ApiError::Observer
 }
 
 /// The paths `router` serves, for the contract test against the OpenAPI document: the API's,

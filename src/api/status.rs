@@ -54,6 +54,50 @@ pub struct StatusBody {
     /// The `--health-cmd` or `--health-url` check: its verdict, streaks and last result;
     /// `null` without one.
     health_check: Option<HealthCheckBody>,
+    /// The observers this node knows of (on an observer: none).
+    observers: ObserversBody,
+    /// On an observer (`run --observe`): how it follows the election; `null` on a member.
+    observer: Option<ObserverBody>,
+}
+
+/// Observers listed at most in `/status` (the counts cover them all).
+const OBSERVERS_LISTED: usize = 100;
+
+#[derive(Serialize)]
+pub struct ObserversBody {
+    /// Heard within 30 s (over pilot) or following this node's `/events` now (over http).
+    count: usize,
+    /// Of those, heard on the election topic.
+    topic: usize,
+    /// Of those, following this node's `/events`.
+    events: usize,
+    /// The first 100 by name.
+    list: Vec<ObserverSeenBody>,
+}
+
+#[derive(Serialize)]
+pub struct ObserverSeenBody {
+    id: String,
+    /// `topic` or `events`.
+    via: &'static str,
+    /// `/events` streams it has open here.
+    streams: u32,
+    first_seen_ms: u64,
+    last_seen_ms: u64,
+}
+
+#[derive(Serialize)]
+pub struct ObserverBody {
+    /// `pilot` (the election topic) or `http` (a member's `/events`).
+    transport: &'static str,
+    /// Over http: the member URL it follows now; `null` while it reconnects, and over pilot.
+    following: Option<String>,
+    /// Messages are checked with the cluster key (pilot).
+    verified: bool,
+    /// Messages dropped as forged, replayed or malformed (pilot).
+    rejected: u64,
+    /// How long ago it last heard of the leader it reports; `null` when it knows none.
+    leader_heard_ms: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -312,5 +356,42 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
         on_change: s.hooks.as_ref().map(|h| OnChangeBody::of(&h.status())),
         healthy: v.healthy,
         health_check: s.health.as_ref().map(|h| HealthCheckBody::of(&h.status())),
+        observers: observers_body(&s, now),
+        observer: s.observing.as_ref().map(|o| {
+            let o = o.borrow();
+            ObserverBody {
+                transport: o.transport,
+                following: o.following.clone(),
+                verified: o.verified,
+                rejected: o.rejected,
+                leader_heard_ms: v
+                    .leader
+                    .as_ref()
+                    .and(v.leader_heard_at)
+                    .map(|at| age_ms(at, now)),
+            }
+        }),
     })
+}
+
+fn observers_body(s: &AppState, now: Instant) -> ObserversBody {
+    use crate::observer_table::Via;
+    let table = s.observers.lock().unwrap_or_else(|e| e.into_inner());
+    let all = table.list(now);
+    ObserversBody {
+        count: all.len(),
+        topic: all.iter().filter(|o| o.via == Via::Topic).count(),
+        events: all.iter().filter(|o| o.via == Via::Events).count(),
+        list: all
+            .into_iter()
+            .take(OBSERVERS_LISTED)
+            .map(|o| ObserverSeenBody {
+                id: o.id,
+                via: o.via.as_str(),
+                streams: o.streams,
+                first_seen_ms: age_ms(o.first, now),
+                last_seen_ms: age_ms(o.last, now),
+            })
+            .collect(),
+    }
 }

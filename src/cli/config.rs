@@ -11,12 +11,13 @@ use crate::election::{default_priority, MemberSet, NodeInfo, Timings};
 use crate::exec::ExecConfig;
 use crate::health_check::{HealthCheckConfig, HealthFlags};
 use crate::hooks::HookConfig;
+use crate::observer::{ObserverConfig, Source as ObserverSource};
 use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
 use crate::transport::http::Peer;
 use crate::transport::pilot::PilotConfig;
 use crate::transport::TransportConfig;
-use crate::NodeConfig;
+use crate::{NodeConfig, ObserverNodeConfig};
 
 /// `500ms`, `2s`, `1m`, `2h`: a number and a unit, nothing else (a bare number would be
 /// ambiguous). Hours are for the operator's spans (`pause --for`, `step-down --in`).
@@ -72,45 +73,12 @@ impl RunArgs {
         if node_id.len() > crate::election::MAX_ID_BYTES {
             return Err("--node-id must be at most 256 bytes".into());
         }
-        let mut peers: Vec<Peer> = Vec::new();
-        for p in &self.peers {
-            let (id, url) = p.split_once('=').ok_or_else(|| {
-                format!("--peer `{p}` must be ID=URL (e.g. b=http://10.0.0.2:7070)")
-            })?;
-            if id.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(
-                    format!("--peer `{p}` must be ID=URL with an http:// or https:// URL").into(),
-                );
-            }
-            if id == node_id {
-                return Err(format!("--peer `{p}` names this node itself").into());
-            }
-            if peers.iter().any(|q| q.id == id) {
-                return Err(format!("--peer `{id}` is given twice").into());
-            }
-            peers.push(Peer {
-                id: id.to_string(),
-                url: url.to_string(),
-            });
-        }
+        let peers = self.parse_peers(&node_id)?;
         let members = self.member_set(&node_id, &peers, pilot.is_some())?;
         let tls = self.tls.load(&peers)?;
-        let timings = Timings {
-            heartbeat: self.heartbeat_interval,
-            lease: self.lease,
-            election_timeout: self.election_timeout,
-            preempt_after: self.preempt_after,
-            ..Timings::default()
-        };
-        timings.validate().map_err(|e| e.to_string())?;
+        let timings = self.timings()?;
         let admin_token = read_token(&self.admin_token_file, &self.admin_token)?;
-        let cluster_keys = match (&self.cluster_key_file, &self.cluster_key) {
-            (Some(path), _) => Some(KeyRing::from_file(path).map_err(|e| e.to_string())?),
-            (None, Some(text)) => Some(
-                KeyRing::parse(text, "PILOT_ELECTION_CLUSTER_KEY").map_err(|e| e.to_string())?,
-            ),
-            (None, None) => None,
-        };
+        let cluster_keys = self.cluster_keys()?;
         let exec = ExecConfig::from_flags(self.exec.as_deref(), self.exec_step_down_on_failure)?;
         let on_change = HookConfig::from_flags(self.on_change.as_deref(), self.on_change_timeout)?;
         let health_check = HealthCheckConfig::from_flags(HealthFlags {
@@ -151,6 +119,170 @@ impl RunArgs {
             cluster_keys,
             limits: self.server.to_limits()?,
             tls,
+        })
+    }
+
+    /// `--peer ID=URL` each, checked: a URL of http or https, no id twice, not this node.
+    fn parse_peers(&self, node_id: &str) -> Result<Vec<Peer>, ConfigError> {
+        let mut peers: Vec<Peer> = Vec::new();
+        for p in &self.peers {
+            let (id, url) = p.split_once('=').ok_or_else(|| {
+                format!("--peer `{p}` must be ID=URL (e.g. b=http://10.0.0.2:7070)")
+            })?;
+            if id.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(
+                    format!("--peer `{p}` must be ID=URL with an http:// or https:// URL").into(),
+                );
+            }
+            if id == node_id {
+                return Err(format!("--peer `{p}` names this node itself").into());
+            }
+            if peers.iter().any(|q| q.id == id) {
+                return Err(format!("--peer `{id}` is given twice").into());
+            }
+            peers.push(Peer {
+                id: id.to_string(),
+                url: url.to_string(),
+            });
+        }
+        Ok(peers)
+    }
+
+    /// `--heartbeat-interval`, `--lease`, `--election-timeout`, `--preempt-after`, checked
+    /// (rule 7).
+    fn timings(&self) -> Result<Timings, ConfigError> {
+        let timings = Timings {
+            heartbeat: self.heartbeat_interval,
+            lease: self.lease,
+            election_timeout: self.election_timeout,
+            preempt_after: self.preempt_after,
+            ..Timings::default()
+        };
+        timings.validate().map_err(|e| e.to_string())?;
+        Ok(timings)
+    }
+
+    fn cluster_keys(&self) -> Result<Option<KeyRing>, ConfigError> {
+        Ok(match (&self.cluster_key_file, &self.cluster_key) {
+            (Some(path), _) => Some(KeyRing::from_file(path).map_err(|e| e.to_string())?),
+            (None, Some(text)) => Some(
+                KeyRing::parse(text, "PILOT_ELECTION_CLUSTER_KEY").map_err(|e| e.to_string())?,
+            ),
+            (None, None) => None,
+        })
+    }
+
+    /// `run --observe`: what the observer follows and how it serves. The flags that only make
+    /// sense for a member are refused (exit 64), so that a node is never half a member.
+    pub fn to_observer_config(&self) -> Result<ObserverNodeConfig, ConfigError> {
+        let member_only = [
+            (self.exec.is_some(), "--exec"),
+            (
+                self.exec_step_down_on_failure,
+                "--exec-step-down-on-failure",
+            ),
+            (self.health_cmd.is_some(), "--health-cmd"),
+            (self.health_url.is_some(), "--health-url"),
+            (self.no_candidate, "--no-candidate"),
+            (self.priority.is_some(), "--priority"),
+            (self.admin_token_file.is_some(), "--admin-token-file"),
+            (self.admin_token.is_some(), "PILOT_ELECTION_ADMIN_TOKEN"),
+            (self.allow_unauthenticated, "--allow-unauthenticated"),
+            (self.reset_state, "--reset-state"),
+            (self.accept_member_change, "--accept-member-change"),
+            (self.server.peer_listen.is_some(), "--peer-listen"),
+            (self.data_dir.is_some(), "--data-dir"),
+            (self.cluster_size.is_some(), "--cluster-size"),
+        ];
+        if let Some((_, flag)) = member_only.iter().find(|(given, _)| *given) {
+            return Err(format!(
+                "{flag} cannot be used with --observe: an observer neither votes nor leads, takes \
+                 no command and keeps no state"
+            )
+            .into());
+        }
+        let node_id = self
+            .node_id
+            .clone()
+            .filter(|s| !s.is_empty())
+            .ok_or("--node-id is required with --observe over http: the observer's own name")?;
+        if node_id.len() > crate::election::MAX_ID_BYTES {
+            return Err("--node-id must be at most 256 bytes".into());
+        }
+        if !crate::observer_table::valid_name(&node_id) {
+            return Err(format!(
+                "--node-id `{node_id}`: an observer's name is printable ASCII without spaces (it goes in a header)"
+            )
+            .into());
+        }
+        let pilot = self.pilot_settings()?;
+        let peers = self.parse_peers(&node_id)?;
+        let listed: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty())
+            .collect();
+        let members: Vec<String> = match (&pilot, listed.is_empty()) {
+            (None, true) => peers.iter().map(|p| p.id.clone()).collect(),
+            _ => listed,
+        };
+        if pilot.is_none() && peers.is_empty() {
+            return Err("--observe over http needs --peer ID=URL for each member whose /events it may follow".into());
+        }
+        if pilot.is_none() {
+            if let Some(p) = peers.iter().find(|p| !members.contains(&p.id)) {
+                return Err(format!(
+                    "--peer {} is not in --member: an observer follows members only",
+                    p.id
+                )
+                .into());
+            }
+        }
+        if members.contains(&node_id) {
+            return Err(format!(
+                "--node-id {node_id} is a member's: an observer needs a name of its own (and is left out of --member)"
+            )
+            .into());
+        }
+        let members = match members.first() {
+            Some(first) => MemberSet::new(first, members.iter().cloned())
+                .map_err(|e| format!("--member: {e}"))?,
+            None => return Err(Self::members_needed(None).into()),
+        };
+        let tls = self.tls.load(&peers)?;
+        let http = match peers.iter().any(|p| p.url.starts_with("https://")) {
+            false => None,
+            true => {
+                let cert = self.tls.peer_cert.as_ref().or(self.tls.tls_cert.as_ref());
+                let key = self.tls.peer_key.as_ref().or(self.tls.tls_key.as_ref());
+                let pair = cert.zip(key).map(|(c, k)| (c.as_path(), k.as_path()));
+                let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(1));
+                let builder = crate::tls::client_tls(builder, self.tls.peer_ca.as_deref(), pair)?;
+                Some(
+                    builder.build().map_err(|e| {
+                        format!("cannot set up the HTTPS client for the members: {e}")
+                    })?,
+                )
+            }
+        };
+        let observer = ObserverConfig {
+            node_id,
+            group: self.group.clone(),
+            members,
+            source: match pilot {
+                Some(pilot) => ObserverSource::Pilot(pilot),
+                None => ObserverSource::Http { members: peers },
+            },
+            cluster_keys: self.cluster_keys()?,
+            timings: self.timings()?,
+            http,
+        };
+        Ok(ObserverNodeConfig {
+            observer,
+            limits: self.server.to_limits()?,
+            tls,
+            on_change: HookConfig::from_flags(self.on_change.as_deref(), self.on_change_timeout)?,
         })
     }
 

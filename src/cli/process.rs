@@ -3,7 +3,7 @@
 
 use super::server::ServerArgs;
 use super::{LogFormat, EXIT_OK, EXIT_REFUSED, EXIT_USAGE};
-use crate::{NodeConfig, RunError};
+use crate::{NodeConfig, ObserverNodeConfig, RunError};
 
 pub(super) fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("PILOT_ELECTION_LOG")
@@ -62,6 +62,32 @@ pub(super) async fn run_node(config: NodeConfig, listen: &str, server: &ServerAr
                 RunError::MemberChange { .. } => EXIT_USAGE,
                 _ => EXIT_REFUSED,
             }
+        }
+    }
+}
+
+/// `run --observe`: serves until SIGTERM or SIGINT.
+pub(super) async fn run_observer_node(
+    config: ObserverNodeConfig,
+    listen: &str,
+    server: &ServerArgs,
+) -> i32 {
+    if config.observer.cluster_keys.is_none() {
+        tracing::info!("no cluster key (--cluster-key-file): what the observer reads is not verified, and members of a signed cluster drop its announcements");
+    }
+    let listeners = match server.bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("pilot-election: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    match crate::run_observer(config, listeners, shutdown_signal()).await {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            tracing::error!(error = %e, "stopped");
+            eprintln!("pilot-election: {e}");
+            EXIT_REFUSED
         }
     }
 }

@@ -290,7 +290,6 @@ mod tests {
     /// This node's view: leading in `term` until `lease_until`, or following.
     fn view(term: u64, lease_until: Option<Instant>) -> View {
         View {
-            healthy: true,
             node_id: "n1".into(),
             role: if lease_until.is_some() {
                 Role::Leader
@@ -306,6 +305,7 @@ mod tests {
             leader_since: None,
             priority: 1,
             eligible: true,
+            healthy: true,
             candidacy: crate::election::Candidacy::Eligible,
             can_campaign: true,
             can_vote: true,

@@ -15,6 +15,8 @@ pub enum ChangeRole {
     Leader,
     Follower,
     Candidate,
+    /// `run --observe`: it follows the election and never takes part.
+    Observer,
 }
 
 impl ChangeRole {
@@ -32,6 +34,7 @@ impl ChangeRole {
             ChangeRole::Leader => "leader",
             ChangeRole::Follower => "follower",
             ChangeRole::Candidate => "candidate",
+            ChangeRole::Observer => "observer",
         }
     }
 }
@@ -70,24 +73,35 @@ impl Change {
     }
 }
 
-/// The runtime's side: what it last reported, and the channel.
-pub(super) struct Reporter {
+/// The reporting side: what it last reported, and the channel.
+pub struct Reporter {
     tx: watch::Sender<Change>,
+    /// An observer's role, whatever its view says.
+    fixed: Option<ChangeRole>,
 }
 
 impl Reporter {
     /// Starts with the `start` report of `view`.
     pub(super) fn new(view: &View) -> (Reporter, watch::Receiver<Change>) {
+        Reporter::with_role(view, None)
+    }
+
+    /// An observer's reporter (`run --observe`): every change says role `observer`.
+    pub fn observer(view: &View) -> (Reporter, watch::Receiver<Change>) {
+        Reporter::with_role(view, Some(ChangeRole::Observer))
+    }
+
+    fn with_role(view: &View, fixed: Option<ChangeRole>) -> (Reporter, watch::Receiver<Change>) {
         let first = Change {
             seq: 1,
-            role: ChangeRole::of(view.role),
+            role: fixed.unwrap_or(ChangeRole::of(view.role)),
             leader: view.leader.clone(),
             term: view.term,
             previous: None,
             reason: reason::START,
         };
         let (tx, rx) = watch::channel(first);
-        (Reporter { tx }, rx)
+        (Reporter { tx, fixed }, rx)
     }
 
     fn last_role(&self) -> ChangeRole {
@@ -99,10 +113,11 @@ impl Reporter {
     }
 
     /// A change of the known leader; `view` is the node's view after the step that made it.
-    pub(super) fn transition(&self, t: &Transition, view: &View) {
-        let role = match t.leader.as_deref() {
-            Some(l) if l == view.node_id => ChangeRole::Leader,
-            _ => ChangeRole::of(view.role),
+    pub fn transition(&self, t: &Transition, view: &View) {
+        let role = match (self.fixed, t.leader.as_deref()) {
+            (Some(fixed), _) => fixed,
+            (None, Some(l)) if l == view.node_id => ChangeRole::Leader,
+            (None, _) => ChangeRole::of(view.role),
         };
         self.send(|seq| Change {
             seq,

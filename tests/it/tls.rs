@@ -483,16 +483,17 @@ async fn a_peer_whose_certificate_names_another_member_is_refused() {
         timings: Some(Announced::of(&Timings::default())),
         body: Body::Presence {
             advert: Advert {
-                unhealthy: false,
                 priority: 1,
                 candidacy: Candidacy::Eligible,
                 hears: Vec::new(),
                 member_ids: Vec::new(),
                 flapped: false,
+                unhealthy: false,
             },
         },
         info: None,
         maintenance: None,
+        observer: false,
         kid: None,
         sig: None,
     }

@@ -436,7 +436,6 @@ pub(crate) mod tests {
     /// A view of node `a` in term 3: `role`, knowing `leader`; no lease, no promise.
     pub(crate) fn view(role: Role, leader: Option<&str>) -> View {
         View {
-            healthy: true,
             node_id: "a".into(),
             role,
             term: 3,
@@ -448,6 +447,7 @@ pub(crate) mod tests {
             leader_since: None,
             priority: 1,
             eligible: true,
+            healthy: true,
             candidacy: Candidacy::Eligible,
             can_campaign: true,
             can_vote: true,

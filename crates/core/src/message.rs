@@ -72,6 +72,12 @@ pub struct Message {
     /// this field. Older builds ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
+    /// The sender is an observer (`run --observe`): it follows the election without a vote, and
+    /// the message (a presence) only tells the members it is there. The shell records it for
+    /// `/status` and never hands it to the core, which would refuse a non-member anyway (rule 1).
+    /// Absent means no; older builds ignore it and take the message for a stray's.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub observer: bool,
     /// Id of the cluster key that signed this message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kid: Option<String>,
@@ -616,6 +622,7 @@ mod tests {
             },
             info: None,
             maintenance: None,
+            observer: false,
             kid: None,
             sig: None,
         }

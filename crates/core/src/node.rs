@@ -159,7 +159,7 @@ fn floor_ms(d: Duration) -> u64 {
 }
 
 /// The election state machine of one node.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Node {
     id: String,
     group: String,
@@ -747,6 +747,7 @@ impl Node {
             body,
             info: None,
             maintenance: None,
+            observer: false,
             kid: None,
             sig: None,
         }
@@ -1762,10 +1763,11 @@ impl Node {
         if now < l.since + t {
             return;
         }
+        // `eligible_since` runs only while a member advertises itself eligible and healthy
+        // (`Peers::heard`), so it alone says both, and since when.
         let best = self
             .peers
             .iter()
-            .filter(|p| p.candidacy == Some(Candidacy::Eligible) && !p.says_unhealthy)
             .filter(|p| self.peers.viable(p, now))
             .filter(|p| p.eligible_since.is_some_and(|s| now >= s + t))
             .max_by(|a, b| {

@@ -398,16 +398,17 @@ mod tests {
             timings: Some(Announced::of(&Timings::default())),
             body: Body::Presence {
                 advert: Advert {
-                    unhealthy: false,
                     priority: 9,
                     candidacy: Candidacy::Eligible,
                     hears: hears.iter().map(|s| s.to_string()).collect(),
                     member_ids: IDS.iter().map(|s| s.to_string()).collect(),
                     flapped: false,
+                    unhealthy: false,
                 },
             },
             info: None,
             maintenance: None,
+            observer: false,
             kid: None,
             sig: None,
         }

@@ -70,6 +70,7 @@ impl Bench {
             body,
             info: None,
             maintenance: None,
+            observer: false,
             kid: None,
             sig: None,
         })
@@ -89,12 +90,12 @@ impl Bench {
             term,
             Body::Presence {
                 advert: Advert {
-                    unhealthy: false,
                     priority,
                     candidacy: c,
                     hears: hears.iter().map(|s| s.to_string()).collect(),
                     member_ids: members,
                     flapped: false,
+                    unhealthy: false,
                 },
             },
         )
@@ -111,12 +112,12 @@ impl Bench {
                 timestamp: 0,
                 lease_ms: 2000,
                 advert: Advert {
-                    unhealthy: false,
                     priority: 5,
                     candidacy: Candidacy::Eligible,
                     hears: vec!["a".into(), "c".into()],
                     member_ids,
                     flapped: false,
+                    unhealthy: false,
                 },
             },
         )
@@ -557,12 +558,12 @@ fn presence_with_set(ids: &[&str], seq: u64) -> Input {
         0,
         Body::Presence {
             advert: Advert {
-                unhealthy: false,
                 priority: 5,
                 candidacy: Candidacy::Eligible,
                 hears: vec!["a".into()],
                 member_ids: ids.iter().map(|s| s.to_string()).collect(),
                 flapped: false,
+                unhealthy: false,
             },
         },
     )
@@ -629,12 +630,12 @@ fn a_lease_is_renewed_from_the_heartbeats_send_time_not_from_the_acks() {
             hb_seq,
             guard_ms: Some(T.as_millis() as u64),
             advert: Advert {
-                unhealthy: false,
                 priority: 2,
                 candidacy: Candidacy::Eligible,
                 hears: vec!["a".into(), "c".into()],
                 member_ids: members,
                 flapped: false,
+                unhealthy: false,
             },
         },
     );
@@ -698,12 +699,12 @@ fn a_peer_that_says_it_flapped_ranks_as_flapped() {
             3,
             Body::Presence {
                 advert: Advert {
-                    unhealthy: false,
                     priority: 0,
                     candidacy: c,
                     hears: vec!["a".into(), "c".into()],
                     member_ids,
                     flapped: true,
+                    unhealthy: false,
                 },
             },
         )
@@ -1168,12 +1169,12 @@ fn an_ack_renews_the_lease_only_as_far_as_its_promise_reaches() {
                 hb_seq,
                 guard_ms: ms,
                 advert: Advert {
-                    unhealthy: false,
                     priority: 2,
                     candidacy: Candidacy::Eligible,
                     hears: vec!["a".into(), "c".into()],
                     member_ids: members,
                     flapped: false,
+                    unhealthy: false,
                 },
             },
         );

@@ -147,4 +147,20 @@ impl Protocol for Filtered {
     fn peers(&self, now: Instant) -> Vec<Member> {
         self.inner.peers(now)
     }
+
+    fn twin(&self) -> Option<Box<dyn Protocol>> {
+        let inner = self.inner.twin()?;
+        Some(Box::new(Filtered {
+            inner,
+            reads: self.reads,
+            inbound: self.inbound,
+            outbound: self.outbound,
+            maintenance: self.maintenance,
+            health: self.health,
+        }))
+    }
+
+    fn digest(&self) -> String {
+        self.inner.digest()
+    }
 }

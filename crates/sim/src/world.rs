@@ -36,6 +36,14 @@ pub trait Protocol {
     fn peers(&self, _now: Instant) -> Vec<Member> {
         Vec::new()
     }
+    /// A copy of it in its present state, to run beside it (`None` when it cannot be copied).
+    fn twin(&self) -> Option<Box<dyn Protocol>> {
+        None
+    }
+    /// Its whole state as text, to compare two copies.
+    fn digest(&self) -> String {
+        String::new()
+    }
 }
 
 impl Protocol for Node {
@@ -56,6 +64,12 @@ impl Protocol for Node {
     }
     fn peers(&self, now: Instant) -> Vec<Member> {
         Node::peers(self, now)
+    }
+    fn twin(&self) -> Option<Box<dyn Protocol>> {
+        Some(Box::new(self.clone()))
+    }
+    fn digest(&self) -> String {
+        format!("{self:?}")
     }
 }
 
@@ -332,6 +346,9 @@ pub struct World {
     /// `SIM_EVENTS=FROM-TO` (seconds of true time): every event in that window goes to stderr,
     /// for a replay.
     watch_window: Option<(u64, u64)>,
+    /// Senders outside the member set that send whatever they like (observers, `run
+    /// --observe`, gone wrong): every message of theirs is checked to change nothing.
+    observers: BTreeSet<String>,
 }
 
 const MAX_EVENTS_PER_INSTANT: u32 = 10_000;
@@ -368,12 +385,12 @@ impl World {
             .enumerate()
             .map(|(i, spec)| Slot {
                 config: Config {
-                    healthy: true,
                     node_id: spec.id.clone(),
                     group: config.group.clone(),
                     members: member_set(&spec.id, spec.members.as_ref().unwrap_or(&everyone)),
                     priority: spec.priority,
                     eligible: spec.eligible,
+                    healthy: true,
                     timings: spec.timings.unwrap_or(config.timings),
                 },
                 build: spec.build,
@@ -422,6 +439,7 @@ impl World {
             checker: Checker::new(n),
             stats: Stats::default(),
             transitions: Vec::new(),
+            observers: BTreeSet::new(),
             watch_window: std::env::var("SIM_EVENTS").ok().and_then(|w| {
                 let (a, b) = w.split_once('-')?;
                 let s = |x: &str| x.parse::<f64>().ok().map(|v| (v * 1e9) as u64);
@@ -926,6 +944,15 @@ impl World {
                 }
             }
         }
+        // Rule 1 for observers: a message of one changes nothing. Its receiver's twin takes the
+        // same instant without it; both must end in the same state, with the same actions.
+        let from_observer = match &input {
+            Input::Message(m) if self.observers.contains(&m.from) => Some(m.body.kind()),
+            _ => None,
+        };
+        let twin = from_observer
+            .filter(|_| self.slots[i].running_build == Build::Current)
+            .and_then(|_| self.slots[i].node.as_ref().and_then(|n| n.twin()));
         let named = matches!(&input, Input::Message(m) if matches!(&m.body,
             Body::Resign { successor: Some(s), .. } if *s == self.slots[i].config.node_id));
         if let Input::SetMaintenance { on } = &input {
@@ -937,10 +964,28 @@ impl World {
         let Some(node) = self.slots[i].node.as_mut() else {
             return Ok(Outcome::Ignored);
         };
+        let observer_from = match &input {
+            Input::Message(m) => m.from.clone(),
+            _ => String::new(),
+        };
         let result = node.handle(now, input);
         let mut out = VecDeque::new();
         while let Some(a) = node.poll_action() {
             out.push_back(a);
+        }
+        if let Some(mut twin) = twin {
+            let _ = twin.handle(now, Input::Tick);
+            let theirs: VecDeque<Action> = std::iter::from_fn(|| twin.poll_action()).collect();
+            if theirs != out || twin.digest() != node.digest() {
+                let what = format!(
+                    "rule 1: a {} message of observer {observer_from} changed node {i} \
+                     ({result:?}, {} actions against {} without it)",
+                    from_observer.unwrap_or("?"),
+                    out.len(),
+                    theirs.len()
+                );
+                self.checker.violate(self.now, what);
+            }
         }
         let view = node.view(now);
         if named && result == Ok(Outcome::Accepted) {
@@ -1259,6 +1304,33 @@ impl World {
             );
             self.checker.violate(self.now, what);
         }
+    }
+
+    /// `m` from a sender outside the member set (an observer), to every node over the network
+    /// as it is (loss and delay apply). Every delivery is checked to change nothing
+    /// (`World::step`).
+    pub fn send_as_observer(&mut self, m: Message) {
+        self.observers.insert(m.from.clone());
+        for to in 0..self.size() {
+            if self.rng.chance(self.net.loss) {
+                continue;
+            }
+            let span = self.net.max_delay.saturating_sub(self.net.min_delay);
+            let delay =
+                self.net.min_delay.as_nanos() as u64 + self.rng.below(span.as_nanos() as u64);
+            self.push(
+                self.now + delay.max(1),
+                Kind::Deliver {
+                    to,
+                    msg: Box::new(m.clone()),
+                },
+            );
+        }
+    }
+
+    /// The member set's fingerprint, as every node of the world's own set shows it.
+    pub fn fingerprint(&self) -> String {
+        self.slots[0].config.members.fingerprint().to_string()
     }
 
     /// Whether node `i`'s application is healthy, as its shell's check sees it (rule 17).

@@ -589,3 +589,23 @@ fn a_node_healthy_again_takes_leadership_back_only_after_its_flap_window() {
         assert_safe(&w);
     }
 }
+
+/// Issue 27, observers: senders outside the member set that send whatever they like (votes for
+/// anyone, heartbeats and victories of any term, resigns in the leader's name, as announcements
+/// or not) never move the term or the leader, and every delivery changes nothing (checked at
+/// each one, `World::step`).
+#[test]
+fn observers_sending_whatever_they_like_move_nothing() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        let mut rng = pilot_election_core::Rng::new(seed);
+        for _ in 0..200 {
+            let m = pilot_election_sim::scenario::observer_noise(&w, &mut rng);
+            w.send_as_observer(m);
+            w.run_until(w.now() + Duration::from_millis(150));
+        }
+        assert_eq!(w.agreed_leader(), Some((leader, term)), "seed {seed}");
+        assert_safe(&w);
+    }
+}

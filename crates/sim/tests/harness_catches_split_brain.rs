@@ -20,7 +20,7 @@ use pilot_election_core::{
     Outcome, Persistent, Role, Timings, View, PROTOCOL_VERSION,
 };
 use pilot_election_sim::previous::Filtered;
-use pilot_election_sim::scenario::{run_chaos, run_scenario, Change, Scenario};
+use pilot_election_sim::scenario::{observer_noise, run_chaos, run_scenario, Change, Scenario};
 use pilot_election_sim::world::{core_factory, Factory, NodeSpec, Protocol, World, WorldConfig};
 use pilot_election_sim::Family;
 use tokio::time::Instant;
@@ -73,6 +73,7 @@ impl NaiveBully {
             body,
             info: None,
             maintenance: None,
+            observer: false,
             kid: None,
             sig: None,
         }));
@@ -112,12 +113,12 @@ impl Protocol for NaiveBully {
         if now >= self.next_send {
             self.next_send = now + self.t.heartbeat;
             let advert = Advert {
-                unhealthy: false,
                 priority: self.priority,
                 candidacy: Candidacy::Eligible,
                 hears: Vec::new(),
                 member_ids: Vec::new(),
                 flapped: false,
+                unhealthy: false,
             };
             let body = if self.is_leader() {
                 Body::Heartbeat {
@@ -144,7 +145,6 @@ impl Protocol for NaiveBully {
 
     fn view(&self, now: Instant) -> View {
         View {
-            healthy: true,
             node_id: self.id.clone(),
             role: if self.is_leader() {
                 Role::Leader
@@ -161,6 +161,7 @@ impl Protocol for NaiveBully {
             leader_since: None,
             priority: self.priority,
             eligible: true,
+            healthy: true,
             candidacy: Candidacy::Eligible,
             can_campaign: true,
             can_vote: true,
@@ -887,6 +888,39 @@ fn a_core_deaf_to_health_is_caught_leading_unhealthy() {
         if !broken {
             let now_leads = w.current_leader().expect("a leader after the handover");
             assert_ne!(now_leads, leader, "the unhealthy leader handed over");
+        }
+    }
+}
+
+/// Rule 1 for observers broken: a shell that hands an observer's messages to its core as if a
+/// member had sent them. The check at every delivery of an observer's message (the receiver and
+/// a twin of it that takes the same instant without the message must end alike,
+/// `World::step`) fires at the first one that changes anything; the real core is never caught,
+/// however many messages of any kind and term the observers send.
+#[test]
+fn a_core_that_counts_observers_is_caught() {
+    fn as_member(m: &mut Message) {
+        if m.from.starts_with("observer") {
+            m.from = "a".into();
+        }
+    }
+    let t = Timings::default();
+    let counts: Factory = Box::new(|c, p, now, seed, seq| {
+        let node = Box::new(Node::new(c, p, now, seed, seq));
+        Box::new(Filtered::new(node, |_| true, as_member, keep))
+    });
+    for (factory, broken) in [(counts, true), (core_factory(), false)] {
+        let mut w = elected_three(factory, 7, "observers");
+        let mut rng = pilot_election_core::Rng::new(11);
+        for _ in 0..40 {
+            let m = observer_noise(&w, &mut rng);
+            w.send_as_observer(m);
+            w.run_until(w.now() + t.heartbeat);
+        }
+        let (caught, seen) = saw(&w, "rule 1: a ");
+        assert_eq!(caught, broken, "broken variant: {broken}: {seen:?}");
+        if !broken {
+            assert!(seen.is_empty(), "{seen:?}");
         }
     }
 }

@@ -24,6 +24,8 @@ const KNOWN: &[&str] = &[
     "maximum",
     "minLength",
     "maxLength",
+    "minItems",
+    "maxItems",
     "description",
 ];
 
@@ -190,6 +192,20 @@ impl Spec {
                     }
                     None => {}
                 }
+            }
+        }
+        if let Some(arr) = v.as_array() {
+            let n = arr.len() as u64;
+            if obj
+                .get("minItems")
+                .and_then(Value::as_u64)
+                .is_some_and(|m| n < m)
+                || obj
+                    .get("maxItems")
+                    .and_then(Value::as_u64)
+                    .is_some_and(|m| n > m)
+            {
+                errors.push(format!("{at}: {n} items out of bounds"));
             }
         }
         if let (Some(items), Some(arr)) = (obj.get("items"), v.as_array()) {

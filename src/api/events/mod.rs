@@ -62,6 +62,17 @@ pub async fn get_events(
                 max: s.subscribers.max,
             }
         })?;
+    // An observer (`run --observe`) says who it is: recorded while its stream is open, and
+    // kept alive every second so that it notices a silent member within its 3 s bound.
+    let observer = headers
+        .get(OBSERVER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| crate::observer_table::valid_name(id))
+        .map(|id| ObserverStream::open(s.observers.clone(), id));
+    let keep_alive = match observer {
+        Some(_) => OBSERVER_KEEP_ALIVE,
+        None => KEEP_ALIVE,
+    };
     let last_id = headers
         .get("last-event-id")
         .map(|v| LastId::parse(v.to_str().unwrap_or_default()));
@@ -83,6 +94,7 @@ pub async fn get_events(
         term: latest.event.term,
         queue,
         _slot: slot,
+        _observer: observer,
     };
     let stream = futures_util::stream::unfold(watcher, |mut w| async move {
         loop {
@@ -105,7 +117,42 @@ pub async fn get_events(
             (w.cursor, w.term) = (latest.seq, latest.event.term);
         }
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(10))))
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(keep_alive)))
+}
+
+/// The header an observer's `/events` request names it in (docs/clients.md, "Observers").
+pub const OBSERVER_HEADER: &str = "x-pilot-election-observer";
+/// A keep-alive comment this often on an ordinary stream.
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// And on an observer's, which takes a member silent for 3 s as gone.
+const OBSERVER_KEEP_ALIVE: Duration = Duration::from_secs(1);
+
+/// An observer's stream, in the member's table while it is open.
+struct ObserverStream {
+    table: crate::observer_table::Observers,
+    id: String,
+}
+
+impl ObserverStream {
+    fn open(table: crate::observer_table::Observers, id: &str) -> ObserverStream {
+        table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .opened(crate::clock::now(), id);
+        ObserverStream {
+            table,
+            id: id.to_string(),
+        }
+    }
+}
+
+impl Drop for ObserverStream {
+    fn drop(&mut self) {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .closed(crate::clock::now(), &self.id);
+    }
 }
 
 /// One stream's place in the log.
@@ -117,6 +164,7 @@ struct Watcher {
     term: u64,
     queue: VecDeque<Event>,
     _slot: OwnedSemaphorePermit,
+    _observer: Option<ObserverStream>,
 }
 
 fn leader_event(log: &EventLog, l: &Logged) -> Event {

@@ -525,12 +525,12 @@ fn lead_beside_c(
                                 hb_seq: m.seq,
                                 guard_ms: Some(T.as_millis() as u64),
                                 advert: Advert {
-                                    unhealthy: false,
                                     priority: 5,
                                     candidacy: Candidacy::Eligible,
                                     hears: vec!["a".into(), "c".into()],
                                     member_ids: b.members_of_fingerprint(),
                                     flapped: false,
+                                    unhealthy: false,
                                 },
                             },
                         );

@@ -81,6 +81,30 @@ fn a_members_loss_of_health_is_a_flap_but_starting_unhealthy_is_not() {
     );
 }
 
+/// The recovery is a flap of its own: a member whose application was down for longer than a
+/// flap window is still flapped for a window from its recovery (as this node observes it, even
+/// from a member that does not say so itself).
+#[test]
+fn a_members_recovery_starts_a_flap_window_of_its_own() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = voter(&mut b);
+    let window = Timings::default().preempt_after.max(T) * 10;
+    let t0 = b.at(T + H);
+    let lost = t0 + H;
+    let back = lost + window + T;
+    for (at, unhealthy) in [(t0, false), (lost, true), (back, false)] {
+        let m = presence(&mut b, "c", 9, unhealthy);
+        let _ = a.handle(at, m);
+    }
+    drain(&mut a);
+    let ask = pre_vote(&mut b, "b", 1, 5);
+    let _ = a.handle(back, ask);
+    assert!(
+        grants_pre_vote(&drain(&mut a), "b"),
+        "c, back from a loss longer than a flap window, still vetoed the steady b"
+    );
+}
+
 #[test]
 fn members_show_their_health_and_since_when_they_could_take_over() {
     let mut b = Bench::new(&MEMBERS);

@@ -12,12 +12,12 @@ const MS: Duration = Duration::from_millis(1);
 fn seeded(b: &Bench, seed: u64) -> Node {
     Node::new(
         Config {
-            healthy: true,
             node_id: "a".into(),
             group: "g".into(),
             members: set(&MEMBERS),
             priority: 1,
             eligible: true,
+            healthy: true,
             timings: Timings::default(),
         },
         Persistent::default(),
@@ -162,12 +162,12 @@ fn a_cluster_of_one_asks_to_be_woken_at_once_to_lead() {
     let b = Bench::new(&["a"]);
     let mut a = Node::new(
         Config {
-            healthy: true,
             node_id: "a".into(),
             group: "g".into(),
             members: set(&["a"]),
             priority: 1,
             eligible: true,
+            healthy: true,
             timings: Timings::default(),
         },
         Persistent::default(),

@@ -180,7 +180,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
             continue;
         }
         let i = outside[rng.below(outside.len() as u64) as usize];
-        let event = rng.below(21);
+        let event = rng.below(22);
         // During a spell the network stays timely, and only nodes outside the quorum are hit.
         if calm_q.is_some() && matches!(event, 0 | 1 | 13) {
             continue;
@@ -383,6 +383,21 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 }
                 format!("health {healthy} on {nodes:?}")
             }
+            21 => {
+                // Observers gone wrong (issue 27): senders outside the member set sending
+                // whatever they like, votes and heartbeats of any term included. Every
+                // delivery is checked to change nothing (rule 1, `World::step`).
+                let burst = 1 + rng.below(6);
+                let kinds: Vec<&str> = (0..burst)
+                    .map(|_| {
+                        let m = observer_noise(&w, &mut rng);
+                        let kind = m.body.kind();
+                        w.send_as_observer(m);
+                        kind
+                    })
+                    .collect();
+                format!("observers sent {kinds:?}")
+            }
             _ => continue,
         };
         trace.log(&w, what);
@@ -488,5 +503,92 @@ fn restore_candidacy(w: &mut World) {
                 },
             );
         }
+    }
+}
+
+/// A message an observer has no business sending: any type, any term near the cluster's or far
+/// above it, naming itself or a member, as an observer's announcement or not.
+pub fn observer_noise(w: &World, rng: &mut Rng) -> Message {
+    let n = w.size();
+    let observer = format!("observer-{}", rng.below(3));
+    let member = |rng: &mut Rng| w.id(rng.below(n as u64) as usize).to_string();
+    let known = (0..n)
+        .filter_map(|i| w.view(i))
+        .map(|v| v.term)
+        .max()
+        .unwrap_or(0);
+    let term = match rng.below(4) {
+        0 => known,
+        1 | 2 => known + 1 + rng.below(3),
+        _ => known + 1 + rng.below(1 << 20),
+    };
+    let named = |rng: &mut Rng| {
+        if rng.chance(0.5) {
+            observer.clone()
+        } else {
+            member(rng)
+        }
+    };
+    let advert = |rng: &mut Rng| Advert {
+        priority: rng.below(1 << 32) as u32,
+        candidacy: Candidacy::Eligible,
+        hears: (0..n).map(|i| w.id(i).to_string()).collect(),
+        member_ids: (0..n).map(|i| w.id(i).to_string()).collect(),
+        flapped: false,
+        unhealthy: false,
+    };
+    let body = match rng.below(7) {
+        0 => Body::Heartbeat {
+            leader: named(rng),
+            timestamp: 0,
+            lease_ms: 1 + rng.below(10_000),
+            advert: advert(rng),
+        },
+        1 => Body::Leader {
+            leader: named(rng),
+            elected_at: 0,
+        },
+        2 => Body::Ack {
+            leader: member(rng),
+            hb_seq: rng.below(1 << 40),
+            guard_ms: Some(rng.below(100_000)),
+            advert: advert(rng),
+        },
+        3 => Body::Presence {
+            advert: advert(rng),
+        },
+        4 => Body::Election {
+            candidate: named(rng),
+            priority: rng.below(1 << 32) as u32,
+            pre_vote: rng.chance(0.5),
+        },
+        5 => Body::Vote {
+            candidate: member(rng),
+            granted: true,
+            pre_vote: rng.chance(0.5),
+            guard_ms: Some(rng.below(100_000)),
+        },
+        _ => Body::Resign {
+            leader: member(rng),
+            successor: rng.chance(0.5).then(|| member(rng)),
+            lost_quorum: rng.chance(0.2),
+        },
+    };
+    Message {
+        v: PROTOCOL_VERSION,
+        group: w.group().to_string(),
+        from: observer.clone(),
+        term,
+        seq: rng.next_u64() >> 1,
+        ts: 0,
+        members: w.fingerprint(),
+        speaks: Some(Versions::OURS),
+        timings: Some(Announced::of(w.timings())),
+        body,
+        info: None,
+        maintenance: None,
+        observer: rng.chance(0.5),
+        kid: None,
+        sig: None,
     }
 }

@@ -24,7 +24,10 @@ use super::checker::Violation;
 use super::world::{
     core_factory, Build, Factory, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig,
 };
-use pilot_election_core::{default_priority, quorum_of, Input, Rng, Timings};
+use pilot_election_core::{
+    default_priority, quorum_of, Advert, Announced, Body, Candidacy, Input, Message, Rng, Timings,
+    Versions, PROTOCOL_VERSION,
+};
 
 mod chaos;
 mod figures;
@@ -32,7 +35,7 @@ mod membership;
 mod persistent;
 mod rolling;
 
-pub use chaos::run_chaos;
+pub use chaos::{observer_noise, run_chaos};
 pub use figures::{
     failover_time, persistent_figure, quiet_violations, rolling_figure, traffic_per_interval,
 };
