@@ -593,8 +593,15 @@ impl World {
         self.local(i, self.now)
     }
 
-    /// Changes node `i`'s clock rate from now on (its reading stays continuous).
+    /// Changes node `i`'s clock rate from now on (its reading stays continuous). The rate stays
+    /// within the node's own drift bound: beyond it no rule promises anything, so a scenario
+    /// that asks for more is wrong, not the protocol.
     pub fn set_rate(&mut self, i: usize, rate: f64) {
+        let r = self.timings_of(i).max_drift;
+        assert!(
+            (rate - 1.0).abs() <= r + 1e-9,
+            "scenario bug: node {i}'s clock at rate {rate} is beyond its own drift bound {r}"
+        );
         let local0 = self.slots[i].clock.local(self.now);
         self.slots[i].clock = Clock {
             true0: self.now,

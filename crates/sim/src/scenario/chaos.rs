@@ -278,10 +278,13 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
                 format!("candidacy {i} eligible={eligible} priority={priority:?}: {r:?}")
             }
             11 => {
+                // Within the node's own bound: a clock beyond the `r` its node was given is
+                // outside what any rule promises (the envelope's `r` is another node's).
+                let own = w.timings_of(i).max_drift;
                 let r = if rng.chance(0.5) {
-                    1.0 + t.max_drift * if rng.chance(0.5) { 1.0 } else { -1.0 }
+                    1.0 + own * if rng.chance(0.5) { 1.0 } else { -1.0 }
                 } else {
-                    draw_rate(t.max_drift, &mut rng)
+                    draw_rate(own, &mut rng)
                 };
                 w.set_rate(i, r);
                 format!("clock of {i} at rate {r:.4}")
