@@ -19,7 +19,7 @@ struct Restart {
     /// The term the backoff belongs to; a new term starts at once.
     term: u64,
     at: Option<Instant>,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 /// One run of the command: `sh -c` as the leader of its own process group.
@@ -98,7 +98,7 @@ impl Supervisor {
             restart: Restart {
                 term: 0,
                 at: None,
-                backoff: BACKOFF_FIRST,
+                backoff: RESTART_BACKOFF,
             },
         }
     }
@@ -192,7 +192,7 @@ impl Supervisor {
                 self.restart = Restart {
                     term: view.term,
                     at: None,
-                    backoff: BACKOFF_FIRST,
+                    backoff: RESTART_BACKOFF,
                 };
             }
             if self.restart.at.is_none_or(|at| now >= at) {
@@ -295,10 +295,9 @@ impl Supervisor {
 
     fn schedule_restart(&mut self, now: Instant, ran: Duration) {
         if ran >= BACKOFF_MAX {
-            self.restart.backoff = BACKOFF_FIRST;
+            self.restart.backoff.reset();
         }
-        self.restart.at = Some(now + self.restart.backoff);
-        self.restart.backoff = (self.restart.backoff * 2).min(BACKOFF_MAX);
+        self.restart.at = Some(now + self.restart.backoff.next_delay());
     }
 
     /// Reports a job whose whole group is gone, then decides what comes next.
