@@ -32,7 +32,7 @@
 //!   leadership follows (rule 17).
 //! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
 //! - [`backoff`]: exponential backoff, the one behind every retry and restart.
-//! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
+//! - [`log_limit`]: log throttling (lines per window, or per key), for what can come in floods.
 //! - [`exit_budget`]: how the 10 s a stopping node has are shared among its stages.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`notify`]: systemd's readiness and watchdog notifications (`Type=notify`), from the

@@ -27,6 +27,7 @@ use crate::election::{
     Action, Body, CommandError, Input, Maintenance, Member, MemberSet, Message, Node, NodeInfo,
     Outcome, Role, Timings, Transition, View,
 };
+use crate::log_limit::KeyedLogLimit;
 use crate::metrics::Metrics;
 use crate::observer_table::Observers;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
@@ -35,12 +36,16 @@ use crate::transport::{Health, Transport};
 
 mod change;
 mod maintenance;
-mod stray;
 pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
 pub use maintenance::MaintenanceRequest;
-use stray::StrayLog;
 
 use crate::exit_budget::{FLUSH as FLUSH_GRACE, HANDOVER as SHUTDOWN_GRACE};
+
+/// At most one line per stray sender and reason in this long.
+const STRAY_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Distinct stray senders named per [`STRAY_LOG_EVERY`]; a real misconfiguration involves a
+/// handful.
+const STRAY_SENDERS_NAMED: usize = 32;
 
 /// An operator command from the API, answered once its actions have been carried out.
 #[derive(Debug)]
@@ -110,8 +115,11 @@ pub struct Runtime {
     history_out: watch::Sender<Vec<HistoryEntry>>,
     /// The replay marks for their writer task (see [`file_writer`]).
     replay_out: watch::Sender<BTreeMap<String, u64>>,
-    /// Names a non-member (or a member with another member set) at once, without a flood.
-    stray_log: StrayLog,
+    /// Names a non-member (or a member with another member set) at once, without a flood:
+    /// each (sender, reason) once per [`STRAY_LOG_EVERY`], at most [`STRAY_SENDERS_NAMED`]
+    /// senders in that time; the rest are counted in the next line written (the metrics count
+    /// every message).
+    stray_log: KeyedLogLimit<(String, &'static str)>,
     /// Every one is awaited (all at once) before a resign leaves.
     release_guards: Vec<ReleaseGuard>,
     /// Changes of leader and role for `--on-change`, if anyone asked for them.
@@ -200,7 +208,7 @@ impl Runtime {
             replay,
             keys: wiring.keys,
             replay_out: watch::Sender::new(marks),
-            stray_log: StrayLog::default(),
+            stray_log: KeyedLogLimit::new(STRAY_LOG_EVERY, STRAY_SENDERS_NAMED),
             release_guards: Vec::new(),
             changes: None,
             group: wiring.group,
@@ -418,14 +426,16 @@ impl Runtime {
         Ok(())
     }
 
-    /// Names a sender that is not a member, or whose member set differs (see [`stray`]).
+    /// Names a sender that is not a member, or whose member set differs. An operator must see a
+    /// stray node at once, by name; a flood of made-up sender ids must cost neither a log line
+    /// nor memory each.
     fn log_stray(&mut self, from: &str, fingerprint: &str, outcome: &Outcome) {
         let why = match outcome {
             Outcome::NotMember => "not_member",
             Outcome::OtherMembers => "other_members",
             _ => return,
         };
-        let Some(left_out) = self.stray_log.admit(clock::now(), from, why) else {
+        let Some(left_out) = self.stray_log.admit(clock::now(), (from.to_string(), why)) else {
             return;
         };
         if left_out > 0 {
