@@ -28,13 +28,14 @@ use crate::election::{
     Outcome, Role, Timings, Transition, View,
 };
 use crate::log_limit::KeyedLogLimit;
-use crate::metrics::Metrics;
+use crate::metrics::{ElectionResult, MessageType, Metrics, Received};
 use crate::observer_table::Observers;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
 mod change;
+mod labels;
 mod maintenance;
 pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
 pub use maintenance::MaintenanceRequest;
@@ -392,7 +393,8 @@ impl Runtime {
                         .unwrap_or_else(|e| e.into_inner())
                         .heard(clock::now(), &msg.from);
                 }
-                self.metrics.received(msg.body.kind(), "observer");
+                self.metrics
+                    .received((&msg.body).into(), Received::Observer);
             }
             Ok(msg) => {
                 if msg.group == self.group && self.node.members().contains(&msg.from) {
@@ -409,18 +411,18 @@ impl Runtime {
                         self.on_maintenance_heard(write).await?;
                     }
                 }
-                let kind = msg.body.kind();
+                let kind = MessageType::from(&msg.body);
                 let (from, members) = (msg.from.clone(), msg.members.clone());
                 let outcome = match self.step(Input::Message(msg)).await? {
                     Ok(o) => o,
                     Err(_) => Outcome::Ignored,
                 };
-                self.metrics.received(kind, outcome.label());
+                self.metrics.received(kind, (&outcome).into());
                 self.log_stray(&from, &members, &outcome);
             }
             Err(e) => {
                 tracing::debug!(error = %e, reason = e.reason(), "dropped a message");
-                self.metrics.received("unknown", e.reason());
+                self.metrics.received(MessageType::Unknown, (&e).into());
             }
         }
         Ok(())
@@ -528,8 +530,8 @@ impl Runtime {
             }
             None => self.leaderless_since = Some(now),
         }
+        self.metrics.transition(t.reason.into());
         let reason = t.reason.as_str();
-        self.metrics.transition(reason);
         tracing::info!(
             term = t.term,
             leader = t.leader.as_deref().unwrap_or(""),
@@ -561,10 +563,14 @@ impl Runtime {
         self.metrics.term.set(view.term as i64);
         match (self.role, view.role) {
             (Role::Follower, Role::PreCandidate | Role::Candidate) => {
-                self.metrics.election("started")
+                self.metrics.election(ElectionResult::Started)
             }
-            (Role::PreCandidate | Role::Candidate, Role::Leader) => self.metrics.election("won"),
-            (Role::PreCandidate | Role::Candidate, Role::Follower) => self.metrics.election("lost"),
+            (Role::PreCandidate | Role::Candidate, Role::Leader) => {
+                self.metrics.election(ElectionResult::Won)
+            }
+            (Role::PreCandidate | Role::Candidate, Role::Follower) => {
+                self.metrics.election(ElectionResult::Lost)
+            }
             _ => {}
         }
         if self.role != view.role {

@@ -55,7 +55,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::clock;
 use crate::election::{Input, Timings, View};
-use crate::metrics::Metrics;
+use crate::metrics::{ExecExit, Metrics};
 use crate::runtime::{Command, ReleaseGuard, Snapshot};
 
 mod gate;

@@ -263,7 +263,7 @@ impl Supervisor {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, term = view.term, "could not start the exec command");
-                self.metrics.exec_exit("failed");
+                self.metrics.exec_exit(ExecExit::Failed);
                 self.schedule_restart(now, Duration::ZERO);
                 return;
             }
@@ -325,7 +325,7 @@ impl Supervisor {
                         stop_ms,
                         "exec child did not stop in time: killed (SIGKILL)"
                     );
-                    "killed"
+                    ExecExit::Killed
                 } else {
                     tracing::info!(
                         term,
@@ -336,16 +336,16 @@ impl Supervisor {
                         signal,
                         "exec child stopped"
                     );
-                    "stopped"
+                    ExecExit::Stopped
                 }
             }
             None if status.success() => {
                 tracing::info!(term, pid, ran_ms, "exec child exited (code 0)");
-                "ok"
+                ExecExit::Ok
             }
             None => {
                 tracing::warn!(term, pid, ran_ms, code, signal, "exec child failed");
-                "failed"
+                ExecExit::Failed
             }
         };
         self.metrics.exec_exit(outcome);
@@ -355,7 +355,7 @@ impl Supervisor {
         }
         // Also the wait if a step-down below is refused and the child runs here again.
         self.schedule_restart(now, ran);
-        if outcome == "failed" && self.config.step_down_on_failure {
+        if outcome == ExecExit::Failed && self.config.step_down_on_failure {
             self.hold = Hold::Held;
             tokio::spawn(step_down_after_failure(
                 self.commands.clone(),

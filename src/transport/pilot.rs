@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Health, Inbound, Links, Transport};
 use crate::backoff::Backoff;
-use crate::metrics::Metrics;
+use crate::metrics::{MessageType, Metrics, Received};
 use crate::pilotctl::Pilotctl;
 pub use broker_link::{BrokerHealth, LinkState};
 use broker_link::{BrokerLink, Context, Ending, Note};
@@ -377,7 +377,7 @@ async fn subscribe_loop(
                                 links.update(index, |l| l.received(crate::clock::now(), hash));
                             log(notes, &broker);
                             if echo {
-                                metrics.received("any", "own");
+                                metrics.received(MessageType::Any, Received::Own);
                             } else {
                                 deliver(data, hash, &inbound, &dedup, &metrics);
                             }
@@ -429,12 +429,12 @@ fn deliver(data: String, hash: u64, inbound: &Inbound, dedup: &Mutex<Dedup>, met
             .unwrap_or_else(|e| e.into_inner())
             .first(&id.from, id.seq, hash);
         if !fresh {
-            metrics.received("any", "duplicate");
+            metrics.received(MessageType::Any, Received::Duplicate);
             return;
         }
     }
     if inbound.try_send(data.into_bytes()).is_err() {
-        metrics.received("any", "dropped");
+        metrics.received(MessageType::Any, Received::Dropped);
     }
 }
 
