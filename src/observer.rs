@@ -33,7 +33,7 @@ use crate::election::{
     Advert, Announced, Body, Candidacy, MemberSet, Message, Timings, Transition, Versions,
 };
 use crate::metrics::{MessageType, Metrics, Received};
-use crate::runtime::{LoopClock, Reporter, Snapshot};
+use crate::runtime::{LastTurn, Reporter, Snapshot};
 use crate::signing::KeyRing;
 use crate::store::{HistoryEntry, HISTORY_LIMIT};
 use crate::transport::http::Peer;
@@ -95,7 +95,7 @@ pub struct Observing {
 pub struct Observer {
     pub snapshot: watch::Receiver<Snapshot>,
     pub observing: watch::Receiver<Observing>,
-    pub clock: LoopClock,
+    pub clock: LastTurn,
     /// Every change of the leader it knows, for `--on-change` (role `observer`).
     pub changes: watch::Receiver<crate::runtime::Change>,
     task: tokio::task::JoinHandle<()>,
@@ -191,7 +191,7 @@ struct Follower {
     config: ObserverConfig,
     snapshot: watch::Sender<Snapshot>,
     observing: watch::Sender<Observing>,
-    clock: LoopClock,
+    clock: LastTurn,
     reporter: Reporter,
     metrics: Arc<Metrics>,
     history: Arc<VecDeque<HistoryEntry>>,

@@ -86,8 +86,9 @@ impl Snapshot {
     }
 }
 
-/// The loop's heartbeat, readable without waiting for a snapshot.
-pub type LoopClock = Arc<Mutex<Instant>>;
+/// The instant of the election loop's last turn, readable without waiting for a snapshot:
+/// `/healthz` fails once it is older than the lease.
+pub type LastTurn = Arc<Mutex<Instant>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -102,7 +103,7 @@ pub struct Runtime {
     inbound: mpsc::Receiver<Vec<u8>>,
     commands: mpsc::Receiver<Command>,
     snapshot: watch::Sender<Snapshot>,
-    clock: LoopClock,
+    last_turn: LastTurn,
     /// systemd's watchdog, petted from this loop so that a stuck loop stops petting.
     watchdog: crate::notify::Watchdog,
     metrics: Arc<Metrics>,
@@ -170,9 +171,9 @@ impl Runtime {
         store: Store,
         history: Vec<HistoryEntry>,
         wiring: Wiring,
-    ) -> (Runtime, watch::Receiver<Snapshot>, LoopClock) {
+    ) -> (Runtime, watch::Receiver<Snapshot>, LastTurn) {
         let now = clock::now();
-        let loop_clock = Arc::new(Mutex::new(now));
+        let last_turn = Arc::new(Mutex::new(now));
         let history: VecDeque<_> = history.into_iter().collect();
         let role = node.role();
         let directory = Arc::new(Directory::default());
@@ -199,7 +200,7 @@ impl Runtime {
             inbound: wiring.inbound,
             commands: wiring.commands,
             snapshot: tx,
-            clock: loop_clock.clone(),
+            last_turn: last_turn.clone(),
             watchdog: crate::notify::Watchdog::from_env(),
             metrics: wiring.metrics,
             history: Arc::new(history),
@@ -220,7 +221,7 @@ impl Runtime {
             maintenance_in_core: false,
             observers: wiring.observers,
         };
-        (rt, rx, loop_clock)
+        (rt, rx, last_turn)
     }
 
     /// Every resign this node sends waits for `guard` first (see [`ReleaseGuard`]), and for
@@ -299,7 +300,7 @@ impl Runtime {
             // first step, and a pause that reached its end lapses here.
             self.sync_maintenance().await?;
             let now = clock::now();
-            *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
+            *self.last_turn.lock().unwrap_or_else(|e| e.into_inner()) = now;
             self.watchdog.pet(now);
             if let Some((since, hand_over)) = stopping {
                 let view = self.node.view(now);

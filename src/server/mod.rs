@@ -258,13 +258,13 @@ impl Pool {
 }
 
 /// A connection's place in its pool, given back however its task ends (even by a panic).
-struct Membership {
+struct PoolSlot {
     shared: Arc<Shared>,
     pool: usize,
     id: u64,
 }
 
-impl Drop for Membership {
+impl Drop for PoolSlot {
     fn drop(&mut self) {
         self.shared.pools[self.pool].remove(self.id, &self.shared.metrics);
     }
@@ -415,14 +415,14 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream, remote: SocketAddr, peer: bool
     };
     for &(pool, scope) in places {
         if shared.pools[pool].admit(&conn, &shared.metrics) {
-            let membership = Membership {
+            let slot = PoolSlot {
                 shared: shared.clone(),
                 pool,
                 id,
             };
             shared
                 .tasks
-                .spawn(serve_connection(stream, remote, conn, scope, membership));
+                .spawn(serve_connection(stream, remote, conn, scope, slot));
             return;
         }
     }
@@ -436,9 +436,9 @@ async fn serve_connection(
     remote: SocketAddr,
     conn: Arc<Conn>,
     scope: Scope,
-    membership: Membership,
+    slot: PoolSlot,
 ) {
-    let shared = membership.shared.clone();
+    let shared = slot.shared.clone();
     let io = Watched::new(stream, conn.clone());
     match shared.acceptor() {
         None => serve_http(io, remote, conn, scope, &shared, Client::Unasked).await,
@@ -466,7 +466,7 @@ async fn serve_connection(
             }
         }
     }
-    drop(membership);
+    drop(slot);
 }
 
 /// Who is at the other end of a connection, as its handshake told.
