@@ -197,7 +197,7 @@ impl NodeBuilder {
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
         let (maintenance_tx, maintenance_rx) = mpsc::channel(8);
         let observers = ObserverTable::shared();
-        let (mut runtime, snapshot, clock) = Runtime::new(
+        let (mut runtime, snapshot, last_turn) = Runtime::new(
             node,
             loaded.store,
             loaded.history,
@@ -254,7 +254,7 @@ impl NodeBuilder {
             commands,
             maintenance: maintenance_tx,
             ingress: ingress.as_ref().map(|i| i.router.clone()),
-            clock,
+            last_turn,
             metrics,
             auth: Arc::new(Auth {
                 token: config.admin_token.clone(),
@@ -491,7 +491,7 @@ pub async fn run_observer(
         commands,
         maintenance,
         ingress: None,
-        clock: observer.clock.clone(),
+        last_turn: observer.clock.clone(),
         metrics: metrics.clone(),
         auth: Arc::new(Auth {
             token: None,

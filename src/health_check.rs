@@ -226,12 +226,6 @@ impl HealthChecks {
         }));
         metrics.enable_health_checks();
         metrics.app_healthy.set(0);
-        // Every outcome exported from the start, so that a rate over a first failure works.
-        for o in Outcome::ALL {
-            let _ = metrics
-                .health_checks
-                .get_or_create(&vec![("outcome", o.as_str().to_string())]);
-        }
         let stop = CancellationToken::new();
         let checker = Checker {
             http: reqwest::Client::builder()
@@ -281,7 +275,7 @@ impl Checker {
                 _ = stop.cancelled() => return,
             };
             self.metrics
-                .health_check(probed.outcome.as_str(), probed.took);
+                .health_check(probed.outcome.into(), probed.took);
             let was_failing = self.verdict.failures_in_row() > 0;
             let change = self.verdict.record(probed.outcome == Outcome::Pass);
             self.log(&probed, was_failing, change);

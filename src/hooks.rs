@@ -44,7 +44,7 @@ use tokio::time::Instant;
 use crate::clock;
 use crate::clock::wall::unix_ms_now;
 use crate::election::Timings;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, OnChangeOutcome};
 use crate::runtime::{Change, ReleaseGuard};
 
 mod run;
@@ -101,19 +101,23 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 4] = [
-        Outcome::Ok,
-        Outcome::Failed,
-        Outcome::TimedOut,
-        Outcome::KilledAtExit,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
             Outcome::Failed => "failed",
             Outcome::TimedOut => "timed_out",
             Outcome::KilledAtExit => "killed_at_exit",
+        }
+    }
+}
+
+impl From<Outcome> for OnChangeOutcome {
+    fn from(outcome: Outcome) -> OnChangeOutcome {
+        match outcome {
+            Outcome::Ok => OnChangeOutcome::Ok,
+            Outcome::Failed => OnChangeOutcome::Failed,
+            Outcome::TimedOut => OnChangeOutcome::TimedOut,
+            Outcome::KilledAtExit => OnChangeOutcome::KilledAtExit,
         }
     }
 }
@@ -304,7 +308,7 @@ impl Runner {
         let env = run::env_of(&change, &self.node_id, &self.group);
         let ran = run::run(&self.config, env, &mut self.exit_by).await;
         let settled = self.serial.finished();
-        self.metrics.on_change_run(ran.outcome.as_str(), ran.took);
+        self.metrics.on_change_run(ran.outcome.into(), ran.took);
         self.log(&change, &ran, skipped);
         let last = LastRun {
             change,

@@ -31,7 +31,8 @@
 //! - [`health_check`]: `run --health-cmd`/`--health-url`, the application's health, which
 //!   leadership follows (rule 17).
 //! - [`scheduled`]: step-downs scheduled for a later hour (`POST /step-down {"at": ...}`).
-//! - [`log_limit`]: a budget of log lines per second, for refusals that can come in floods.
+//! - [`backoff`]: exponential backoff, the one behind every retry and restart.
+//! - [`log_limit`]: log throttling (lines per window, or per key), for what can come in floods.
 //! - [`exit_budget`]: how the 10 s a stopping node has are shared among its stages.
 //! - [`metrics`]: Prometheus metrics shared by all of the above.
 //! - [`notify`]: systemd's readiness and watchdog notifications (`Type=notify`), from the
@@ -41,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod backoff;
 pub mod builder;
 pub mod cli;
 pub mod clock;

@@ -2,46 +2,125 @@
 //!
 //! Ages (last heartbeat, member last seen) are set at scrape time from the published view, so a
 //! stuck election loop shows as a growing age rather than a frozen one.
+//!
+//! Every labelled family has its own label set, and every label with a known set of values is
+//! an enum here ([`MessageType`], [`Received`], [`TransitionReason`], ...), each value written
+//! once: a caller cannot misspell a label or invent a value, and the layers above map their own
+//! types onto these exhaustively, so a new reason or outcome does not compile until it has its
+//! label. Names that are data (a member, a broker, a transport kind, a certificate) stay text,
+//! and so do the broker states, which the pilot transport names.
 
+use std::fmt::Write;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-type Labels = Vec<(&'static str, String)>;
+/// A label's values: the enum, its `label()` (the exported text) and its encoding.
+macro_rules! label_values {
+    ($(#[$meta:meta])* pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The text the metric carries.
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+                encoder.write_str(self.label())
+            }
+        }
+    };
+}
+
+/// A label set of one label.
+macro_rules! label_set {
+    ($name:ident { $label:ident: $ty:ty }) => {
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+        struct $name {
+            $label: $ty,
+        }
+    };
+}
+
+label_set!(ReasonLabel {
+    reason: TransitionReason
+});
+label_set!(ResultLabel {
+    result: ElectionResult
+});
+label_set!(MemberLabel { member: String });
+label_set!(PoolLabel { pool: Pool });
+label_set!(RefusedLabel { reason: Refused });
+label_set!(PhaseLabel { phase: Phase });
+label_set!(TransportLabel { transport: &'static str });
+label_set!(ExecExitLabel { outcome: ExecExit });
+label_set!(OnChangeLabel {
+    outcome: OnChangeOutcome
+});
+label_set!(CertLabel { cert: &'static str });
+label_set!(HealthCheckLabel {
+    outcome: HealthCheckOutcome
+});
+label_set!(ViaLabel { via: ObserverVia });
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReceivedLabels {
+    r#type: MessageType,
+    outcome: Received,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BrokerStateLabels {
+    broker: String,
+    state: &'static str,
+}
 
 pub struct Metrics {
     registry: Mutex<Registry>,
     pub term: Gauge,
     pub is_leader: Gauge,
-    pub transitions: Family<Labels, Counter>,
-    pub elections: Family<Labels, Counter>,
+    transitions: Family<ReasonLabel, Counter>,
+    elections: Family<ResultLabel, Counter>,
     pub leaderless_seconds: Counter<f64, AtomicU64>,
     pub last_heartbeat_age: Gauge<f64, AtomicU64>,
-    pub member_last_seen_age: Family<Labels, Gauge<f64, AtomicU64>>,
-    pub received: Family<Labels, Counter>,
+    member_last_seen_age: Family<MemberLabel, Gauge<f64, AtomicU64>>,
+    received: Family<ReceivedLabels, Counter>,
     pub publish_failures: Counter,
     pub publish_latency: Histogram,
     pub subscription_restarts: Counter,
-    pub broker_state: Family<Labels, Gauge>,
-    pub connections_open: Family<Labels, Gauge>,
-    pub refusals: Family<Labels, Counter>,
-    pub timeouts: Family<Labels, Counter>,
-    pub evictions: Family<Labels, Counter>,
+    broker_state: Family<BrokerStateLabels, Gauge>,
+    connections_open: Family<PoolLabel, Gauge>,
+    refusals: Family<RefusedLabel, Counter>,
+    timeouts: Family<PhaseLabel, Counter>,
+    evictions: Family<PoolLabel, Counter>,
     pub accept_errors: Counter,
     pub event_subscribers: Gauge,
     /// 1 while `/readyz` would answer 200, labelled with the transport; set at scrape time.
-    pub ready: Family<Labels, Gauge>,
+    ready: Family<TransportLabel, Gauge>,
     pub exec_running: Gauge,
-    pub exec_exits: Family<Labels, Counter>,
+    exec_exits: Family<ExecExitLabel, Counter>,
     /// `--on-change` runs by outcome, and how long each took.
-    pub on_change_runs: Family<Labels, Counter>,
+    on_change_runs: Family<OnChangeLabel, Counter>,
     pub on_change_duration: Histogram,
     /// Changes never run because a newer one arrived during a run (the newest wins).
     pub on_change_coalesced: Counter,
@@ -51,14 +130,14 @@ pub struct Metrics {
     pub step_down_scheduled: Gauge,
     /// Seconds until each certificate in use expires (negative once it has), by `cert`; set at
     /// scrape time.
-    pub tls_cert_expiry: Family<Labels, Gauge>,
+    tls_cert_expiry: Family<CertLabel, Gauge>,
     /// With `--health-cmd`/`--health-url` only (registered by [`Metrics::enable_health_checks`]):
     /// 1 while the application is healthy, the checks by outcome, and how long each took.
     pub app_healthy: Gauge,
-    pub health_checks: Family<Labels, Counter>,
+    health_checks: Family<HealthCheckLabel, Counter>,
     pub health_check_duration: Histogram,
     /// Observers this member knows of, by how (`topic`, `events`); set at scrape time.
-    pub observers: Family<Labels, Gauge>,
+    observers: Family<ViaLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -249,43 +328,50 @@ impl Metrics {
         m
     }
 
-    pub fn received(&self, kind: &str, outcome: &str) {
+    pub fn received(&self, kind: MessageType, outcome: Received) {
         self.received
-            .get_or_create(&vec![
-                ("type", kind.to_string()),
-                ("outcome", outcome.to_string()),
-            ])
+            .get_or_create(&ReceivedLabels {
+                r#type: kind,
+                outcome,
+            })
             .inc();
     }
 
-    pub fn transition(&self, reason: &str) {
-        count(&self.transitions, "reason", reason);
+    pub fn transition(&self, reason: TransitionReason) {
+        self.transitions
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
-    pub fn election(&self, result: &str) {
-        count(&self.elections, "result", result);
+    pub fn election(&self, result: ElectionResult) {
+        self.elections.get_or_create(&ResultLabel { result }).inc();
     }
 
     /// Sets the one state a broker is in to 1 and its other `states` to 0, so that a query can
     /// both select by state and alert on a broker that is not `subscribed`. The states are the
     /// transport's to name (its `LinkState`); this module only labels them.
-    pub fn set_broker_state(&self, broker: &str, state: &str, states: &[&str]) {
-        for s in states {
-            let labels = vec![("broker", broker.to_string()), ("state", s.to_string())];
+    pub fn set_broker_state(&self, broker: &str, state: &str, states: &[&'static str]) {
+        for &s in states {
+            let labels = BrokerStateLabels {
+                broker: broker.to_string(),
+                state: s,
+            };
             self.broker_state
                 .get_or_create(&labels)
-                .set(i64::from(*s == state));
+                .set(i64::from(s == state));
         }
     }
 
-    pub fn exec_exit(&self, outcome: &str) {
+    pub fn exec_exit(&self, outcome: ExecExit) {
         self.exec_exits
-            .get_or_create(&vec![("outcome", outcome.to_string())])
+            .get_or_create(&ExecExitLabel { outcome })
             .inc();
     }
 
-    pub fn on_change_run(&self, outcome: &str, took: Duration) {
-        count(&self.on_change_runs, "outcome", outcome);
+    pub fn on_change_run(&self, outcome: OnChangeOutcome, took: Duration) {
+        self.on_change_runs
+            .get_or_create(&OnChangeLabel { outcome })
+            .inc();
         self.on_change_duration.observe(took.as_secs_f64());
     }
 
@@ -308,10 +394,19 @@ impl Metrics {
             "How long each application health check took",
             self.health_check_duration.clone(),
         );
+        drop(r);
+        // Every outcome exported from the start, so that a rate over a first failure works.
+        for &outcome in HealthCheckOutcome::ALL {
+            let _ = self
+                .health_checks
+                .get_or_create(&HealthCheckLabel { outcome });
+        }
     }
 
-    pub fn health_check(&self, outcome: &str, took: Duration) {
-        count(&self.health_checks, "outcome", outcome);
+    pub fn health_check(&self, outcome: HealthCheckOutcome, took: Duration) {
+        self.health_checks
+            .get_or_create(&HealthCheckLabel { outcome })
+            .inc();
         self.health_check_duration.observe(took.as_secs_f64());
     }
 
@@ -325,20 +420,50 @@ impl Metrics {
 
     pub fn connections_open(&self, pool: Pool, open: usize) {
         self.connections_open
-            .get_or_create(&vec![("pool", pool.label().to_string())])
+            .get_or_create(&PoolLabel { pool })
             .set(open as i64);
     }
 
     pub fn refused(&self, reason: Refused) {
-        count(&self.refusals, "reason", reason.label());
+        self.refusals.get_or_create(&RefusedLabel { reason }).inc();
     }
 
     pub fn timed_out(&self, phase: Phase) {
-        count(&self.timeouts, "phase", phase.label());
+        self.timeouts.get_or_create(&PhaseLabel { phase }).inc();
     }
 
     pub fn evicted(&self, pool: Pool) {
-        count(&self.evictions, "pool", pool.label());
+        self.evictions.get_or_create(&PoolLabel { pool }).inc();
+    }
+
+    /// Whether `/readyz` would answer 200 now; the transport is its kind (`http`, `pilot`).
+    pub fn set_ready(&self, transport: &'static str, ready: bool) {
+        self.ready
+            .get_or_create(&TransportLabel { transport })
+            .set(i64::from(ready));
+    }
+
+    /// Seconds until the certificate in use as `cert` (`server`, `peer_client`) expires.
+    pub fn set_cert_expiry(&self, cert: &'static str, seconds: i64) {
+        self.tls_cert_expiry
+            .get_or_create(&CertLabel { cert })
+            .set(seconds);
+    }
+
+    /// The observers known by way of `via`.
+    pub fn set_observers(&self, via: ObserverVia, count: usize) {
+        self.observers
+            .get_or_create(&ViaLabel { via })
+            .set(count as i64);
+    }
+
+    /// Seconds since `member` was last heard (-1 if never).
+    pub fn set_member_last_seen_age(&self, member: &str, age: f64) {
+        self.member_last_seen_age
+            .get_or_create(&MemberLabel {
+                member: member.to_string(),
+            })
+            .set(age);
     }
 
     /// The text exposition format.
@@ -351,71 +476,300 @@ impl Metrics {
     }
 }
 
-/// The server's connection pools (`pool` label): the API's, and the peers' reserved slots or
-/// listener.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pool {
-    Api,
-    Peer,
-}
-
-impl Pool {
-    pub fn label(self) -> &'static str {
-        match self {
-            Pool::Api => "api",
-            Pool::Peer => "peer",
-        }
+label_values! {
+    /// The server's connection pools (`pool` label): the API's, and the peers' reserved slots
+    /// or listener.
+    pub enum Pool {
+        Api => "api",
+        Peer => "peer",
     }
 }
 
-/// Why a connection or request was refused (`refused_total{reason}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
-    /// Every connection busy at the cap.
-    MaxConnections,
-    /// `--max-event-subscribers` streams open.
-    EventSubscribers,
-    /// The TLS handshake failed.
-    TlsHandshake,
-    /// A write without a client certificate (`--tls-anonymous-reads`).
-    ClientCertificateRequired,
-}
-
-impl Refused {
-    pub fn label(self) -> &'static str {
-        match self {
-            Refused::MaxConnections => "max_connections",
-            Refused::EventSubscribers => "event_subscribers",
-            Refused::TlsHandshake => "tls_handshake",
-            Refused::ClientCertificateRequired => "client_certificate_required",
-        }
+label_values! {
+    /// Why a connection or request was refused (`refused_total{reason}`).
+    pub enum Refused {
+        /// Every connection busy at the cap.
+        MaxConnections => "max_connections",
+        /// `--max-event-subscribers` streams open.
+        EventSubscribers => "event_subscribers",
+        /// The TLS handshake failed.
+        TlsHandshake => "tls_handshake",
+        /// A write without a client certificate (`--tls-anonymous-reads`).
+        ClientCertificateRequired => "client_certificate_required",
     }
 }
 
-/// What a connection was waiting for when it timed out (`connections_timed_out_total{phase}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// A request head (or, with TLS, the handshake and the first head).
-    Header,
-    /// A request body.
-    Body,
-    /// The next request on a kept-alive connection.
-    Idle,
-}
-
-impl Phase {
-    pub fn label(self) -> &'static str {
-        match self {
-            Phase::Header => "header",
-            Phase::Body => "body",
-            Phase::Idle => "idle",
-        }
+label_values! {
+    /// What a connection was waiting for when it timed out (`connections_timed_out_total{phase}`).
+    pub enum Phase {
+        /// A request head (or, with TLS, the handshake and the first head).
+        Header => "header",
+        /// A request body.
+        Body => "body",
+        /// The next request on a kept-alive connection.
+        Idle => "idle",
     }
 }
 
-/// One more in the series of `family` whose one label is `label=value`.
-fn count(family: &Family<Labels, Counter>, label: &'static str, value: &str) {
-    family
-        .get_or_create(&vec![(label, value.to_string())])
-        .inc();
+label_values! {
+    /// The type of a received message (`messages_received_total{type}`): its wire name, or
+    /// `unknown` when it could not be read, or `any` when the transport dropped it unread.
+    pub enum MessageType {
+        Heartbeat => "heartbeat",
+        Ack => "ack",
+        Presence => "presence",
+        Election => "election",
+        Vote => "vote",
+        Leader => "leader",
+        Resign => "resign",
+        /// Not parsed, or refused before it was (malformed, unsigned, a bad signature...).
+        Unknown => "unknown",
+        /// Counted by the transport before parsing (echoes, duplicates, a full channel).
+        Any => "any",
+    }
+}
+
+label_values! {
+    /// What became of a received message (`messages_received_total{outcome}`).
+    pub enum Received {
+        /// The core took it (a command done, a message that counted).
+        Accepted => "accepted",
+        /// For an older term or a finished round.
+        Stale => "stale",
+        /// Not for this node, or refused by a rule.
+        Ignored => "ignored",
+        /// From a node that is not a member (rule 1).
+        NotMember => "not_member",
+        /// From a member whose member set differs (rule 1).
+        OtherMembers => "other_members",
+        /// An observer's announcement, heard by a member.
+        Observer => "observer",
+        /// A message an observer followed.
+        Observed => "observed",
+        /// Not a message of the wire format.
+        Malformed => "malformed",
+        /// Without a signature where a cluster key is set.
+        Unsigned => "unsigned",
+        /// Signed with a key id this node does not know.
+        UnknownKey => "unknown_key",
+        /// Its signature does not match.
+        BadSignature => "bad_signature",
+        /// Seen already, or older than the sender's replay window.
+        Replayed => "replayed",
+        /// Its sender is not the member the client certificate names.
+        WrongCertificate => "wrong_certificate",
+        /// This node's own message, back from the broker.
+        Own => "own",
+        /// A copy already received through another broker.
+        Duplicate => "duplicate",
+        /// The runtime's inbound channel was full.
+        Dropped => "dropped",
+    }
+}
+
+label_values! {
+    /// Why the known leader changed (`leader_transitions_total{reason}`): the core's reasons.
+    pub enum TransitionReason {
+        Elected => "elected",
+        StepDown => "step_down",
+        Transfer => "transfer",
+        Preempted => "preempted",
+        LeaseExpired => "lease_expired",
+        LeaderTimeout => "leader_timeout",
+        HigherTerm => "higher_term",
+        Shutdown => "shutdown",
+        Unhealthy => "unhealthy",
+    }
+}
+
+label_values! {
+    /// Elections this node started and how they ended (`elections_total{result}`).
+    pub enum ElectionResult {
+        Started => "started",
+        Won => "won",
+        Lost => "lost",
+    }
+}
+
+label_values! {
+    /// How an `--exec` child ended (`exec_exits_total{outcome}`).
+    pub enum ExecExit {
+        /// On its own, with code 0.
+        Ok => "ok",
+        /// On its own, non-zero or by a signal not ours; or it could not be started.
+        Failed => "failed",
+        /// Stopped by the node (SIGTERM) when leadership ended.
+        Stopped => "stopped",
+        /// Killed by the node (SIGKILL) when it did not stop in time.
+        Killed => "killed",
+    }
+}
+
+label_values! {
+    /// How an `--on-change` run ended (`on_change_runs_total{outcome}`).
+    pub enum OnChangeOutcome {
+        Ok => "ok",
+        Failed => "failed",
+        TimedOut => "timed_out",
+        KilledAtExit => "killed_at_exit",
+    }
+}
+
+label_values! {
+    /// How an application health check ended (`health_checks_total{outcome}`).
+    pub enum HealthCheckOutcome {
+        Pass => "pass",
+        Fail => "fail",
+        TimedOut => "timed_out",
+    }
+}
+
+label_values! {
+    /// How a member knows of an observer (`observers{via}`).
+    pub enum ObserverVia {
+        /// Its announcements on the election topic (pilot).
+        Topic => "topic",
+        /// An `/events` stream of this member that it follows (http).
+        Events => "events",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels<T: Copy>(all: &[T], label: fn(T) -> &'static str) -> Vec<&'static str> {
+        all.iter().map(|&v| label(v)).collect()
+    }
+
+    /// The exported label values, byte for byte: dashboards, alert rules and the tests outside
+    /// select on them.
+    #[test]
+    fn every_label_value_is_the_text_exported_before_they_were_typed() {
+        assert_eq!(labels(Pool::ALL, Pool::label), ["api", "peer"]);
+        assert_eq!(
+            labels(Refused::ALL, Refused::label),
+            [
+                "max_connections",
+                "event_subscribers",
+                "tls_handshake",
+                "client_certificate_required"
+            ]
+        );
+        assert_eq!(labels(Phase::ALL, Phase::label), ["header", "body", "idle"]);
+        assert_eq!(
+            labels(MessageType::ALL, MessageType::label),
+            [
+                "heartbeat",
+                "ack",
+                "presence",
+                "election",
+                "vote",
+                "leader",
+                "resign",
+                "unknown",
+                "any"
+            ]
+        );
+        assert_eq!(
+            labels(Received::ALL, Received::label),
+            [
+                "accepted",
+                "stale",
+                "ignored",
+                "not_member",
+                "other_members",
+                "observer",
+                "observed",
+                "malformed",
+                "unsigned",
+                "unknown_key",
+                "bad_signature",
+                "replayed",
+                "wrong_certificate",
+                "own",
+                "duplicate",
+                "dropped"
+            ]
+        );
+        assert_eq!(
+            labels(TransitionReason::ALL, TransitionReason::label),
+            [
+                "elected",
+                "step_down",
+                "transfer",
+                "preempted",
+                "lease_expired",
+                "leader_timeout",
+                "higher_term",
+                "shutdown",
+                "unhealthy"
+            ]
+        );
+        assert_eq!(
+            labels(ElectionResult::ALL, ElectionResult::label),
+            ["started", "won", "lost"]
+        );
+        assert_eq!(
+            labels(ExecExit::ALL, ExecExit::label),
+            ["ok", "failed", "stopped", "killed"]
+        );
+        assert_eq!(
+            labels(OnChangeOutcome::ALL, OnChangeOutcome::label),
+            ["ok", "failed", "timed_out", "killed_at_exit"]
+        );
+        assert_eq!(
+            labels(HealthCheckOutcome::ALL, HealthCheckOutcome::label),
+            ["pass", "fail", "timed_out"]
+        );
+        assert_eq!(
+            labels(ObserverVia::ALL, ObserverVia::label),
+            ["topic", "events"]
+        );
+    }
+
+    /// Label names and their order in a series are what the untyped families wrote.
+    #[test]
+    fn series_carry_their_labels_in_the_order_they_always_had() {
+        let m = Metrics::new();
+        m.received(MessageType::Heartbeat, Received::NotMember);
+        m.transition(TransitionReason::StepDown);
+        m.election(ElectionResult::Won);
+        m.exec_exit(ExecExit::Killed);
+        m.on_change_run(OnChangeOutcome::KilledAtExit, Duration::ZERO);
+        m.set_broker_state("b1", "subscribed", &["subscribed", "silent"]);
+        m.connections_open(Pool::Peer, 3);
+        m.refused(Refused::TlsHandshake);
+        m.timed_out(Phase::Idle);
+        m.evicted(Pool::Api);
+        m.set_ready("pilot", true);
+        m.set_cert_expiry("peer_client", 7);
+        m.set_observers(ObserverVia::Events, 2);
+        m.set_member_last_seen_age("node-b", 1.5);
+        m.enable_health_checks();
+        m.health_check(HealthCheckOutcome::TimedOut, Duration::ZERO);
+        let text = m.encode();
+        for line in [
+            r#"pilot_election_messages_received_total{type="heartbeat",outcome="not_member"} 1"#,
+            r#"pilot_election_leader_transitions_total{reason="step_down"} 1"#,
+            r#"pilot_election_elections_total{result="won"} 1"#,
+            r#"pilot_election_exec_exits_total{outcome="killed"} 1"#,
+            r#"pilot_election_on_change_runs_total{outcome="killed_at_exit"} 1"#,
+            r#"pilot_election_broker_state{broker="b1",state="subscribed"} 1"#,
+            r#"pilot_election_broker_state{broker="b1",state="silent"} 0"#,
+            r#"pilot_election_connections_open{pool="peer"} 3"#,
+            r#"pilot_election_refused_total{reason="tls_handshake"} 1"#,
+            r#"pilot_election_connections_timed_out_total{phase="idle"} 1"#,
+            r#"pilot_election_connections_evicted_total{pool="api"} 1"#,
+            r#"pilot_election_ready{transport="pilot"} 1"#,
+            r#"pilot_election_tls_cert_expiry_seconds{cert="peer_client"} 7"#,
+            r#"pilot_election_observers{via="events"} 2"#,
+            r#"pilot_election_member_last_seen_age_seconds{member="node-b"} 1.5"#,
+            r#"pilot_election_health_checks_total{outcome="timed_out"} 1"#,
+            r#"pilot_election_health_checks_total{outcome="pass"} 0"#,
+            r#"pilot_election_health_checks_total{outcome="fail"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
 }

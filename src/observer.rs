@@ -32,8 +32,8 @@ use crate::directory::Directory;
 use crate::election::{
     Advert, Announced, Body, Candidacy, MemberSet, Message, Timings, Transition, Versions,
 };
-use crate::metrics::Metrics;
-use crate::runtime::{LoopClock, Reporter, Snapshot};
+use crate::metrics::{MessageType, Metrics, Received};
+use crate::runtime::{LastTurn, Reporter, Snapshot};
 use crate::signing::KeyRing;
 use crate::store::{HistoryEntry, HISTORY_LIMIT};
 use crate::transport::http::Peer;
@@ -95,7 +95,7 @@ pub struct Observing {
 pub struct Observer {
     pub snapshot: watch::Receiver<Snapshot>,
     pub observing: watch::Receiver<Observing>,
-    pub clock: LoopClock,
+    pub clock: LastTurn,
     /// Every change of the leader it knows, for `--on-change` (role `observer`).
     pub changes: watch::Receiver<crate::runtime::Change>,
     task: tokio::task::JoinHandle<()>,
@@ -191,7 +191,7 @@ struct Follower {
     config: ObserverConfig,
     snapshot: watch::Sender<Snapshot>,
     observing: watch::Sender<Observing>,
-    clock: LoopClock,
+    clock: LastTurn,
     reporter: Reporter,
     metrics: Arc<Metrics>,
     history: Arc<VecDeque<HistoryEntry>>,
@@ -282,19 +282,19 @@ impl Follower {
 
     fn on_bytes(&mut self, bytes: &[u8]) {
         let parsed = match &self.config.cluster_keys {
-            Some(keys) => keys.verify(bytes).map_err(|e| e.reason()),
-            None => Message::parse(bytes).map_err(|_| "malformed"),
+            Some(keys) => keys.verify(bytes).map_err(|e| Received::from(&e)),
+            None => Message::parse(bytes).map_err(|_| Received::Malformed),
         };
         let m = match parsed {
             Ok(m) => m,
             Err(reason) => {
-                self.metrics.received("unknown", reason);
+                self.metrics.received(MessageType::Unknown, reason);
                 self.observing.send_modify(|o| o.rejected += 1);
                 return;
             }
         };
         let now = clock::now();
-        self.metrics.received(m.body.kind(), "observed");
+        self.metrics.received((&m.body).into(), Received::Observed);
         if m.group == self.config.group && self.config.members.contains(&m.from) {
             Arc::make_mut(&mut self.directory).record(&m.from, m.seq, m.info.as_ref());
         }
@@ -408,8 +408,8 @@ impl Follower {
     fn on_transition(&mut self, t: &Transition) {
         let view = self.observed.view();
         self.reporter.transition(t, &view);
+        self.metrics.transition(t.reason.into());
         let reason = t.reason.as_str();
-        self.metrics.transition(reason);
         tracing::info!(
             term = t.term,
             leader = t.leader.as_deref().unwrap_or(""),

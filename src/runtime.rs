@@ -27,20 +27,26 @@ use crate::election::{
     Action, Body, CommandError, Input, Maintenance, Member, MemberSet, Message, Node, NodeInfo,
     Outcome, Role, Timings, Transition, View,
 };
-use crate::metrics::Metrics;
+use crate::log_limit::KeyedLogLimit;
+use crate::metrics::{ElectionResult, MessageType, Metrics, Received};
 use crate::observer_table::Observers;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
 mod change;
+mod labels;
 mod maintenance;
-mod stray;
 pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
 pub use maintenance::MaintenanceRequest;
-use stray::StrayLog;
 
 use crate::exit_budget::{FLUSH as FLUSH_GRACE, HANDOVER as SHUTDOWN_GRACE};
+
+/// At most one line per stray sender and reason in this long.
+const STRAY_LOG_EVERY: Duration = Duration::from_secs(60);
+/// Distinct stray senders named per [`STRAY_LOG_EVERY`]; a real misconfiguration involves a
+/// handful.
+const STRAY_SENDERS_NAMED: usize = 32;
 
 /// An operator command from the API, answered once its actions have been carried out.
 #[derive(Debug)]
@@ -80,8 +86,9 @@ impl Snapshot {
     }
 }
 
-/// The loop's heartbeat, readable without waiting for a snapshot.
-pub type LoopClock = Arc<Mutex<Instant>>;
+/// The instant of the election loop's last turn, readable without waiting for a snapshot:
+/// `/healthz` fails once it is older than the lease.
+pub type LastTurn = Arc<Mutex<Instant>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -96,7 +103,7 @@ pub struct Runtime {
     inbound: mpsc::Receiver<Vec<u8>>,
     commands: mpsc::Receiver<Command>,
     snapshot: watch::Sender<Snapshot>,
-    clock: LoopClock,
+    last_turn: LastTurn,
     /// systemd's watchdog, petted from this loop so that a stuck loop stops petting.
     watchdog: crate::notify::Watchdog,
     metrics: Arc<Metrics>,
@@ -110,8 +117,11 @@ pub struct Runtime {
     history_out: watch::Sender<Vec<HistoryEntry>>,
     /// The replay marks for their writer task (see [`file_writer`]).
     replay_out: watch::Sender<BTreeMap<String, u64>>,
-    /// Names a non-member (or a member with another member set) at once, without a flood.
-    stray_log: StrayLog,
+    /// Names a non-member (or a member with another member set) at once, without a flood:
+    /// each (sender, reason) once per [`STRAY_LOG_EVERY`], at most [`STRAY_SENDERS_NAMED`]
+    /// senders in that time; the rest are counted in the next line written (the metrics count
+    /// every message).
+    stray_log: KeyedLogLimit<(String, &'static str)>,
     /// Every one is awaited (all at once) before a resign leaves.
     release_guards: Vec<ReleaseGuard>,
     /// Changes of leader and role for `--on-change`, if anyone asked for them.
@@ -161,9 +171,9 @@ impl Runtime {
         store: Store,
         history: Vec<HistoryEntry>,
         wiring: Wiring,
-    ) -> (Runtime, watch::Receiver<Snapshot>, LoopClock) {
+    ) -> (Runtime, watch::Receiver<Snapshot>, LastTurn) {
         let now = clock::now();
-        let loop_clock = Arc::new(Mutex::new(now));
+        let last_turn = Arc::new(Mutex::new(now));
         let history: VecDeque<_> = history.into_iter().collect();
         let role = node.role();
         let directory = Arc::new(Directory::default());
@@ -190,7 +200,7 @@ impl Runtime {
             inbound: wiring.inbound,
             commands: wiring.commands,
             snapshot: tx,
-            clock: loop_clock.clone(),
+            last_turn: last_turn.clone(),
             watchdog: crate::notify::Watchdog::from_env(),
             metrics: wiring.metrics,
             history: Arc::new(history),
@@ -200,7 +210,7 @@ impl Runtime {
             replay,
             keys: wiring.keys,
             replay_out: watch::Sender::new(marks),
-            stray_log: StrayLog::default(),
+            stray_log: KeyedLogLimit::new(STRAY_LOG_EVERY, STRAY_SENDERS_NAMED),
             release_guards: Vec::new(),
             changes: None,
             group: wiring.group,
@@ -211,7 +221,7 @@ impl Runtime {
             maintenance_in_core: false,
             observers: wiring.observers,
         };
-        (rt, rx, loop_clock)
+        (rt, rx, last_turn)
     }
 
     /// Every resign this node sends waits for `guard` first (see [`ReleaseGuard`]), and for
@@ -290,7 +300,7 @@ impl Runtime {
             // first step, and a pause that reached its end lapses here.
             self.sync_maintenance().await?;
             let now = clock::now();
-            *self.clock.lock().unwrap_or_else(|e| e.into_inner()) = now;
+            *self.last_turn.lock().unwrap_or_else(|e| e.into_inner()) = now;
             self.watchdog.pet(now);
             if let Some((since, hand_over)) = stopping {
                 let view = self.node.view(now);
@@ -384,7 +394,8 @@ impl Runtime {
                         .unwrap_or_else(|e| e.into_inner())
                         .heard(clock::now(), &msg.from);
                 }
-                self.metrics.received(msg.body.kind(), "observer");
+                self.metrics
+                    .received((&msg.body).into(), Received::Observer);
             }
             Ok(msg) => {
                 if msg.group == self.group && self.node.members().contains(&msg.from) {
@@ -401,31 +412,33 @@ impl Runtime {
                         self.on_maintenance_heard(write).await?;
                     }
                 }
-                let kind = msg.body.kind();
+                let kind = MessageType::from(&msg.body);
                 let (from, members) = (msg.from.clone(), msg.members.clone());
                 let outcome = match self.step(Input::Message(msg)).await? {
                     Ok(o) => o,
                     Err(_) => Outcome::Ignored,
                 };
-                self.metrics.received(kind, outcome.label());
+                self.metrics.received(kind, (&outcome).into());
                 self.log_stray(&from, &members, &outcome);
             }
             Err(e) => {
                 tracing::debug!(error = %e, reason = e.reason(), "dropped a message");
-                self.metrics.received("unknown", e.reason());
+                self.metrics.received(MessageType::Unknown, (&e).into());
             }
         }
         Ok(())
     }
 
-    /// Names a sender that is not a member, or whose member set differs (see [`stray`]).
+    /// Names a sender that is not a member, or whose member set differs. An operator must see a
+    /// stray node at once, by name; a flood of made-up sender ids must cost neither a log line
+    /// nor memory each.
     fn log_stray(&mut self, from: &str, fingerprint: &str, outcome: &Outcome) {
         let why = match outcome {
             Outcome::NotMember => "not_member",
             Outcome::OtherMembers => "other_members",
             _ => return,
         };
-        let Some(left_out) = self.stray_log.admit(clock::now(), from, why) else {
+        let Some(left_out) = self.stray_log.admit(clock::now(), (from.to_string(), why)) else {
             return;
         };
         if left_out > 0 {
@@ -518,8 +531,8 @@ impl Runtime {
             }
             None => self.leaderless_since = Some(now),
         }
+        self.metrics.transition(t.reason.into());
         let reason = t.reason.as_str();
-        self.metrics.transition(reason);
         tracing::info!(
             term = t.term,
             leader = t.leader.as_deref().unwrap_or(""),
@@ -551,10 +564,14 @@ impl Runtime {
         self.metrics.term.set(view.term as i64);
         match (self.role, view.role) {
             (Role::Follower, Role::PreCandidate | Role::Candidate) => {
-                self.metrics.election("started")
+                self.metrics.election(ElectionResult::Started)
             }
-            (Role::PreCandidate | Role::Candidate, Role::Leader) => self.metrics.election("won"),
-            (Role::PreCandidate | Role::Candidate, Role::Follower) => self.metrics.election("lost"),
+            (Role::PreCandidate | Role::Candidate, Role::Leader) => {
+                self.metrics.election(ElectionResult::Won)
+            }
+            (Role::PreCandidate | Role::Candidate, Role::Follower) => {
+                self.metrics.election(ElectionResult::Lost)
+            }
             _ => {}
         }
         if self.role != view.role {

@@ -142,11 +142,6 @@ impl Tls {
         self.files.client_ca.is_some()
     }
 
-    /// Whether a connection without a client certificate may read.
-    pub fn anonymous_reads(&self) -> bool {
-        self.files.anonymous_reads
-    }
-
     /// Reads every file again; on success the new configuration is used by new connections,
     /// on failure the old one stays and the error is returned.
     pub fn reload(&self) -> Result<(), String> {

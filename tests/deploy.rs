@@ -17,7 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use pilot_election::metrics::Metrics;
+use pilot_election::metrics::{
+    ElectionResult, ExecExit, HealthCheckOutcome, MessageType, Metrics, OnChangeOutcome, Received,
+    TransitionReason,
+};
 
 const DASHBOARD: &str = include_str!("../deploy/grafana-dashboard.json");
 const ALERTS: &str = include_str!("../deploy/alerts.yml");
@@ -37,23 +40,20 @@ const TARGET_LABELS: &[&str] = &["job", "instance"];
 /// so that its labels show in the exposition.
 fn exported() -> BTreeMap<String, BTreeSet<String>> {
     let m = Metrics::new();
-    m.received("heartbeat", "accepted");
-    m.transition("elected");
-    m.election("won");
-    m.exec_exit("ok");
-    m.on_change_run("ok", std::time::Duration::from_millis(5));
+    m.received(MessageType::Heartbeat, Received::Accepted);
+    m.transition(TransitionReason::Elected);
+    m.election(ElectionResult::Won);
+    m.exec_exit(ExecExit::Ok);
+    m.on_change_run(OnChangeOutcome::Ok, std::time::Duration::from_millis(5));
     // Registered only on a node with --health-cmd or --health-url.
     m.enable_health_checks();
-    m.health_check("pass", std::time::Duration::from_millis(5));
-    m.member_last_seen_age
-        .get_or_create(&vec![("member", "b".to_string())])
-        .set(0.5);
-    m.ready
-        .get_or_create(&vec![("transport", "http".to_string())])
-        .set(1);
-    m.tls_cert_expiry
-        .get_or_create(&vec![("cert", "server".to_string())])
-        .set(86_400);
+    m.health_check(
+        HealthCheckOutcome::Pass,
+        std::time::Duration::from_millis(5),
+    );
+    m.set_member_last_seen_age("b", 0.5);
+    m.set_ready("http", true);
+    m.set_cert_expiry("server", 86_400);
     m.observe_publish(std::time::Duration::from_millis(1));
     let text = m.encode();
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

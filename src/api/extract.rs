@@ -163,7 +163,7 @@ impl FromRequestParts<AppState> for Admin {
 /// lines (disk and CPU); the next line logged counts those left out.
 const REFUSALS_LOGGED_PER_SECOND: u32 = 20;
 
-static REFUSAL_LOG: Mutex<LogLimit> = Mutex::new(LogLimit::new(REFUSALS_LOGGED_PER_SECOND));
+static REFUSAL_LOG: Mutex<LogLimit> = Mutex::new(LogLimit::per_second(REFUSALS_LOGGED_PER_SECOND));
 
 fn refusal_to_log() -> Option<u64> {
     let mut log = REFUSAL_LOG.lock().unwrap_or_else(|e| e.into_inner());
@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn refusals_are_logged_twenty_a_second_and_the_rest_counted() {
-        let mut log = LogLimit::new(REFUSALS_LOGGED_PER_SECOND);
+        let mut log = LogLimit::per_second(REFUSALS_LOGGED_PER_SECOND);
         let t0 = crate::clock::now();
         let first: Vec<_> = (0..25).map(|_| log.admit(t0)).collect();
         assert_eq!(first.iter().filter(|x| x.is_some()).count(), 20);

@@ -22,7 +22,7 @@ pub struct HealthBody {
 /// Fails once the loop has not run for longer than the lease: by then a leader on this node
 /// would have lost its lease without noticing.
 pub async fn get_healthz(State(s): State<AppState>) -> (StatusCode, Json<HealthBody>) {
-    let last = *s.clock.lock().unwrap_or_else(|e| e.into_inner());
+    let last = *s.last_turn.lock().unwrap_or_else(|e| e.into_inner());
     let lease = s.snapshot.borrow().timings.lease;
     let age = clock::now().saturating_duration_since(last);
     let ok = age <= lease && s.snapshot.has_changed().is_ok();

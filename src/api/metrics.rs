@@ -5,6 +5,17 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 use super::AppState;
+use crate::metrics::ObserverVia;
+use crate::observer_table::Via;
+
+impl From<Via> for ObserverVia {
+    fn from(via: Via) -> ObserverVia {
+        match via {
+            Via::Topic => ObserverVia::Topic,
+            Via::Events => ObserverVia::Events,
+        }
+    }
+}
 
 pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     let snap = s.snapshot();
@@ -19,39 +30,31 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     m.last_heartbeat_age.set(hb_age);
     m.event_subscribers.set(s.subscribers.open() as i64);
     {
-        use crate::observer_table::Via;
         let table = s.observers.lock().unwrap_or_else(|e| e.into_inner());
         for via in [Via::Topic, Via::Events] {
-            m.observers
-                .get_or_create(&vec![("via", via.as_str().to_string())])
-                .set(table.count(now, via) as i64);
+            m.set_observers(via.into(), table.count(now, via));
         }
     }
     m.maintenance.set(i64::from(snap.view.maintenance));
     if let Some(tls) = &s.tls {
         let now = (crate::clock::wall::unix_ms_now() / 1000) as i64;
         for e in tls.expiry() {
-            m.tls_cert_expiry
-                .get_or_create(&vec![("cert", e.role.to_string())])
-                .set(e.not_after - now);
+            m.set_cert_expiry(e.role, e.not_after - now);
         }
     }
     m.step_down_scheduled
         .set(i64::from(s.scheduler.pending().is_some()));
-    m.ready
-        .get_or_create(&vec![("transport", snap.transport.kind.to_string())])
-        .set(i64::from(match s.observing {
-            Some(_) => super::health::observer_readiness(&snap).ready,
-            None => super::health::readiness(&snap).ready,
-        }));
+    let ready = match s.observing {
+        Some(_) => super::health::observer_readiness(&snap).ready,
+        None => super::health::readiness(&snap).ready,
+    };
+    m.set_ready(snap.transport.kind, ready);
     for member in &snap.members {
         // -1 for a member never heard, like the heartbeat age without a leader.
         let age = member
             .last_seen
             .map_or(-1.0, |at| now.saturating_duration_since(at).as_secs_f64());
-        m.member_last_seen_age
-            .get_or_create(&vec![("member", member.id.clone())])
-            .set(age);
+        m.set_member_last_seen_age(&member.id, age);
     }
     (
         [(

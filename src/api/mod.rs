@@ -11,7 +11,7 @@ mod extract;
 mod health;
 mod history;
 mod leader;
-mod membership;
+mod leadership;
 mod metrics;
 mod openapi;
 mod page;
@@ -37,7 +37,7 @@ pub use page::PAGE_HTML;
 use crate::clock::wall::unix_ms_now;
 use crate::election::{CommandError, Input, Outcome, View};
 use crate::metrics::Metrics;
-use crate::runtime::{Command, LoopClock, MaintenanceRequest, Snapshot};
+use crate::runtime::{Command, LastTurn, MaintenanceRequest, Snapshot};
 
 /// What every handler may use. axum clones the state for every request (the route's handler
 /// and the `State` extractor each take one), so it is one `Arc`: a clone of the parts would be
@@ -72,7 +72,7 @@ pub struct AppParts {
     /// The routes the node's transport serves for its peers (the http transport's
     /// `POST /peer/messages`), merged into the API's; `None` when it serves none.
     pub ingress: Option<Router>,
-    pub clock: LoopClock,
+    pub last_turn: LastTurn,
     pub metrics: Arc<Metrics>,
     pub auth: Arc<Auth>,
     /// The `/events` streams and their cap.
@@ -122,12 +122,12 @@ pub fn router(state: AppState) -> Router {
         .route("/leader", get(leader::get_leader))
         .route("/term", get(leader::get_term))
         .route("/status", get(status::get_status))
-        .route("/candidacy", post(membership::post_candidacy))
+        .route("/candidacy", post(leadership::post_candidacy))
         .route(
             "/step-down",
-            post(membership::post_step_down)
-                .get(membership::get_step_down)
-                .delete(membership::delete_step_down),
+            post(leadership::post_step_down)
+                .get(leadership::get_step_down)
+                .delete(leadership::delete_step_down),
         )
         .route(
             "/pause",
@@ -167,7 +167,7 @@ fn observer_router(state: AppState) -> Router {
         .route(
             "/step-down",
             post(refuse_observer)
-                .get(membership::get_step_down)
+                .get(leadership::get_step_down)
                 .delete(refuse_observer),
         )
         .route(

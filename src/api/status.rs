@@ -45,7 +45,7 @@ pub struct StatusBody {
     /// The newest maintenance write this node has seen; `null` if none was ever made.
     maintenance: Option<super::pause::SettingBody>,
     /// A step-down waiting for its hour on this node; `null` if none.
-    scheduled_step_down: Option<super::membership::ScheduledBody>,
+    scheduled_step_down: Option<super::leadership::ScheduledBody>,
     /// The `--on-change` hook: its run in progress and its last run; `null` without one.
     on_change: Option<OnChangeBody>,
     /// What this node advertises of its application's health (rule 17): always true without a
@@ -352,7 +352,7 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
         transport: snap.transport.clone(),
         paused: v.maintenance,
         maintenance: snap.maintenance.as_ref().map(super::pause::SettingBody::of),
-        scheduled_step_down: s.scheduler.pending().map(super::membership::scheduled_body),
+        scheduled_step_down: s.scheduler.pending().map(super::leadership::scheduled_body),
         on_change: s.hooks.as_ref().map(|h| OnChangeBody::of(&h.status())),
         healthy: v.healthy,
         health_check: s.health.as_ref().map(|h| HealthCheckBody::of(&h.status())),

@@ -52,9 +52,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::clock;
 use crate::election::{Input, Timings, View};
-use crate::metrics::Metrics;
+use crate::metrics::{ExecExit, Metrics};
 use crate::runtime::{Command, ReleaseGuard, Snapshot};
 
 mod gate;
@@ -77,6 +78,8 @@ const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// Restart waits double up to this; a child that ran at least this long starts over at
 /// [`BACKOFF_FIRST`].
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The restart waits: [`BACKOFF_FIRST`], doubling up to [`BACKOFF_MAX`].
+const RESTART_BACKOFF: Backoff = Backoff::new(BACKOFF_FIRST, BACKOFF_MAX);
 /// How often a stopping child's process group is checked for stragglers after `sh` exited.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 

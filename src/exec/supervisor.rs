@@ -19,7 +19,7 @@ struct Restart {
     /// The term the backoff belongs to; a new term starts at once.
     term: u64,
     at: Option<Instant>,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 /// One run of the command: `sh -c` as the leader of its own process group.
@@ -98,7 +98,7 @@ impl Supervisor {
             restart: Restart {
                 term: 0,
                 at: None,
-                backoff: BACKOFF_FIRST,
+                backoff: RESTART_BACKOFF,
             },
         }
     }
@@ -192,7 +192,7 @@ impl Supervisor {
                 self.restart = Restart {
                     term: view.term,
                     at: None,
-                    backoff: BACKOFF_FIRST,
+                    backoff: RESTART_BACKOFF,
                 };
             }
             if self.restart.at.is_none_or(|at| now >= at) {
@@ -263,7 +263,7 @@ impl Supervisor {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, term = view.term, "could not start the exec command");
-                self.metrics.exec_exit("failed");
+                self.metrics.exec_exit(ExecExit::Failed);
                 self.schedule_restart(now, Duration::ZERO);
                 return;
             }
@@ -295,10 +295,9 @@ impl Supervisor {
 
     fn schedule_restart(&mut self, now: Instant, ran: Duration) {
         if ran >= BACKOFF_MAX {
-            self.restart.backoff = BACKOFF_FIRST;
+            self.restart.backoff.reset();
         }
-        self.restart.at = Some(now + self.restart.backoff);
-        self.restart.backoff = (self.restart.backoff * 2).min(BACKOFF_MAX);
+        self.restart.at = Some(now + self.restart.backoff.next_delay());
     }
 
     /// Reports a job whose whole group is gone, then decides what comes next.
@@ -326,7 +325,7 @@ impl Supervisor {
                         stop_ms,
                         "exec child did not stop in time: killed (SIGKILL)"
                     );
-                    "killed"
+                    ExecExit::Killed
                 } else {
                     tracing::info!(
                         term,
@@ -337,16 +336,16 @@ impl Supervisor {
                         signal,
                         "exec child stopped"
                     );
-                    "stopped"
+                    ExecExit::Stopped
                 }
             }
             None if status.success() => {
                 tracing::info!(term, pid, ran_ms, "exec child exited (code 0)");
-                "ok"
+                ExecExit::Ok
             }
             None => {
                 tracing::warn!(term, pid, ran_ms, code, signal, "exec child failed");
-                "failed"
+                ExecExit::Failed
             }
         };
         self.metrics.exec_exit(outcome);
@@ -356,7 +355,7 @@ impl Supervisor {
         }
         // Also the wait if a step-down below is refused and the child runs here again.
         self.schedule_restart(now, ran);
-        if outcome == "failed" && self.config.step_down_on_failure {
+        if outcome == ExecExit::Failed && self.config.step_down_on_failure {
             self.hold = Hold::Held;
             tokio::spawn(step_down_after_failure(
                 self.commands.clone(),

@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 
 use super::Check;
 use crate::clock;
+use crate::metrics::HealthCheckOutcome;
 
 /// What `/status` keeps of a check's output: enough for the first line of an error.
 pub const DETAIL_MAX: usize = 512;
@@ -30,13 +31,21 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 3] = [Outcome::Pass, Outcome::Fail, Outcome::TimedOut];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Pass => "pass",
             Outcome::Fail => "fail",
             Outcome::TimedOut => "timed_out",
+        }
+    }
+}
+
+impl From<Outcome> for HealthCheckOutcome {
+    fn from(outcome: Outcome) -> HealthCheckOutcome {
+        match outcome {
+            Outcome::Pass => HealthCheckOutcome::Pass,
+            Outcome::Fail => HealthCheckOutcome::Fail,
+            Outcome::TimedOut => HealthCheckOutcome::TimedOut,
         }
     }
 }

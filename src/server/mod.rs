@@ -106,6 +106,9 @@ const MAX_HEADERS: usize = 64;
 pub const HANDSHAKE_LOGS_PER_SECOND: u32 = 5;
 /// Pause after an accept error such as EMFILE, so that a full table does not spin the loop.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// At most one warning about failed accepts in this long; the next counts those left out (and
+/// `accept_errors_total` counts them all).
+const ACCEPT_WARNING_EVERY: Duration = Duration::from_secs(10);
 
 impl Limits {
     /// File descriptors the caps can take at once.
@@ -255,13 +258,13 @@ impl Pool {
 }
 
 /// A connection's place in its pool, given back however its task ends (even by a panic).
-struct Membership {
+struct PoolSlot {
     shared: Arc<Shared>,
     pool: usize,
     id: u64,
 }
 
-impl Drop for Membership {
+impl Drop for PoolSlot {
     fn drop(&mut self) {
         self.shared.pools[self.pool].remove(self.id, &self.shared.metrics);
     }
@@ -353,7 +356,7 @@ pub async fn serve(
         next_id: AtomicU64::new(0),
         http,
         tls,
-        handshake_log: Mutex::new(LogLimit::new(HANDSHAKE_LOGS_PER_SECOND)),
+        handshake_log: Mutex::new(LogLimit::per_second(HANDSHAKE_LOGS_PER_SECOND)),
     });
     let tasks = shared.tasks.clone();
     tasks.spawn(accept_loop(listeners.api, false, shared.clone()));
@@ -367,7 +370,7 @@ pub async fn serve(
 }
 
 async fn accept_loop(listener: TcpListener, peer: bool, shared: Arc<Shared>) {
-    let mut last_warning: Option<Instant> = None;
+    let mut warnings = LogLimit::new(1, ACCEPT_WARNING_EVERY);
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -385,9 +388,8 @@ async fn accept_loop(listener: TcpListener, peer: bool, shared: Arc<Shared>) {
                 }
                 // EMFILE and the like: the connection waits in the backlog; try again soon.
                 shared.metrics.accept_errors.inc();
-                if last_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                    tracing::warn!(error = %e, "accept failed (is the open-file limit too low for the connection caps?)");
-                    last_warning = Some(Instant::now());
+                if let Some(left_out) = warnings.admit(Instant::now()) {
+                    tracing::warn!(error = %e, left_out, "accept failed (is the open-file limit too low for the connection caps?)");
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
@@ -413,14 +415,14 @@ fn admit(shared: &Arc<Shared>, stream: TcpStream, remote: SocketAddr, peer: bool
     };
     for &(pool, scope) in places {
         if shared.pools[pool].admit(&conn, &shared.metrics) {
-            let membership = Membership {
+            let slot = PoolSlot {
                 shared: shared.clone(),
                 pool,
                 id,
             };
             shared
                 .tasks
-                .spawn(serve_connection(stream, remote, conn, scope, membership));
+                .spawn(serve_connection(stream, remote, conn, scope, slot));
             return;
         }
     }
@@ -434,9 +436,9 @@ async fn serve_connection(
     remote: SocketAddr,
     conn: Arc<Conn>,
     scope: Scope,
-    membership: Membership,
+    slot: PoolSlot,
 ) {
-    let shared = membership.shared.clone();
+    let shared = slot.shared.clone();
     let io = Watched::new(stream, conn.clone());
     match shared.acceptor() {
         None => serve_http(io, remote, conn, scope, &shared, Client::Unasked).await,
@@ -464,7 +466,7 @@ async fn serve_connection(
             }
         }
     }
-    drop(membership);
+    drop(slot);
 }
 
 /// Who is at the other end of a connection, as its handshake told.

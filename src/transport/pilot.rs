@@ -22,7 +22,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Health, Inbound, Links, Transport};
-use crate::metrics::Metrics;
+use crate::backoff::Backoff;
+use crate::metrics::{MessageType, Metrics, Received};
 use crate::pilotctl::Pilotctl;
 pub use broker_link::{BrokerHealth, LinkState};
 use broker_link::{BrokerLink, Context, Ending, Note};
@@ -32,10 +33,12 @@ use broker_link::{BrokerLink, Context, Ending, Note};
 const MAX_IN_FLIGHT: usize = 32;
 /// Attempts for one message to one broker when the error is worth retrying.
 const PUBLISH_ATTEMPTS: u32 = 3;
-const BACKOFF_START: Duration = Duration::from_millis(100);
-/// A node without a subscription hears nothing, which costs more than one pilotctl start every
-/// two seconds; it also bounds how long a node waits once its trust is granted.
-const BACKOFF_CAP: Duration = Duration::from_secs(2);
+/// The waits between those attempts: 50 ms, then 100 ms.
+const PUBLISH_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(200));
+/// The waits before a subscription that ended is started again: 100 ms, doubling up to 2 s. A
+/// node without a subscription hears nothing, which costs more than one pilotctl start every
+/// two seconds; the cap also bounds how long a node waits once its trust is granted.
+const SUBSCRIBE_RETRY: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 /// How often a running subscription's diagnosis looks at the clock.
 const DIAGNOSIS_TICK: Duration = Duration::from_millis(250);
 /// How many recent `(from, seq)` pairs are remembered for duplicate suppression.
@@ -305,7 +308,7 @@ async fn publish_one(
     metrics: &Metrics,
     links: &Brokers,
 ) -> Option<Instant> {
-    let mut delay = Duration::from_millis(50);
+    let mut retry = PUBLISH_RETRY;
     for attempt in 1..=PUBLISH_ATTEMPTS {
         let started = crate::clock::now();
         match ctl.publish(broker, topic, text).await {
@@ -315,8 +318,7 @@ async fn publish_one(
             }
             Err(e) if e.is_retryable() && attempt < PUBLISH_ATTEMPTS => {
                 tracing::debug!(broker, attempt, error = %e, "pilotctl publish failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
+                tokio::time::sleep(retry.next_delay()).await;
             }
             Err(e) => {
                 metrics.publish_failed();
@@ -341,7 +343,7 @@ async fn subscribe_loop(
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
-    let mut backoff = BACKOFF_START;
+    let mut backoff = SUBSCRIBE_RETRY;
     let mut tick = tokio::time::interval(DIAGNOSIS_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while !stop.is_cancelled() {
@@ -375,7 +377,7 @@ async fn subscribe_loop(
                                 links.update(index, |l| l.received(crate::clock::now(), hash));
                             log(notes, &broker);
                             if echo {
-                                metrics.received("any", "own");
+                                metrics.received(MessageType::Any, Received::Own);
                             } else {
                                 deliver(data, hash, &inbound, &dedup, &metrics);
                             }
@@ -394,24 +396,27 @@ async fn subscribe_loop(
         };
         metrics.subscription_restarts.inc();
         let worked = links.update(index, |l| l.is_up());
-        match ending {
-            Some(how) => {
-                links.set_error(format!("{broker}: {how}"));
-                let notes = links.update(index, |l| l.ended(crate::clock::now(), &how));
-                log(notes, &broker);
-                tracing::debug!(broker = %broker, ending = %how, retry_in_ms = backoff.as_millis() as u64, "subscription ended");
-            }
-            // A silent subscription is replaced at once: nothing suggests waiting helps.
-            None => backoff = Duration::ZERO,
-        }
-        if worked {
-            backoff = BACKOFF_START;
+        // One that worked ends the run of failures; a silent one is replaced at once (nothing
+        // suggests waiting helps), and a failure after it waits the initial time again.
+        let wait = if worked {
+            backoff.reset();
+            backoff.next_delay()
+        } else if ending.is_none() {
+            backoff.reset();
+            Duration::ZERO
+        } else {
+            backoff.next_delay()
+        };
+        if let Some(how) = ending {
+            links.set_error(format!("{broker}: {how}"));
+            let notes = links.update(index, |l| l.ended(crate::clock::now(), &how));
+            log(notes, &broker);
+            tracing::debug!(broker = %broker, ending = %how, retry_in_ms = wait.as_millis() as u64, "subscription ended");
         }
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
-        backoff = (backoff * 2).clamp(BACKOFF_START, BACKOFF_CAP);
     }
 }
 
@@ -424,12 +429,12 @@ fn deliver(data: String, hash: u64, inbound: &Inbound, dedup: &Mutex<Dedup>, met
             .unwrap_or_else(|e| e.into_inner())
             .first(&id.from, id.seq, hash);
         if !fresh {
-            metrics.received("any", "duplicate");
+            metrics.received(MessageType::Any, Received::Duplicate);
             return;
         }
     }
     if inbound.try_send(data.into_bytes()).is_err() {
-        metrics.received("any", "dropped");
+        metrics.received(MessageType::Any, Received::Dropped);
     }
 }
 

@@ -16,7 +16,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use crate::election::{Message, MAX_MESSAGE_BYTES};
-use crate::metrics::Metrics;
+use crate::metrics::{MessageType, Metrics, Received};
 use crate::tls::cert::ClientNames;
 use crate::transport::{Inbound, Ingress};
 
@@ -68,13 +68,15 @@ async fn post_messages(
     let m = match Message::parse(&bytes) {
         Ok(m) => m,
         Err(e) => {
-            s.metrics.received("unknown", "malformed");
+            s.metrics
+                .received(MessageType::Unknown, Received::Malformed);
             return Err(Refusal::Malformed(e.to_string()));
         }
     };
     if let Some(names) = names {
         if !names.names_member(&m.from) {
-            s.metrics.received("unknown", "wrong_certificate");
+            s.metrics
+                .received(MessageType::Unknown, Received::WrongCertificate);
             return Err(Refusal::WrongCertificate {
                 from: m.from,
                 names: names.0.to_vec(),

@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::pilotctl::{ErrorCode, PilotctlError};
 use crate::transport::Link;
@@ -469,8 +470,7 @@ impl BrokerLink {
 
     /// How long a replacement for a silent subscription runs before it may be found silent.
     fn retry_after(&self) -> Duration {
-        let doublings = self.silent_streak.saturating_sub(1).min(8);
-        (SILENT_RETRY_AFTER * 2u32.pow(doublings)).min(SILENT_RETRY_CAP)
+        Backoff::new(SILENT_RETRY_AFTER, SILENT_RETRY_CAP).nth(self.silent_streak.saturating_sub(1))
     }
 
     fn prove(&mut self, now: Instant) -> Vec<Note> {
