@@ -264,7 +264,7 @@ pub struct StepDownArgs {
     pub expected_term: Option<u64>,
     /// Step down at this time (RFC 3339, e.g. 2026-12-02T02:00:00Z) instead of now; dropped if
     /// leadership changes first.
-    #[arg(long, conflicts_with_all = ["r#in", "cancel"])]
+    #[arg(long, conflicts_with_all = ["in", "cancel"])]
     pub at: Option<String>,
     /// Step down after this long (e.g. 30m) instead of now.
     #[arg(long = "in", value_parser = parse_duration, conflicts_with = "cancel")]
@@ -279,7 +279,7 @@ pub struct PauseArgs {
     #[command(flatten)]
     pub client: ClientArgs,
     /// End the pause by itself at this time (RFC 3339); default: until `resume`.
-    #[arg(long, conflicts_with = "r#for")]
+    #[arg(long, conflicts_with = "for")]
     pub until: Option<String>,
     /// End the pause by itself after this long (e.g. 2h).
     #[arg(long = "for", value_parser = parse_duration)]

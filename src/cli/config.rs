@@ -513,6 +513,15 @@ mod tests {
         assert!(parse_duration("ms").is_err());
     }
 
+    /// clap checks its own definitions (an unknown id in `conflicts_with`, say) only in debug
+    /// builds and only when that command is parsed: this runs every check for every command,
+    /// in the test profile, so a release build never ships a definition clap rejects.
+    #[test]
+    fn every_command_definition_passes_claps_own_checks() {
+        use clap::CommandFactory as _;
+        crate::cli::Cli::command().debug_assert();
+    }
+
     /// The flags' defaults are strings for `--help`; the core's `Timings::default` is the source.
     #[test]
     fn the_timing_flags_default_to_the_cores_defaults() {
