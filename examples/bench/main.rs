@@ -20,6 +20,8 @@
 //! cargo run --release --example bench -- faults    --transport http  --secs 60 --runs 1
 //! cargo run --release --example bench -- faults    --transport pilot --secs 60 --runs 1
 //! cargo run --release --example bench -- watchers  --watchers 100 --changes 10
+//! cargo run --release --example bench -- observers --transport http  --secs 20
+//! cargo run --release --example bench -- observers --transport pilot --secs 20
 //! ```
 //!
 //! Nodes run at default timings (h 500 ms, L 2 s, T 3 s) with `--preempt-after 0s`, so that a
@@ -30,6 +32,7 @@
 use support::app;
 mod attack;
 mod faults;
+mod observers;
 mod tls;
 mod watchers;
 use support::devnet;
@@ -72,6 +75,8 @@ struct Opts {
     /// watchers: how many `/events` streams, and how many leader changes they see.
     watchers: usize,
     changes: usize,
+    /// observers: the counts measured one after the other.
+    observers: Vec<usize>,
 }
 
 fn parse() -> Opts {
@@ -89,6 +94,7 @@ fn parse() -> Opts {
         build: "current".into(),
         watchers: 100,
         changes: 10,
+        observers: vec![0, 50, 200],
     };
     while let Some(flag) = a.next() {
         let v = a.next().unwrap_or_else(|| usage("flag without value"));
@@ -108,6 +114,12 @@ fn parse() -> Opts {
             "--build" if ["current", "previous"].contains(&v.as_str()) => o.build = v,
             "--watchers" => o.watchers = v.parse().unwrap_or_else(|_| usage("--watchers")),
             "--changes" => o.changes = v.parse().unwrap_or_else(|_| usage("--changes")),
+            "--observers" => {
+                o.observers = v
+                    .split(',')
+                    .map(|n| n.trim().parse().unwrap_or_else(|_| usage("--observers")))
+                    .collect()
+            }
             _ => usage(&flag),
         }
     }
@@ -116,9 +128,9 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers|tls [--nodes N] \
+        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers|observers|tls [--nodes N] \
          [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] \
-         [--watchers N] [--changes N] (watchers)"
+         [--watchers N] [--changes N] (watchers) [--observers 0,50,200] (observers)"
     );
     std::process::exit(64)
 }
@@ -948,6 +960,7 @@ async fn main() {
         "attack" => attack::attack(&o).await,
         "kernel-deaf" => kernel_deaf(&o).await,
         "watchers" => watchers::watchers(&o).await,
+        "observers" => observers::observers(&o).await,
         "tls" => tls::tls(&o).await,
         "faults" => {
             let runs = if o.runs_given { o.runs } else { 1 };

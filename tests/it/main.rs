@@ -27,6 +27,7 @@ mod hooks;
 mod kernel;
 mod kubernetes;
 mod membership;
+mod observers;
 mod page;
 mod peers;
 mod pilot;

@@ -14,6 +14,7 @@
 //! - [`devnet`]: a running pilot-devnet and the real pilotctl; [`pilot_cluster`]: nodes on it.
 //! - [`flood`]: hostile clients (half-open connections, event-stream and POST floods).
 //! - [`netns`]: nodes in network namespaces, with nftables rules for faults the kernel makes.
+//! - [`observers`]: observer processes (`run --observe`) over http or pilot.
 //! - [`browser`]: headless Chromium over the DevTools pipe, for the status page.
 //! - [`certs`]: a CA and certificates for 127.0.0.1, made in the run.
 //! - [`contract`]: `openapi.yaml` as a checker of answers.
@@ -34,6 +35,7 @@ pub mod devnet;
 pub mod faults;
 pub mod flood;
 pub mod netns;
+pub mod observers;
 pub mod pilot_cluster;
 pub mod proxy;
 pub mod watch;
