@@ -14,6 +14,10 @@ when any of them fails; the first failing test is reported.
                                     # self-tests, the seeded simulation): which mutants the
                                     # simulator alone catches; informational, exits 0
     scripts/mutants.py --list       # the table
+    scripts/mutants.py --check-sites
+                                    # only whether every edit site is still found, as often
+                                    # as expected (no build; seconds): run it after moving
+                                    # code of the core
 
 A mutant of the shell (src/) names the test of the service that catches it; it runs after the
 core's targets, and --sim-only leaves it out (the simulator models the shell, it does not run it).
@@ -169,7 +173,7 @@ MUTANTS = {
     "restart-not-a-flap": (
         12,
         "a member seen back from a restart is not demoted",
-        [(PEERS, "        if silent || restarted {", "        if silent {", 1)],
+        [(PEERS, "        if silent || restarted || lost_health {", "        if silent || lost_health {", 1)],
     ),
     "flap-word-ignored": (
         12,
@@ -430,6 +434,19 @@ def run(name, target, sim_only):
         shutil.rmtree(tree, ignore_errors=True)
 
 
+def check_sites():
+    """Every mutant's edit sites, counted in the tree as it is: the count each edit expects."""
+    missing = []
+    for name, entry in MUTANTS.items():
+        for path, old, _, count in entry[2]:
+            found = open(os.path.join(ROOT, path)).read().count(old)
+            if found != count:
+                missing.append(name)
+                print(f"{name}: {path}: expected {count} occurrence(s) of the site, found {found}:\n{old}")
+    print(f"{len(MUTANTS) - len(set(missing))} of {len(MUTANTS)} mutants find their sites")
+    return 1 if missing else 0
+
+
 def main():
     args = sys.argv[1:]
     if args == ["--list"]:
@@ -437,6 +454,8 @@ def main():
             rule, what = entry[:2]
             print(f"{name:36} rule {rule:>2}: {what}")
         return 0
+    if args == ["--check-sites"]:
+        return check_sites()
     sim_only = "--sim-only" in args
     args = [a for a in args if a != "--sim-only"]
     names = args or list(MUTANTS)
