@@ -103,8 +103,8 @@ MUTANTS = {
     "no-check-quorum": (
         6,
         "a leader whose lease ran out stays leader",
-        [(NODE, "        } else if lease_over {\n            // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.\n            // Saying so (rule 10) frees the followers' guards at once.\n            self.resign(now, None, Reason::LeaseExpired);\n",
-          "        } else if lease_over {\n", 1)],
+        [(NODE, "            Timer::Lease => {\n                // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.\n                // Saying so (rule 10) frees the followers' guards at once.\n                self.resign(now, None, Reason::LeaseExpired);\n",
+          "            Timer::Lease => {\n", 1)],
     ),
     "higher-term-ignored-by-leader": (
         2,
@@ -149,8 +149,8 @@ MUTANTS = {
     "leads-before-term-on-disk": (
         3,
         "a node alone in its quorum leads before its term is on disk",
-        [(NODE, "        let won =\n            matches!(&self.state, State::Candidate(r) if r.durable && r.grants.len() >= quorum);",
-          "        let won = matches!(&self.state, State::Candidate(r) if r.grants.len() >= quorum);", 1),
+        [(NODE, "                if matches!(&self.state, State::Candidate(r) if r.durable) {",
+          "                if matches!(&self.state, State::Candidate(_)) {", 1),
          (NODE, "        if self.members.quorum() <= 1 {\n            // Its own vote is a quorum: it leads at the next tick, once the term is on disk\n            // (rule 3), never before.\n            return;\n        }",
           "        if self.members.quorum() <= 1 {\n            self.become_leader(now);\n            return;\n        }", 1)],
     ),

@@ -1,9 +1,10 @@
 //! The election state machine of one node. Every rule it implements is numbered in
 //! docs/protocol.md; comments cite them as "rule N".
 //!
-//! Reading order: [`Node::handle`] (one input), [`Node::on_time`] (timers), [`Node::on_message`]
-//! (the wire), then the command handlers. State that only exists in one role lives inside that
-//! role's variant of [`State`], so it cannot go stale when the role changes.
+//! Reading order: [`Node::handle`] (one input), [`Timer`] and [`Node::on_time`] (the timers, as
+//! one table), [`Node::on_message`] (the wire), then the command handlers. State that only
+//! exists in one role lives inside that role's variant of [`State`], so it cannot go stale when
+//! the role changes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -151,6 +152,75 @@ struct CampaignTimer {
     wait: Duration,
     jitter: Duration,
     at_once: Option<Instant>,
+}
+
+/// The core's timers, one per deadline (docs/protocol.md, "Timers"). [`Node::deadline`] is the
+/// one place that says when each is due; [`Node::poll_timeout`] is the earliest deadline of those
+/// that wake the node, and [`Node::on_time`] runs every due timer in the order of [`Timer::ALL`].
+/// The order is part of the behaviour (a role change comes before what the new role does at the
+/// same instant), and so part of every simulated run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// A candidate's round has a quorum of votes: it leads once the round is on disk (rule 3).
+    /// Due at once: the round waits only for the actions of the step that started it.
+    Won,
+    /// The leader's lease ends with no quorum having renewed it: resign (rule 6, CheckQuorum).
+    Lease,
+    /// A follower's leader, unheard for the promise made to it, is gone (rules 5 and 11).
+    LeaderSilence,
+    /// A pre-vote or vote round that has not won by its deadline is abandoned.
+    Round,
+    /// Votes go only to the successor a resign named, for `T` (rule 10).
+    Favored,
+    /// No campaign of our own for `T` after resigning (rule 10).
+    Cooldown,
+    /// No vote and no campaign after a start, for the longest promise that may still hold
+    /// (rule 8).
+    StartupGuard,
+    /// An unhealthy leader that has led for `T` hands over to a healthy member (rule 17).
+    HealthyHandover,
+    /// A leader that has led for `max(P, T)` hands over to a better-ranked member (rule 12).
+    Preempt,
+    /// A leader heartbeats every `h`, and four times as often while its lease is at risk
+    /// (rule 6).
+    Heartbeat,
+    /// A pre-vote kept for a promise about to end is answered when the promise ends (rule 10).
+    DeferredPreVote,
+    /// A follower without a leader campaigns: `T` (or a shorter wait after a resign or a failed
+    /// round) plus the rank stagger and jitter, once no guard or promise holds it (rule 11).
+    Campaign,
+    /// Every node but a leader announces itself when it has sent nothing for `h` (`2h` while
+    /// it follows a leader, whose heartbeats it acks); a pending resign is repeated instead.
+    Presence,
+}
+
+impl Timer {
+    /// Every timer, in the order [`Node::on_time`] runs them.
+    const ALL: [Timer; 13] = [
+        Timer::Won,
+        Timer::Lease,
+        Timer::LeaderSilence,
+        Timer::Round,
+        Timer::Favored,
+        Timer::Cooldown,
+        Timer::StartupGuard,
+        Timer::HealthyHandover,
+        Timer::Preempt,
+        Timer::Heartbeat,
+        Timer::DeferredPreVote,
+        Timer::Campaign,
+        Timer::Presence,
+    ];
+
+    /// Whether the node wakes for it. The favored successor's end only narrows what the node
+    /// does, and every use of it checks the time itself; the handovers are judged whenever a
+    /// leader is awake, which it is every heartbeat interval at least.
+    fn wakes(self) -> bool {
+        !matches!(
+            self,
+            Timer::Favored | Timer::HealthyHandover | Timer::Preempt
+        )
+    }
 }
 
 /// A promise in whole milliseconds, rounded down: the leader counts no more than was promised.
@@ -399,37 +469,14 @@ impl Node {
         self.actions.pop_front()
     }
 
-    /// When the shell must call `handle(now, Input::Tick)` next at the latest.
+    /// When the shell must call `handle(now, Input::Tick)` next at the latest: the earliest
+    /// deadline of the timers that wake the node.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        let mut at = |i: Instant| next = Some(next.map_or(i, |n| n.min(i)));
-        at(self.next_presence());
-        match &self.state {
-            State::Leader(l) => {
-                at(l.next_heartbeat);
-                at(l.lease_until);
-            }
-            State::Candidate(r) if r.grants.len() >= self.members.quorum() => at(r.started),
-            // (A round that won waits only for its step's actions; see `Round::durable`.)
-            State::PreCandidate(r) | State::Candidate(r) => at(r.deadline),
-            State::Follower { leader: Some(l) } => at(l.heard_at + l.silence),
-            State::Follower { leader: None } => {
-                if let Some(d) = self.election_deadline() {
-                    at(d);
-                }
-            }
-        }
-        if let (Some(_), Some(g)) = (&self.deferred, &self.guard) {
-            at(g.until);
-        }
-        // Candidacy changes are announced when they happen.
-        if let Some(b) = &self.boot {
-            at(b.until);
-        }
-        if let Some(c) = self.cooldown_until {
-            at(c);
-        }
-        next
+        Timer::ALL
+            .into_iter()
+            .filter(|t| t.wakes())
+            .filter_map(|t| self.deadline(t))
+            .min()
     }
 
     /// Feeds one input. Commands may be refused; messages never are (they are just counted).
@@ -474,70 +521,94 @@ impl Node {
 
     // ---- timers -------------------------------------------------------------------------
 
+    /// When `timer` is due, if it is armed: the one place that lists the core's deadlines.
+    fn deadline(&self, timer: Timer) -> Option<Instant> {
+        let t = self.timings.election_timeout;
+        match (timer, &self.state) {
+            (Timer::Won, State::Candidate(r)) if r.grants.len() >= self.members.quorum() => {
+                Some(r.started)
+            }
+            (Timer::Lease, State::Leader(l)) => Some(l.lease_until),
+            (Timer::LeaderSilence, State::Follower { leader: Some(l) }) => {
+                Some(l.heard_at + l.silence)
+            }
+            (Timer::Round, State::PreCandidate(r) | State::Candidate(r)) => Some(r.deadline),
+            (Timer::Favored, _) => self.favored.as_ref().map(|f| f.until),
+            (Timer::Cooldown, _) => self.cooldown_until,
+            (Timer::StartupGuard, _) => self.boot.map(|b| b.until),
+            (Timer::HealthyHandover, State::Leader(l)) => Some(l.since + t),
+            (Timer::Preempt, State::Leader(l)) if !self.timings.preempt_after.is_zero() => {
+                Some(l.since + self.timings.preempt_after.max(t))
+            }
+            (Timer::Heartbeat, State::Leader(l)) => Some(l.next_heartbeat),
+            // At the end of the promise that held it back; at once if none holds it any more.
+            (Timer::DeferredPreVote, _) => self
+                .deferred
+                .as_ref()
+                .map(|_| self.guard.as_ref().map_or(self.last_input, |g| g.until)),
+            (Timer::Campaign, _) => self.election_deadline(),
+            (Timer::Presence, _) => Some(self.next_presence()),
+            _ => None,
+        }
+    }
+
+    /// Runs every due timer, in the order of [`Timer::ALL`]; each is judged after the ones
+    /// before it ran, so a role given up here has no later timer of that role.
     fn on_time(&mut self, now: Instant) {
-        let lease_over = matches!(&self.state, State::Leader(l) if now >= l.lease_until);
-        let leader_silent = matches!(
-            &self.state,
-            State::Follower { leader: Some(l) } if now >= l.heard_at + l.silence
-        );
-        let round_over = matches!(
-            &self.state,
-            State::PreCandidate(r) | State::Candidate(r) if now >= r.deadline
-        );
-        let quorum = self.members.quorum();
-        let won =
-            matches!(&self.state, State::Candidate(r) if r.durable && r.grants.len() >= quorum);
-        if won {
-            self.become_leader(now);
-        } else if lease_over {
-            // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.
-            // Saying so (rule 10) frees the followers' guards at once.
-            self.resign(now, None, Reason::LeaseExpired);
-        } else if leader_silent {
-            self.set_leader(now, None, Reason::LeaderTimeout);
-        } else if round_over {
-            self.state = State::Follower { leader: None };
-            self.reset_timer(now, self.retry_wait());
-        }
-        if self.favored.as_ref().is_some_and(|f| now >= f.until) {
-            self.favored = None;
-        }
-        if self.cooldown_until.is_some_and(|c| now >= c) {
-            self.cooldown_until = None;
-        }
-        if self.boot.is_some_and(|b| now >= b.until) {
-            self.boot = None;
-        }
-        if matches!(self.state, State::Leader(_)) {
-            self.maybe_yield_to_healthy(now);
-        }
-        if matches!(self.state, State::Leader(_)) {
-            self.maybe_preempt(now);
-        }
-        if let State::Leader(l) = &self.state {
-            if now >= l.next_heartbeat {
-                self.send_heartbeat(now);
+        for timer in Timer::ALL {
+            if self.deadline(timer).is_some_and(|d| now >= d) {
+                self.on_timer(now, timer);
+            } else if timer == Timer::Presence {
+                // Candidacy changes are announced when they happen, not on a timer.
+                self.announce_candidacy(now);
             }
         }
-        if self.deferred.is_some() {
-            self.answer_deferred(now);
-        }
-        // Our own vote counts like any other: never while it may be holding up someone's lease.
-        if matches!(self.state, State::Follower { .. })
-            && self.can_campaign(now)
-            && self.may_vote(now, &self.id.clone())
-            && self.election_deadline().is_some_and(|d| now >= d)
-        {
-            self.start_pre_vote(now);
-        }
-        if !matches!(self.state, State::Leader(_)) {
-            if now >= self.next_presence() {
-                if !self.repeat_resign(now) {
+    }
+
+    /// What a due timer does.
+    fn on_timer(&mut self, now: Instant, timer: Timer) {
+        match timer {
+            Timer::Won => {
+                if matches!(&self.state, State::Candidate(r) if r.durable) {
+                    self.become_leader(now);
+                }
+            }
+            Timer::Lease => {
+                // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.
+                // Saying so (rule 10) frees the followers' guards at once.
+                self.resign(now, None, Reason::LeaseExpired);
+            }
+            Timer::LeaderSilence => self.set_leader(now, None, Reason::LeaderTimeout),
+            Timer::Round => {
+                self.state = State::Follower { leader: None };
+                self.reset_timer(now, self.retry_wait());
+            }
+            Timer::Favored => self.favored = None,
+            Timer::Cooldown => self.cooldown_until = None,
+            Timer::StartupGuard => self.boot = None,
+            Timer::HealthyHandover => self.maybe_yield_to_healthy(now),
+            Timer::Preempt => self.maybe_preempt(now),
+            Timer::Heartbeat => self.send_heartbeat(now),
+            Timer::DeferredPreVote => self.answer_deferred(now),
+            Timer::Campaign => {
+                // Our own vote counts like any other: never while it may be holding up
+                // someone's lease.
+                if self.can_campaign(now) && self.may_vote(now, &self.id.clone()) {
+                    self.start_pre_vote(now);
+                }
+            }
+            Timer::Presence => {
+                if !matches!(self.state, State::Leader(_)) && !self.repeat_resign(now) {
                     self.send_presence(now);
                 }
-            } else if self.advertised != Some(self.candidacy(now)) {
-                self.send_presence(now);
             }
+        }
+    }
+
+    /// Tells the others at once when this node's candidacy changed (a leader's heartbeats do).
+    fn announce_candidacy(&mut self, now: Instant) {
+        if !matches!(self.state, State::Leader(_)) && self.advertised != Some(self.candidacy(now)) {
+            self.send_presence(now);
         }
     }
 
@@ -1374,10 +1445,8 @@ impl Node {
         self.publish(now, reply);
     }
 
+    /// Due once no promise holds the deferred pre-vote back ([`Timer::DeferredPreVote`]).
     fn answer_deferred(&mut self, now: Instant) {
-        if self.guard.as_ref().is_some_and(|g| now < g.until) {
-            return;
-        }
         if let Some(d) = self.deferred.take() {
             if now < d.until
                 && d.term > self.term
@@ -1749,20 +1818,14 @@ impl Node {
     /// Rule 17: an unhealthy leader hands over to the best healthy member that has been
     /// eligible, healthy and viable for `T` (past its own start-up guard, so it campaigns at
     /// once), once it has itself led for `T` (so a successor that cannot win is not handed
-    /// leadership again at every election). Checked at every step, a heartbeat at least. With
-    /// no such member it goes on leading: unhealthy ranks last, it does not stop anyone leading.
+    /// leadership again at every election: [`Timer::HealthyHandover`]). Judged at every step
+    /// from then on, a heartbeat at least. With no such member it goes on leading: unhealthy ranks last, it does not stop anyone leading.
     /// Maintenance holds leadership where it is, as for preemption (rule 16).
     fn maybe_yield_to_healthy(&mut self, now: Instant) {
         if self.healthy || self.maintenance || !self.leading(now) {
             return;
         }
         let t = self.timings.election_timeout;
-        let State::Leader(l) = &self.state else {
-            return;
-        };
-        if now < l.since + t {
-            return;
-        }
         // `eligible_since` runs only while a member advertises itself eligible and healthy
         // (`Peers::heard`), so it alone says both, and since when.
         let best = self
@@ -1785,21 +1848,17 @@ impl Node {
     /// enough. A member that flapped within the flap window does not outrank a steady leader,
     /// so a crash-looping node is not handed leadership again and again.
     fn maybe_preempt(&mut self, now: Instant) {
-        let p_after = self.timings.preempt_after;
         // Rule 16: maintenance holds leadership where it is.
-        if p_after.is_zero() || self.maintenance || !self.leading(now) {
+        if self.maintenance || !self.leading(now) {
             return;
         }
         // At least T, so the member is past its own start-up guard and can campaign at once; and
-        // counted from our own election too, so that a handover an operator asked for holds for
-        // at least that long.
-        let wait = p_after.max(self.timings.election_timeout);
-        let State::Leader(l) = &self.state else {
-            return;
-        };
-        if now < l.since + wait {
-            return;
-        }
+        // counted from our own election too ([`Timer::Preempt`]), so that a handover an operator
+        // asked for holds for at least that long.
+        let wait = self
+            .timings
+            .preempt_after
+            .max(self.timings.election_timeout);
         let me = self.me(now);
         let best = self
             .peers
