@@ -236,7 +236,7 @@ MUTANTS = {
         10,
         "an operator's step-down naming a node that just resigned is refused",
         [(NODE, "            Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),",
-          "            Some(Candidacy::Cooling) => refuse(\"cooling down\".into()),\n            Some(Candidacy::Eligible | Candidacy::Booting) => Ok(()),", 1)],
+          "            Some(Candidacy::Cooling) => Err(SuccessorRefused::Withdrawn),\n            Some(Candidacy::Eligible | Candidacy::Booting) => Ok(()),", 1)],
     ),
     "unbounded-veto": (
         11,

@@ -12,8 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::interface::{
-    Action, CommandError, Config, Input, Member, Outcome, Persistent, Reason, Role, Transition,
-    View,
+    Action, CommandError, Config, Input, Member, Outcome, Persistent, Reason, Role,
+    SuccessorRefused, Transition, View,
 };
 use super::membership::MemberSet;
 use super::message::{Advert, Announced, Body, Candidacy, Message, Versions};
@@ -1635,65 +1635,44 @@ impl Node {
             .map(|p| p.id.clone())
     }
 
-    fn check_successor(&self, now: Instant, s: &str) -> Result<(), CommandError> {
-        let refuse = |reason: String| {
-            Err(CommandError::SuccessorIneligible {
-                successor: s.to_string(),
-                reason,
-            })
-        };
-        // Each reason says what would make the same request succeed, so that an operator (or
-        // a script retrying it) knows whether to wait, fix something, or name another node.
-        let h = self.timings.heartbeat.as_millis();
+    /// Whether `s` could win an election now, or the moment our resign releases its start-up
+    /// guard (rule 10); the first check it fails if not.
+    fn check_successor(&self, now: Instant, s: &str) -> Result<(), SuccessorRefused> {
+        let heard_within_ms = self.timings.heartbeat.as_millis() as u64;
         if s == self.id {
-            return refuse("it is this node, which is stepping down; name another member".into());
+            return Err(SuccessorRefused::Itself);
         }
         if !self.members.contains(s) {
-            return refuse(format!(
-                "it is not a member ({}); name a member, or add it first (README, \"Changing the members\")",
-                self.members
-            ));
+            return Err(SuccessorRefused::NotMember {
+                members: self.members.to_string(),
+            });
         }
         let p = self.peers.get(s).expect("every member has an entry");
         let Some(seen) = p.last_seen else {
-            return refuse(format!(
-                "it has never been heard from; accepted once it is (a running member is heard within {h} ms)"
-            ));
+            return Err(SuccessorRefused::NeverHeard { heard_within_ms });
         };
         if !self.peers.live(p, now) {
-            let ms = now.duration_since(seen).as_millis();
-            return refuse(format!(
-                "not heard from for {ms} ms; accepted once it is heard again (a running member is heard within {h} ms)"
-            ));
+            return Err(SuccessorRefused::Silent {
+                silent_ms: now.duration_since(seen).as_millis() as u64,
+                heard_within_ms,
+            });
         }
         if p.fingerprint.as_deref() != Some(self.members.fingerprint()) {
-            return refuse(format!(
-                "it has another member set (fingerprint {}, ours {}); accepted once both list the same members",
-                p.fingerprint.as_deref().unwrap_or("?"),
-                self.members.fingerprint()
-            ));
+            return Err(SuccessorRefused::OtherMembers {
+                theirs: p.fingerprint.clone(),
+                ours: self.members.fingerprint().to_string(),
+            });
         }
         if !self.peers.two_way(p, now) {
-            return refuse(format!(
-                "it does not hear this node (one-way link); accepted once its adverts (every {h} ms) show it hears this node"
-            ));
+            return Err(SuccessorRefused::OneWay { heard_within_ms });
         }
         if !self.peers.viable(p, now) {
-            return refuse(format!(
-                "it does not hear a quorum of the members; accepted once its adverts (every {h} ms) show it does"
-            ));
+            return Err(SuccessorRefused::NoQuorum { heard_within_ms });
         }
         match p.candidacy {
-            Some(Candidacy::Withdrawn) => refuse(
-                "it has withdrawn its candidacy; accepted once it is restored (POST /candidacy on that node)"
-                    .into(),
-            ),
-            Some(Candidacy::Stopping) => {
-                refuse("it is shutting down; name another member".into())
-            }
-            None => refuse(format!(
-                "it has not advertised its candidacy yet; accepted once its first advert arrives (within {h} ms of its start)"
-            )),
+            Some(Candidacy::Withdrawn) => Err(SuccessorRefused::Withdrawn),
+            Some(Candidacy::Stopping) => Err(SuccessorRefused::Stopping),
+            None => Err(SuccessorRefused::NoCandidacyYet { heard_within_ms }),
             // An operator's choice overrides the cooldown, and our resign ends a start-up guard.
             Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),
         }
@@ -1720,7 +1699,11 @@ impl Node {
             }
         }
         if let Some(s) = &successor {
-            self.check_successor(now, s)?;
+            self.check_successor(now, s)
+                .map_err(|reason| CommandError::SuccessorIneligible {
+                    successor: s.clone(),
+                    reason,
+                })?;
         }
         // Rule 16: nobody campaigns unless named, so a resign naming nobody would leave the
         // cluster leaderless; the best successor is named instead.
