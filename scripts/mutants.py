@@ -79,13 +79,13 @@ MUTANTS = {
     "no-guard-from-heartbeat": (
         5,
         "acknowledging a heartbeat promises nothing",
-        [(NODE, "        self.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + promise,\n        });\n",
+        [(NODE, "        self.voter.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "no-guard-after-vote": (
         5,
         "granting a vote promises nothing",
-        [(NODE, "        self.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + promise,\n        });\n",
+        [(NODE, "        self.voter.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "guard-0.6T": (
@@ -199,8 +199,8 @@ MUTANTS = {
     "deferred-dropped-by-heartbeat": (
         10,
         "a heartbeat discards a pre-vote deferred for the leader's guard",
-        [(NODE, "        self.favored = None;\n        self.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);",
-          "        self.deferred = None;\n        self.favored = None;\n        self.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);", 1)],
+        [(NODE, "        self.voter.favored = None;\n        self.voter.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);",
+          "        self.voter.deferred = None;\n        self.voter.favored = None;\n        self.voter.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);", 1)],
     ),
     "deferred-never-lapses": (
         10,
@@ -241,8 +241,8 @@ MUTANTS = {
     "unbounded-veto": (
         11,
         "a rival that cannot win vetoes lower-ranked candidates forever",
-        [(NODE, "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);",
-          "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t * 1000);", 1)],
+        [(NODE, "        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t);",
+          "        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t * 1000);", 1)],
     ),
     # Rules without a mutant before (issue 24): 4, 7 and 13.
     "no-pre-vote": (

@@ -137,6 +137,22 @@ struct DeferredPreVote {
     until: Instant,
 }
 
+/// What this node keeps as a voter, for the votes it gives or refuses others (rules 5, 10 and
+/// 11); winning an election clears it.
+#[derive(Debug, Clone, Default)]
+struct Voter {
+    /// The promise of its latest ack or vote: no vote for anyone else until it ends (rule 5).
+    guard: Option<Guard>,
+    /// The successor a resign named: votes go only to it for `T` (rule 10).
+    favored: Option<Favored>,
+    /// A pre-vote kept for a promise about to end (rule 10).
+    deferred: Option<DeferredPreVote>,
+    /// Rank vetoes this node has cast since it last knew a leader: rival id -> first veto.
+    /// A rival that has not won within `T` of the first stops counting (the bounded veto,
+    /// rule 11).
+    vetoes: BTreeMap<String, Instant>,
+}
+
 /// The resign an ex-leader repeats while nobody leads yet.
 #[derive(Debug, Clone)]
 struct PendingResign {
@@ -256,7 +272,7 @@ pub struct Node {
     flapped_at: Option<Instant>,
     flap_window: Duration,
     shutting_down: bool,
-    guard: Option<Guard>,
+    voter: Voter,
     /// The promises this node made, by length, with the latest end of each: the start-up guard
     /// after a crash must outlast them (rule 8), so the longest is persisted before a longer
     /// one leaves. Every length counts, its own `T` too: the next run may have a shorter `T`.
@@ -264,11 +280,6 @@ pub struct Node {
     /// The longest promise the latest `Persist` recorded (`None`: none that may still run).
     promised: Option<Duration>,
     resigned: Option<Resigned>,
-    favored: Option<Favored>,
-    deferred: Option<DeferredPreVote>,
-    /// Rank vetoes this node has cast since it last knew a leader: rival id -> first veto.
-    /// A rival that has not won within `T` of the first stops counting (the bounded veto).
-    vetoes: BTreeMap<String, Instant>,
     peers: Peers,
     timer: CampaignTimer,
 
@@ -335,13 +346,10 @@ impl Node {
             flapped_at: (persisted.term > 0).then_some(now),
             flap_window,
             shutting_down: false,
-            guard: None,
+            voter: Voter::default(),
             promises: BTreeMap::new(),
             promised: persisted.promised,
             resigned: None,
-            favored: None,
-            deferred: None,
-            vetoes: BTreeMap::new(),
             peers,
             timer: CampaignTimer {
                 base: now,
@@ -454,6 +462,7 @@ impl Node {
             config_conflicts: self.peers.conflicts(now),
             shutting_down: self.shutting_down,
             promise: self
+                .voter
                 .guard
                 .as_ref()
                 .filter(|g| now < g.until)
@@ -533,7 +542,7 @@ impl Node {
                 Some(l.heard_at + l.silence)
             }
             (Timer::Round, State::PreCandidate(r) | State::Candidate(r)) => Some(r.deadline),
-            (Timer::Favored, _) => self.favored.as_ref().map(|f| f.until),
+            (Timer::Favored, _) => self.voter.favored.as_ref().map(|f| f.until),
             (Timer::Cooldown, _) => self.cooldown_until,
             (Timer::StartupGuard, _) => self.boot.map(|b| b.until),
             (Timer::HealthyHandover, State::Leader(l)) => Some(l.since + t),
@@ -542,10 +551,12 @@ impl Node {
             }
             (Timer::Heartbeat, State::Leader(l)) => Some(l.next_heartbeat),
             // At the end of the promise that held it back; at once if none holds it any more.
-            (Timer::DeferredPreVote, _) => self
-                .deferred
-                .as_ref()
-                .map(|_| self.guard.as_ref().map_or(self.last_input, |g| g.until)),
+            (Timer::DeferredPreVote, _) => self.voter.deferred.as_ref().map(|_| {
+                self.voter
+                    .guard
+                    .as_ref()
+                    .map_or(self.last_input, |g| g.until)
+            }),
             (Timer::Campaign, _) => self.election_deadline(),
             (Timer::Presence, _) => Some(self.next_presence()),
             _ => None,
@@ -583,7 +594,7 @@ impl Node {
                 self.state = State::Follower { leader: None };
                 self.reset_timer(now, self.retry_wait());
             }
-            Timer::Favored => self.favored = None,
+            Timer::Favored => self.voter.favored = None,
             Timer::Cooldown => self.cooldown_until = None,
             Timer::StartupGuard => self.boot = None,
             Timer::HealthyHandover => self.maybe_yield_to_healthy(now),
@@ -687,6 +698,7 @@ impl Node {
     fn held_by_maintenance(&self, now: Instant) -> bool {
         self.maintenance
             && !self
+                .voter
                 .favored
                 .as_ref()
                 .is_some_and(|f| f.candidate == self.id && now < f.until)
@@ -753,6 +765,7 @@ impl Node {
         }
         // Not before the start-up guard, the cooldown and a promise to someone else end.
         let promised = self
+            .voter
             .guard
             .as_ref()
             .filter(|g| g.holder != self.id)
@@ -1077,10 +1090,9 @@ impl Node {
             pending: VecDeque::new(),
         });
         self.resigned = None;
-        self.favored = None;
-        self.guard = None;
+        // A leader votes for nobody: its promise, a favored successor and its vetoes are over.
+        self.voter = Voter::default();
         self.pending_resign = None;
-        self.vetoes.clear();
         self.transition(None, Some(self.id.clone()), Reason::Elected);
         let body = Body::Leader {
             leader: self.id.clone(),
@@ -1251,15 +1263,15 @@ impl Node {
         // A deferred pre-vote stays: this heartbeat may have been sent just before the leader's
         // resign, which the candidate's request overtook (rule 10). It is answered only once
         // no guard stands, so a leader that goes on leading never lets it through.
-        self.favored = None;
-        self.vetoes.clear();
+        self.voter.favored = None;
+        self.voter.vetoes.clear();
         self.set_leader(now, Some(from.to_string()), Reason::Elected);
         if let State::Follower { leader: Some(l) } = &mut self.state {
             l.silence = promise;
         }
         // Rule 5: our ack (sent by the caller) may renew its lease; no other vote while the
         // promise lasts: our T, or the leader's if that is longer.
-        self.guard = Some(Guard {
+        self.voter.guard = Some(Guard {
             holder: from.to_string(),
             until: now + promise,
         });
@@ -1331,7 +1343,7 @@ impl Node {
         {
             return false;
         }
-        match &self.guard {
+        match &self.voter.guard {
             Some(g) if now < g.until => g.holder == candidate,
             _ => true,
         }
@@ -1352,7 +1364,7 @@ impl Node {
         priority: u32,
         ignored: Option<&str>,
     ) -> Option<String> {
-        if let Some(f) = &self.favored {
+        if let Some(f) = &self.voter.favored {
             if now < f.until {
                 return (f.candidate != candidate).then(|| f.candidate.clone());
             }
@@ -1364,7 +1376,7 @@ impl Node {
             rank: Rank::new(priority, candidate),
         };
         let t = self.timings.election_timeout;
-        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);
+        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t);
         if self.can_campaign(now) && self.me(now).outranks(&them) && !spent(&self.id) {
             return Some(self.id.clone());
         }
@@ -1381,9 +1393,13 @@ impl Node {
     fn cast_veto(&mut self, now: Instant, candidate: &str, priority: u32) -> bool {
         match self.veto(now, candidate, priority) {
             Some(rival) => {
-                let favored = self.favored.as_ref().is_some_and(|f| f.candidate == rival);
+                let favored = self
+                    .voter
+                    .favored
+                    .as_ref()
+                    .is_some_and(|f| f.candidate == rival);
                 if !favored {
-                    self.vetoes.entry(rival).or_insert(now);
+                    self.voter.vetoes.entry(rival).or_insert(now);
                 }
                 true
             }
@@ -1413,7 +1429,12 @@ impl Node {
         // leader sent just before its resign lands in between. It lapses after T. That leader
         // is no rival here, however it ranks: the request is only kept for its resign, and
         // answered only once its guard is gone (`answer_deferred` judges the rank again then).
-        if let Some((until, holder)) = self.guard.as_ref().map(|g| (g.until, g.holder.clone())) {
+        if let Some((until, holder)) = self
+            .voter
+            .guard
+            .as_ref()
+            .map(|g| (g.until, g.holder.clone()))
+        {
             let soon = until <= now + self.timings.heartbeat;
             let leader_holds = self.known_leader() == Some(holder.as_str());
             let defer = !matches!(self.state, State::Leader(_))
@@ -1423,7 +1444,7 @@ impl Node {
                     .veto_ignoring(until, candidate, priority, Some(&holder))
                     .is_none();
             if defer {
-                self.deferred = Some(DeferredPreVote {
+                self.voter.deferred = Some(DeferredPreVote {
                     candidate: candidate.to_string(),
                     priority,
                     term,
@@ -1447,7 +1468,7 @@ impl Node {
 
     /// Due once no promise holds the deferred pre-vote back ([`Timer::DeferredPreVote`]).
     fn answer_deferred(&mut self, now: Instant) {
-        if let Some(d) = self.deferred.take() {
+        if let Some(d) = self.voter.deferred.take() {
             if now < d.until
                 && d.term > self.term
                 && self.may_vote(now, &d.candidate)
@@ -1484,7 +1505,7 @@ impl Node {
         }
         // Rule 5: while the promise lasts (our T, or the candidate's if longer), the lease the
         // candidate may build on our vote is protected.
-        self.guard = Some(Guard {
+        self.voter.guard = Some(Guard {
             holder: candidate.to_string(),
             until: now + promise,
         });
@@ -1525,9 +1546,9 @@ impl Node {
             leader: from.to_string(),
             term: self.term,
         });
-        if self.guard.as_ref().is_some_and(|g| g.holder == from) {
+        if self.voter.guard.as_ref().is_some_and(|g| g.holder == from) {
             // Rule 10: the leader stopped leading before it said so; its lease needs us no more.
-            self.guard = None;
+            self.voter.guard = None;
         }
         let reason = if successor.is_some() {
             Reason::Transfer
@@ -1556,7 +1577,7 @@ impl Node {
             Some(s) if s == self.id => {
                 // Named by the leader (or its operator): campaign at once, cooldown or not.
                 self.cooldown_until = None;
-                self.favored = Some(Favored {
+                self.voter.favored = Some(Favored {
                     candidate: s,
                     until: now + t,
                 });
@@ -1564,14 +1585,14 @@ impl Node {
                 self.timer.at_once = Some(now);
             }
             Some(s) => {
-                self.favored = Some(Favored {
+                self.voter.favored = Some(Favored {
                     candidate: s,
                     until: now + t,
                 });
                 self.reset_timer(now, t);
             }
             None => {
-                self.favored = None;
+                self.voter.favored = None;
                 self.reset_timer(now, Duration::ZERO);
             }
         }
@@ -1599,7 +1620,7 @@ impl Node {
         }
         // The resign itself tells the others we cool down.
         self.advertised = Some(self.candidacy(now));
-        self.favored = successor.clone().map(|s| Favored {
+        self.voter.favored = successor.clone().map(|s| Favored {
             candidate: s,
             until: now + t,
         });
