@@ -752,7 +752,7 @@ impl Node {
     }
 
     /// When a follower campaigns, if nothing else happens first: `T` (or a shorter wait after a
-    /// resign or a failed round) plus `S` per rival that outranks it, plus jitter. Rivals drop
+    /// resign or a failed round) plus `W` per rival that outranks it, plus jitter. Rivals drop
     /// out of that count as they go silent, so the deadline is the first instant at which the
     /// wait covers the rivals still live then. Exact, so the shell can sleep until it.
     fn election_deadline(&self) -> Option<Instant> {

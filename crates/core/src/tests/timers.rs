@@ -285,7 +285,7 @@ fn every_h(c: Candidacy, hears: bool) -> impl Fn(Duration) -> Option<(Candidacy,
     move |d: Duration| (d.as_millis() % H.as_millis() == 0).then_some((c, hears))
 }
 
-/// Rule 11: a better-ranked rival that could win makes a node wait its stagger `S` after `T`;
+/// Rule 11: a better-ranked rival that could win makes a node wait its stagger `W` after `T`;
 /// one that withdrew, or that does not hear a quorum, does not; one that goes silent before the
 /// stagger is over stops counting the moment it does.
 #[test]
