@@ -14,6 +14,10 @@ when any of them fails; the first failing test is reported.
                                     # self-tests, the seeded simulation): which mutants the
                                     # simulator alone catches; informational, exits 0
     scripts/mutants.py --list       # the table
+    scripts/mutants.py --check-sites
+                                    # only whether every edit site is still found, as often
+                                    # as expected (no build; seconds): run it after moving
+                                    # code of the core
 
 A mutant of the shell (src/) names the test of the service that catches it; it runs after the
 core's targets, and --sim-only leaves it out (the simulator models the shell, it does not run it).
@@ -75,13 +79,13 @@ MUTANTS = {
     "no-guard-from-heartbeat": (
         5,
         "acknowledging a heartbeat promises nothing",
-        [(NODE, "        self.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + promise,\n        });\n",
+        [(NODE, "        self.voter.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "no-guard-after-vote": (
         5,
         "granting a vote promises nothing",
-        [(NODE, "        self.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + promise,\n        });\n",
+        [(NODE, "        self.voter.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "guard-0.6T": (
@@ -99,8 +103,8 @@ MUTANTS = {
     "no-check-quorum": (
         6,
         "a leader whose lease ran out stays leader",
-        [(NODE, "        } else if lease_over {\n            // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.\n            // Saying so (rule 10) frees the followers' guards at once.\n            self.resign(now, None, Reason::LeaseExpired);\n",
-          "        } else if lease_over {\n", 1)],
+        [(NODE, "            Timer::Lease => {\n                // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.\n                // Saying so (rule 10) frees the followers' guards at once.\n                self.resign(now, None, Reason::LeaseExpired);\n",
+          "            Timer::Lease => {\n", 1)],
     ),
     "higher-term-ignored-by-leader": (
         2,
@@ -145,8 +149,8 @@ MUTANTS = {
     "leads-before-term-on-disk": (
         3,
         "a node alone in its quorum leads before its term is on disk",
-        [(NODE, "        let won =\n            matches!(&self.state, State::Candidate(r) if r.durable && r.grants.len() >= quorum);",
-          "        let won = matches!(&self.state, State::Candidate(r) if r.grants.len() >= quorum);", 1),
+        [(NODE, "                if matches!(&self.state, State::Candidate(r) if r.durable) {",
+          "                if matches!(&self.state, State::Candidate(_)) {", 1),
          (NODE, "        if self.members.quorum() <= 1 {\n            // Its own vote is a quorum: it leads at the next tick, once the term is on disk\n            // (rule 3), never before.\n            return;\n        }",
           "        if self.members.quorum() <= 1 {\n            self.become_leader(now);\n            return;\n        }", 1)],
     ),
@@ -169,7 +173,7 @@ MUTANTS = {
     "restart-not-a-flap": (
         12,
         "a member seen back from a restart is not demoted",
-        [(PEERS, "        if silent || restarted {", "        if silent {", 1)],
+        [(PEERS, "        if silent || restarted || lost_health {", "        if silent || lost_health {", 1)],
     ),
     "flap-word-ignored": (
         12,
@@ -195,8 +199,8 @@ MUTANTS = {
     "deferred-dropped-by-heartbeat": (
         10,
         "a heartbeat discards a pre-vote deferred for the leader's guard",
-        [(NODE, "        self.favored = None;\n        self.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);",
-          "        self.deferred = None;\n        self.favored = None;\n        self.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);", 1)],
+        [(NODE, "        self.voter.favored = None;\n        self.voter.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);",
+          "        self.voter.deferred = None;\n        self.voter.favored = None;\n        self.voter.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);", 1)],
     ),
     "deferred-never-lapses": (
         10,
@@ -232,13 +236,13 @@ MUTANTS = {
         10,
         "an operator's step-down naming a node that just resigned is refused",
         [(NODE, "            Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),",
-          "            Some(Candidacy::Cooling) => refuse(\"cooling down\".into()),\n            Some(Candidacy::Eligible | Candidacy::Booting) => Ok(()),", 1)],
+          "            Some(Candidacy::Cooling) => Err(SuccessorRefused::Withdrawn),\n            Some(Candidacy::Eligible | Candidacy::Booting) => Ok(()),", 1)],
     ),
     "unbounded-veto": (
         11,
         "a rival that cannot win vetoes lower-ranked candidates forever",
-        [(NODE, "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);",
-          "        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t * 1000);", 1)],
+        [(NODE, "        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t);",
+          "        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t * 1000);", 1)],
     ),
     # Rules without a mutant before (issue 24): 4, 7 and 13.
     "no-pre-vote": (
@@ -430,6 +434,19 @@ def run(name, target, sim_only):
         shutil.rmtree(tree, ignore_errors=True)
 
 
+def check_sites():
+    """Every mutant's edit sites, counted in the tree as it is: the count each edit expects."""
+    missing = []
+    for name, entry in MUTANTS.items():
+        for path, old, _, count in entry[2]:
+            found = open(os.path.join(ROOT, path)).read().count(old)
+            if found != count:
+                missing.append(name)
+                print(f"{name}: {path}: expected {count} occurrence(s) of the site, found {found}:\n{old}")
+    print(f"{len(MUTANTS) - len(set(missing))} of {len(MUTANTS)} mutants find their sites")
+    return 1 if missing else 0
+
+
 def main():
     args = sys.argv[1:]
     if args == ["--list"]:
@@ -437,6 +454,8 @@ def main():
             rule, what = entry[:2]
             print(f"{name:36} rule {rule:>2}: {what}")
         return 0
+    if args == ["--check-sites"]:
+        return check_sites()
     sim_only = "--sim-only" in args
     args = [a for a in args if a != "--sim-only"]
     names = args or list(MUTANTS)

@@ -232,9 +232,11 @@ fn from_command(e: CommandError) -> ApiError {
         CommandError::TermMismatch { expected, current } => {
             ApiError::TermMismatch { expected, current }
         }
-        CommandError::SuccessorIneligible { successor, reason } => {
-            ApiError::SuccessorIneligible { successor, reason }
-        }
+        // The typed reason in its words, which say what would make the same request succeed.
+        CommandError::SuccessorIneligible { successor, reason } => ApiError::SuccessorIneligible {
+            successor,
+            reason: reason.to_string(),
+        },
         e @ CommandError::NoSuccessorInMaintenance => {
             ApiError::NoSuccessorInMaintenance(e.to_string())
         }

@@ -94,19 +94,6 @@ pub enum Reason {
 }
 
 impl Reason {
-    /// Every reason, in declaration order, so a consumer can list all labels up front.
-    pub const ALL: [Reason; 9] = [
-        Reason::Elected,
-        Reason::StepDown,
-        Reason::Transfer,
-        Reason::Preempted,
-        Reason::LeaseExpired,
-        Reason::LeaderTimeout,
-        Reason::HigherTerm,
-        Reason::Shutdown,
-        Reason::Unhealthy,
-    ];
-
     /// The snake_case name, as serialized and as the transition metric labels it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -422,8 +409,71 @@ pub enum CommandError {
     SuccessorIneligible {
         /// The id the operator named.
         successor: String,
-        /// Which check it failed (not a member, not heard, one-way, withdrawn, ...).
-        reason: String,
+        /// Which check it failed.
+        reason: SuccessorRefused,
+    },
+}
+
+/// Why a named successor was refused (rule 10): the first check it failed of those that say it
+/// could win an election now, or the moment the leader's resign releases its start-up guard.
+/// The wording of each says what would make the same request succeed, so that an operator (or a
+/// script retrying it) knows whether to wait, fix something, or name another node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SuccessorRefused {
+    /// It is the leader itself, which is stepping down.
+    #[error("it is this node, which is stepping down; name another member")]
+    Itself,
+    /// It is not in the member set.
+    #[error("it is not a member ({members}); name a member, or add it first (README, \"Changing the members\")")]
+    NotMember {
+        /// The member set, as [`MemberSet`] displays it.
+        members: String,
+    },
+    /// It has never been heard from.
+    #[error("it has never been heard from; accepted once it is (a running member is heard within {heard_within_ms} ms)")]
+    NeverHeard {
+        /// How often a running member is heard (`h`).
+        heard_within_ms: u64,
+    },
+    /// It has not been heard from within its live window (rule 11).
+    #[error("not heard from for {silent_ms} ms; accepted once it is heard again (a running member is heard within {heard_within_ms} ms)")]
+    Silent {
+        /// How long ago it was last heard.
+        silent_ms: u64,
+        /// How often a running member is heard (`h`).
+        heard_within_ms: u64,
+    },
+    /// Its member set is not ours, so it could not collect our quorum (rule 1).
+    #[error("it has another member set (fingerprint {}, ours {ours}); accepted once both list the same members", .theirs.as_deref().unwrap_or("?"))]
+    OtherMembers {
+        /// Its member-set fingerprint, if it said one.
+        theirs: Option<String>,
+        /// Ours.
+        ours: String,
+    },
+    /// Its adverts do not list this node: a one-way link (rule 11).
+    #[error("it does not hear this node (one-way link); accepted once its adverts (every {heard_within_ms} ms) show it hears this node")]
+    OneWay {
+        /// How often its adverts come (`h`).
+        heard_within_ms: u64,
+    },
+    /// Its adverts do not cover a quorum of the members: it is not viable (rule 11).
+    #[error("it does not hear a quorum of the members; accepted once its adverts (every {heard_within_ms} ms) show it does")]
+    NoQuorum {
+        /// How often its adverts come (`h`).
+        heard_within_ms: u64,
+    },
+    /// It has withdrawn its candidacy.
+    #[error("it has withdrawn its candidacy; accepted once it is restored (POST /candidacy on that node)")]
+    Withdrawn,
+    /// It is shutting down (rule 13).
+    #[error("it is shutting down; name another member")]
+    Stopping,
+    /// It has not advertised a candidacy yet.
+    #[error("it has not advertised its candidacy yet; accepted once its first advert arrives (within {heard_within_ms} ms of its start)")]
+    NoCandidacyYet {
+        /// How soon a starting member advertises (`h`).
+        heard_within_ms: u64,
     },
 }
 
@@ -520,7 +570,18 @@ pub(crate) mod tests {
 
     #[test]
     fn reasons_are_named_as_they_are_serialized() {
-        for r in Reason::ALL {
+        let every = [
+            Reason::Elected,
+            Reason::StepDown,
+            Reason::Transfer,
+            Reason::Preempted,
+            Reason::LeaseExpired,
+            Reason::LeaderTimeout,
+            Reason::HigherTerm,
+            Reason::Shutdown,
+            Reason::Unhealthy,
+        ];
+        for r in every {
             let json = serde_json::to_value(r).expect("serializes");
             assert_eq!(json.as_str(), Some(r.as_str()), "{r:?}");
         }

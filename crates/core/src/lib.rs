@@ -30,7 +30,7 @@ mod timings;
 
 pub use interface::{
     Action, CommandError, Config, Input, Member, Outcome, Persistent, Readiness, Reason, Role,
-    Transition, View,
+    SuccessorRefused, Transition, View,
 };
 pub use membership::{quorum_of, MemberSet, MembershipError};
 pub use message::{

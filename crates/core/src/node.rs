@@ -1,9 +1,10 @@
 //! The election state machine of one node. Every rule it implements is numbered in
 //! docs/protocol.md; comments cite them as "rule N".
 //!
-//! Reading order: [`Node::handle`] (one input), [`Node::on_time`] (timers), [`Node::on_message`]
-//! (the wire), then the command handlers. State that only exists in one role lives inside that
-//! role's variant of [`State`], so it cannot go stale when the role changes.
+//! Reading order: [`Node::handle`] (one input), [`Timer`] and [`Node::on_time`] (the timers, as
+//! one table), [`Node::on_message`] (the wire), then the command handlers. State that only
+//! exists in one role lives inside that role's variant of [`State`], so it cannot go stale when
+//! the role changes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -11,8 +12,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::interface::{
-    Action, CommandError, Config, Input, Member, Outcome, Persistent, Reason, Role, Transition,
-    View,
+    Action, CommandError, Config, Input, Member, Outcome, Persistent, Reason, Role,
+    SuccessorRefused, Transition, View,
 };
 use super::membership::MemberSet;
 use super::message::{Advert, Announced, Body, Candidacy, Message, Versions};
@@ -136,6 +137,22 @@ struct DeferredPreVote {
     until: Instant,
 }
 
+/// What this node keeps as a voter, for the votes it gives or refuses others (rules 5, 10 and
+/// 11); winning an election clears it.
+#[derive(Debug, Clone, Default)]
+struct Voter {
+    /// The promise of its latest ack or vote: no vote for anyone else until it ends (rule 5).
+    guard: Option<Guard>,
+    /// The successor a resign named: votes go only to it for `T` (rule 10).
+    favored: Option<Favored>,
+    /// A pre-vote kept for a promise about to end (rule 10).
+    deferred: Option<DeferredPreVote>,
+    /// Rank vetoes this node has cast since it last knew a leader: rival id -> first veto.
+    /// A rival that has not won within `T` of the first stops counting (the bounded veto,
+    /// rule 11).
+    vetoes: BTreeMap<String, Instant>,
+}
+
 /// The resign an ex-leader repeats while nobody leads yet.
 #[derive(Debug, Clone)]
 struct PendingResign {
@@ -151,6 +168,75 @@ struct CampaignTimer {
     wait: Duration,
     jitter: Duration,
     at_once: Option<Instant>,
+}
+
+/// The core's timers, one per deadline (docs/protocol.md, "Timers"). [`Node::deadline`] is the
+/// one place that says when each is due; [`Node::poll_timeout`] is the earliest deadline of those
+/// that wake the node, and [`Node::on_time`] runs every due timer in the order of [`Timer::ALL`].
+/// The order is part of the behaviour (a role change comes before what the new role does at the
+/// same instant), and so part of every simulated run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// A candidate's round has a quorum of votes: it leads once the round is on disk (rule 3).
+    /// Due at once: the round waits only for the actions of the step that started it.
+    Won,
+    /// The leader's lease ends with no quorum having renewed it: resign (rule 6, CheckQuorum).
+    Lease,
+    /// A follower's leader, unheard for the promise made to it, is gone (rules 5 and 11).
+    LeaderSilence,
+    /// A pre-vote or vote round that has not won by its deadline is abandoned.
+    Round,
+    /// Votes go only to the successor a resign named, for `T` (rule 10).
+    Favored,
+    /// No campaign of our own for `T` after resigning (rule 10).
+    Cooldown,
+    /// No vote and no campaign after a start, for the longest promise that may still hold
+    /// (rule 8).
+    StartupGuard,
+    /// An unhealthy leader that has led for `T` hands over to a healthy member (rule 17).
+    HealthyHandover,
+    /// A leader that has led for `max(P, T)` hands over to a better-ranked member (rule 12).
+    Preempt,
+    /// A leader heartbeats every `h`, and four times as often while its lease is at risk
+    /// (rule 6).
+    Heartbeat,
+    /// A pre-vote kept for a promise about to end is answered when the promise ends (rule 10).
+    DeferredPreVote,
+    /// A follower without a leader campaigns: `T` (or a shorter wait after a resign or a failed
+    /// round) plus the rank stagger and jitter, once no guard or promise holds it (rule 11).
+    Campaign,
+    /// Every node but a leader announces itself when it has sent nothing for `h` (`2h` while
+    /// it follows a leader, whose heartbeats it acks); a pending resign is repeated instead.
+    Presence,
+}
+
+impl Timer {
+    /// Every timer, in the order [`Node::on_time`] runs them.
+    const ALL: [Timer; 13] = [
+        Timer::Won,
+        Timer::Lease,
+        Timer::LeaderSilence,
+        Timer::Round,
+        Timer::Favored,
+        Timer::Cooldown,
+        Timer::StartupGuard,
+        Timer::HealthyHandover,
+        Timer::Preempt,
+        Timer::Heartbeat,
+        Timer::DeferredPreVote,
+        Timer::Campaign,
+        Timer::Presence,
+    ];
+
+    /// Whether the node wakes for it. The favored successor's end only narrows what the node
+    /// does, and every use of it checks the time itself; the handovers are judged whenever a
+    /// leader is awake, which it is every heartbeat interval at least.
+    fn wakes(self) -> bool {
+        !matches!(
+            self,
+            Timer::Favored | Timer::HealthyHandover | Timer::Preempt
+        )
+    }
 }
 
 /// A promise in whole milliseconds, rounded down: the leader counts no more than was promised.
@@ -186,7 +272,7 @@ pub struct Node {
     flapped_at: Option<Instant>,
     flap_window: Duration,
     shutting_down: bool,
-    guard: Option<Guard>,
+    voter: Voter,
     /// The promises this node made, by length, with the latest end of each: the start-up guard
     /// after a crash must outlast them (rule 8), so the longest is persisted before a longer
     /// one leaves. Every length counts, its own `T` too: the next run may have a shorter `T`.
@@ -194,11 +280,6 @@ pub struct Node {
     /// The longest promise the latest `Persist` recorded (`None`: none that may still run).
     promised: Option<Duration>,
     resigned: Option<Resigned>,
-    favored: Option<Favored>,
-    deferred: Option<DeferredPreVote>,
-    /// Rank vetoes this node has cast since it last knew a leader: rival id -> first veto.
-    /// A rival that has not won within `T` of the first stops counting (the bounded veto).
-    vetoes: BTreeMap<String, Instant>,
     peers: Peers,
     timer: CampaignTimer,
 
@@ -265,13 +346,10 @@ impl Node {
             flapped_at: (persisted.term > 0).then_some(now),
             flap_window,
             shutting_down: false,
-            guard: None,
+            voter: Voter::default(),
             promises: BTreeMap::new(),
             promised: persisted.promised,
             resigned: None,
-            favored: None,
-            deferred: None,
-            vetoes: BTreeMap::new(),
             peers,
             timer: CampaignTimer {
                 base: now,
@@ -384,6 +462,7 @@ impl Node {
             config_conflicts: self.peers.conflicts(now),
             shutting_down: self.shutting_down,
             promise: self
+                .voter
                 .guard
                 .as_ref()
                 .filter(|g| now < g.until)
@@ -399,37 +478,14 @@ impl Node {
         self.actions.pop_front()
     }
 
-    /// When the shell must call `handle(now, Input::Tick)` next at the latest.
+    /// When the shell must call `handle(now, Input::Tick)` next at the latest: the earliest
+    /// deadline of the timers that wake the node.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut next: Option<Instant> = None;
-        let mut at = |i: Instant| next = Some(next.map_or(i, |n| n.min(i)));
-        at(self.next_presence());
-        match &self.state {
-            State::Leader(l) => {
-                at(l.next_heartbeat);
-                at(l.lease_until);
-            }
-            State::Candidate(r) if r.grants.len() >= self.members.quorum() => at(r.started),
-            // (A round that won waits only for its step's actions; see `Round::durable`.)
-            State::PreCandidate(r) | State::Candidate(r) => at(r.deadline),
-            State::Follower { leader: Some(l) } => at(l.heard_at + l.silence),
-            State::Follower { leader: None } => {
-                if let Some(d) = self.election_deadline() {
-                    at(d);
-                }
-            }
-        }
-        if let (Some(_), Some(g)) = (&self.deferred, &self.guard) {
-            at(g.until);
-        }
-        // Candidacy changes are announced when they happen.
-        if let Some(b) = &self.boot {
-            at(b.until);
-        }
-        if let Some(c) = self.cooldown_until {
-            at(c);
-        }
-        next
+        Timer::ALL
+            .into_iter()
+            .filter(|t| t.wakes())
+            .filter_map(|t| self.deadline(t))
+            .min()
     }
 
     /// Feeds one input. Commands may be refused; messages never are (they are just counted).
@@ -474,70 +530,96 @@ impl Node {
 
     // ---- timers -------------------------------------------------------------------------
 
+    /// When `timer` is due, if it is armed: the one place that lists the core's deadlines.
+    fn deadline(&self, timer: Timer) -> Option<Instant> {
+        let t = self.timings.election_timeout;
+        match (timer, &self.state) {
+            (Timer::Won, State::Candidate(r)) if r.grants.len() >= self.members.quorum() => {
+                Some(r.started)
+            }
+            (Timer::Lease, State::Leader(l)) => Some(l.lease_until),
+            (Timer::LeaderSilence, State::Follower { leader: Some(l) }) => {
+                Some(l.heard_at + l.silence)
+            }
+            (Timer::Round, State::PreCandidate(r) | State::Candidate(r)) => Some(r.deadline),
+            (Timer::Favored, _) => self.voter.favored.as_ref().map(|f| f.until),
+            (Timer::Cooldown, _) => self.cooldown_until,
+            (Timer::StartupGuard, _) => self.boot.map(|b| b.until),
+            (Timer::HealthyHandover, State::Leader(l)) => Some(l.since + t),
+            (Timer::Preempt, State::Leader(l)) if !self.timings.preempt_after.is_zero() => {
+                Some(l.since + self.timings.preempt_after.max(t))
+            }
+            (Timer::Heartbeat, State::Leader(l)) => Some(l.next_heartbeat),
+            // At the end of the promise that held it back; at once if none holds it any more.
+            (Timer::DeferredPreVote, _) => self.voter.deferred.as_ref().map(|_| {
+                self.voter
+                    .guard
+                    .as_ref()
+                    .map_or(self.last_input, |g| g.until)
+            }),
+            (Timer::Campaign, _) => self.election_deadline(),
+            (Timer::Presence, _) => Some(self.next_presence()),
+            _ => None,
+        }
+    }
+
+    /// Runs every due timer, in the order of [`Timer::ALL`]; each is judged after the ones
+    /// before it ran, so a role given up here has no later timer of that role.
     fn on_time(&mut self, now: Instant) {
-        let lease_over = matches!(&self.state, State::Leader(l) if now >= l.lease_until);
-        let leader_silent = matches!(
-            &self.state,
-            State::Follower { leader: Some(l) } if now >= l.heard_at + l.silence
-        );
-        let round_over = matches!(
-            &self.state,
-            State::PreCandidate(r) | State::Candidate(r) if now >= r.deadline
-        );
-        let quorum = self.members.quorum();
-        let won =
-            matches!(&self.state, State::Candidate(r) if r.durable && r.grants.len() >= quorum);
-        if won {
-            self.become_leader(now);
-        } else if lease_over {
-            // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.
-            // Saying so (rule 10) frees the followers' guards at once.
-            self.resign(now, None, Reason::LeaseExpired);
-        } else if leader_silent {
-            self.set_leader(now, None, Reason::LeaderTimeout);
-        } else if round_over {
-            self.state = State::Follower { leader: None };
-            self.reset_timer(now, self.retry_wait());
-        }
-        if self.favored.as_ref().is_some_and(|f| now >= f.until) {
-            self.favored = None;
-        }
-        if self.cooldown_until.is_some_and(|c| now >= c) {
-            self.cooldown_until = None;
-        }
-        if self.boot.is_some_and(|b| now >= b.until) {
-            self.boot = None;
-        }
-        if matches!(self.state, State::Leader(_)) {
-            self.maybe_yield_to_healthy(now);
-        }
-        if matches!(self.state, State::Leader(_)) {
-            self.maybe_preempt(now);
-        }
-        if let State::Leader(l) = &self.state {
-            if now >= l.next_heartbeat {
-                self.send_heartbeat(now);
+        for timer in Timer::ALL {
+            if self.deadline(timer).is_some_and(|d| now >= d) {
+                self.on_timer(now, timer);
+            } else if timer == Timer::Presence {
+                // Candidacy changes are announced when they happen, not on a timer.
+                self.announce_candidacy(now);
             }
         }
-        if self.deferred.is_some() {
-            self.answer_deferred(now);
-        }
-        // Our own vote counts like any other: never while it may be holding up someone's lease.
-        if matches!(self.state, State::Follower { .. })
-            && self.can_campaign(now)
-            && self.may_vote(now, &self.id.clone())
-            && self.election_deadline().is_some_and(|d| now >= d)
-        {
-            self.start_pre_vote(now);
-        }
-        if !matches!(self.state, State::Leader(_)) {
-            if now >= self.next_presence() {
-                if !self.repeat_resign(now) {
+    }
+
+    /// What a due timer does.
+    fn on_timer(&mut self, now: Instant, timer: Timer) {
+        match timer {
+            Timer::Won => {
+                if matches!(&self.state, State::Candidate(r) if r.durable) {
+                    self.become_leader(now);
+                }
+            }
+            Timer::Lease => {
+                // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.
+                // Saying so (rule 10) frees the followers' guards at once.
+                self.resign(now, None, Reason::LeaseExpired);
+            }
+            Timer::LeaderSilence => self.set_leader(now, None, Reason::LeaderTimeout),
+            Timer::Round => {
+                self.state = State::Follower { leader: None };
+                self.reset_timer(now, self.retry_wait());
+            }
+            Timer::Favored => self.voter.favored = None,
+            Timer::Cooldown => self.cooldown_until = None,
+            Timer::StartupGuard => self.boot = None,
+            Timer::HealthyHandover => self.maybe_yield_to_healthy(now),
+            Timer::Preempt => self.maybe_preempt(now),
+            Timer::Heartbeat => self.send_heartbeat(now),
+            Timer::DeferredPreVote => self.answer_deferred(now),
+            Timer::Campaign => {
+                // Our own vote counts like any other: never while it may be holding up
+                // someone's lease.
+                if self.can_campaign(now) && self.may_vote(now, &self.id.clone()) {
+                    self.start_pre_vote(now);
+                }
+            }
+            Timer::Presence => {
+                if !matches!(self.state, State::Leader(_)) && !self.repeat_resign(now) {
                     self.send_presence(now);
                 }
-            } else if self.advertised != Some(self.candidacy(now)) {
-                self.send_presence(now);
             }
+        }
+    }
+
+    /// Tells the others at once when this node's candidacy changed (a leader's heartbeats do).
+    fn announce_candidacy(&mut self, now: Instant) {
+        if !matches!(self.state, State::Leader(_)) && self.advertised != Some(self.candidacy(now)) {
+            self.send_presence(now);
         }
     }
 
@@ -616,6 +698,7 @@ impl Node {
     fn held_by_maintenance(&self, now: Instant) -> bool {
         self.maintenance
             && !self
+                .voter
                 .favored
                 .as_ref()
                 .is_some_and(|f| f.candidate == self.id && now < f.until)
@@ -669,7 +752,7 @@ impl Node {
     }
 
     /// When a follower campaigns, if nothing else happens first: `T` (or a shorter wait after a
-    /// resign or a failed round) plus `S` per rival that outranks it, plus jitter. Rivals drop
+    /// resign or a failed round) plus `W` per rival that outranks it, plus jitter. Rivals drop
     /// out of that count as they go silent, so the deadline is the first instant at which the
     /// wait covers the rivals still live then. Exact, so the shell can sleep until it.
     fn election_deadline(&self) -> Option<Instant> {
@@ -682,6 +765,7 @@ impl Node {
         }
         // Not before the start-up guard, the cooldown and a promise to someone else end.
         let promised = self
+            .voter
             .guard
             .as_ref()
             .filter(|g| g.holder != self.id)
@@ -1006,10 +1090,9 @@ impl Node {
             pending: VecDeque::new(),
         });
         self.resigned = None;
-        self.favored = None;
-        self.guard = None;
+        // A leader votes for nobody: its promise, a favored successor and its vetoes are over.
+        self.voter = Voter::default();
         self.pending_resign = None;
-        self.vetoes.clear();
         self.transition(None, Some(self.id.clone()), Reason::Elected);
         let body = Body::Leader {
             leader: self.id.clone(),
@@ -1180,15 +1263,15 @@ impl Node {
         // A deferred pre-vote stays: this heartbeat may have been sent just before the leader's
         // resign, which the candidate's request overtook (rule 10). It is answered only once
         // no guard stands, so a leader that goes on leading never lets it through.
-        self.favored = None;
-        self.vetoes.clear();
+        self.voter.favored = None;
+        self.voter.vetoes.clear();
         self.set_leader(now, Some(from.to_string()), Reason::Elected);
         if let State::Follower { leader: Some(l) } = &mut self.state {
             l.silence = promise;
         }
         // Rule 5: our ack (sent by the caller) may renew its lease; no other vote while the
         // promise lasts: our T, or the leader's if that is longer.
-        self.guard = Some(Guard {
+        self.voter.guard = Some(Guard {
             holder: from.to_string(),
             until: now + promise,
         });
@@ -1260,7 +1343,7 @@ impl Node {
         {
             return false;
         }
-        match &self.guard {
+        match &self.voter.guard {
             Some(g) if now < g.until => g.holder == candidate,
             _ => true,
         }
@@ -1281,7 +1364,7 @@ impl Node {
         priority: u32,
         ignored: Option<&str>,
     ) -> Option<String> {
-        if let Some(f) = &self.favored {
+        if let Some(f) = &self.voter.favored {
             if now < f.until {
                 return (f.candidate != candidate).then(|| f.candidate.clone());
             }
@@ -1293,7 +1376,7 @@ impl Node {
             rank: Rank::new(priority, candidate),
         };
         let t = self.timings.election_timeout;
-        let spent = |id: &str| self.vetoes.get(id).is_some_and(|s| now >= *s + t);
+        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t);
         if self.can_campaign(now) && self.me(now).outranks(&them) && !spent(&self.id) {
             return Some(self.id.clone());
         }
@@ -1310,9 +1393,13 @@ impl Node {
     fn cast_veto(&mut self, now: Instant, candidate: &str, priority: u32) -> bool {
         match self.veto(now, candidate, priority) {
             Some(rival) => {
-                let favored = self.favored.as_ref().is_some_and(|f| f.candidate == rival);
+                let favored = self
+                    .voter
+                    .favored
+                    .as_ref()
+                    .is_some_and(|f| f.candidate == rival);
                 if !favored {
-                    self.vetoes.entry(rival).or_insert(now);
+                    self.voter.vetoes.entry(rival).or_insert(now);
                 }
                 true
             }
@@ -1342,7 +1429,12 @@ impl Node {
         // leader sent just before its resign lands in between. It lapses after T. That leader
         // is no rival here, however it ranks: the request is only kept for its resign, and
         // answered only once its guard is gone (`answer_deferred` judges the rank again then).
-        if let Some((until, holder)) = self.guard.as_ref().map(|g| (g.until, g.holder.clone())) {
+        if let Some((until, holder)) = self
+            .voter
+            .guard
+            .as_ref()
+            .map(|g| (g.until, g.holder.clone()))
+        {
             let soon = until <= now + self.timings.heartbeat;
             let leader_holds = self.known_leader() == Some(holder.as_str());
             let defer = !matches!(self.state, State::Leader(_))
@@ -1352,7 +1444,7 @@ impl Node {
                     .veto_ignoring(until, candidate, priority, Some(&holder))
                     .is_none();
             if defer {
-                self.deferred = Some(DeferredPreVote {
+                self.voter.deferred = Some(DeferredPreVote {
                     candidate: candidate.to_string(),
                     priority,
                     term,
@@ -1374,11 +1466,9 @@ impl Node {
         self.publish(now, reply);
     }
 
+    /// Due once no promise holds the deferred pre-vote back ([`Timer::DeferredPreVote`]).
     fn answer_deferred(&mut self, now: Instant) {
-        if self.guard.as_ref().is_some_and(|g| now < g.until) {
-            return;
-        }
-        if let Some(d) = self.deferred.take() {
+        if let Some(d) = self.voter.deferred.take() {
             if now < d.until
                 && d.term > self.term
                 && self.may_vote(now, &d.candidate)
@@ -1415,7 +1505,7 @@ impl Node {
         }
         // Rule 5: while the promise lasts (our T, or the candidate's if longer), the lease the
         // candidate may build on our vote is protected.
-        self.guard = Some(Guard {
+        self.voter.guard = Some(Guard {
             holder: candidate.to_string(),
             until: now + promise,
         });
@@ -1456,9 +1546,9 @@ impl Node {
             leader: from.to_string(),
             term: self.term,
         });
-        if self.guard.as_ref().is_some_and(|g| g.holder == from) {
+        if self.voter.guard.as_ref().is_some_and(|g| g.holder == from) {
             // Rule 10: the leader stopped leading before it said so; its lease needs us no more.
-            self.guard = None;
+            self.voter.guard = None;
         }
         let reason = if successor.is_some() {
             Reason::Transfer
@@ -1487,7 +1577,7 @@ impl Node {
             Some(s) if s == self.id => {
                 // Named by the leader (or its operator): campaign at once, cooldown or not.
                 self.cooldown_until = None;
-                self.favored = Some(Favored {
+                self.voter.favored = Some(Favored {
                     candidate: s,
                     until: now + t,
                 });
@@ -1495,14 +1585,14 @@ impl Node {
                 self.timer.at_once = Some(now);
             }
             Some(s) => {
-                self.favored = Some(Favored {
+                self.voter.favored = Some(Favored {
                     candidate: s,
                     until: now + t,
                 });
                 self.reset_timer(now, t);
             }
             None => {
-                self.favored = None;
+                self.voter.favored = None;
                 self.reset_timer(now, Duration::ZERO);
             }
         }
@@ -1530,7 +1620,7 @@ impl Node {
         }
         // The resign itself tells the others we cool down.
         self.advertised = Some(self.candidacy(now));
-        self.favored = successor.clone().map(|s| Favored {
+        self.voter.favored = successor.clone().map(|s| Favored {
             candidate: s,
             until: now + t,
         });
@@ -1566,65 +1656,44 @@ impl Node {
             .map(|p| p.id.clone())
     }
 
-    fn check_successor(&self, now: Instant, s: &str) -> Result<(), CommandError> {
-        let refuse = |reason: String| {
-            Err(CommandError::SuccessorIneligible {
-                successor: s.to_string(),
-                reason,
-            })
-        };
-        // Each reason says what would make the same request succeed, so that an operator (or
-        // a script retrying it) knows whether to wait, fix something, or name another node.
-        let h = self.timings.heartbeat.as_millis();
+    /// Whether `s` could win an election now, or the moment our resign releases its start-up
+    /// guard (rule 10); the first check it fails if not.
+    fn check_successor(&self, now: Instant, s: &str) -> Result<(), SuccessorRefused> {
+        let heard_within_ms = self.timings.heartbeat.as_millis() as u64;
         if s == self.id {
-            return refuse("it is this node, which is stepping down; name another member".into());
+            return Err(SuccessorRefused::Itself);
         }
         if !self.members.contains(s) {
-            return refuse(format!(
-                "it is not a member ({}); name a member, or add it first (README, \"Changing the members\")",
-                self.members
-            ));
+            return Err(SuccessorRefused::NotMember {
+                members: self.members.to_string(),
+            });
         }
         let p = self.peers.get(s).expect("every member has an entry");
         let Some(seen) = p.last_seen else {
-            return refuse(format!(
-                "it has never been heard from; accepted once it is (a running member is heard within {h} ms)"
-            ));
+            return Err(SuccessorRefused::NeverHeard { heard_within_ms });
         };
         if !self.peers.live(p, now) {
-            let ms = now.duration_since(seen).as_millis();
-            return refuse(format!(
-                "not heard from for {ms} ms; accepted once it is heard again (a running member is heard within {h} ms)"
-            ));
+            return Err(SuccessorRefused::Silent {
+                silent_ms: now.duration_since(seen).as_millis() as u64,
+                heard_within_ms,
+            });
         }
         if p.fingerprint.as_deref() != Some(self.members.fingerprint()) {
-            return refuse(format!(
-                "it has another member set (fingerprint {}, ours {}); accepted once both list the same members",
-                p.fingerprint.as_deref().unwrap_or("?"),
-                self.members.fingerprint()
-            ));
+            return Err(SuccessorRefused::OtherMembers {
+                theirs: p.fingerprint.clone(),
+                ours: self.members.fingerprint().to_string(),
+            });
         }
         if !self.peers.two_way(p, now) {
-            return refuse(format!(
-                "it does not hear this node (one-way link); accepted once its adverts (every {h} ms) show it hears this node"
-            ));
+            return Err(SuccessorRefused::OneWay { heard_within_ms });
         }
         if !self.peers.viable(p, now) {
-            return refuse(format!(
-                "it does not hear a quorum of the members; accepted once its adverts (every {h} ms) show it does"
-            ));
+            return Err(SuccessorRefused::NoQuorum { heard_within_ms });
         }
         match p.candidacy {
-            Some(Candidacy::Withdrawn) => refuse(
-                "it has withdrawn its candidacy; accepted once it is restored (POST /candidacy on that node)"
-                    .into(),
-            ),
-            Some(Candidacy::Stopping) => {
-                refuse("it is shutting down; name another member".into())
-            }
-            None => refuse(format!(
-                "it has not advertised its candidacy yet; accepted once its first advert arrives (within {h} ms of its start)"
-            )),
+            Some(Candidacy::Withdrawn) => Err(SuccessorRefused::Withdrawn),
+            Some(Candidacy::Stopping) => Err(SuccessorRefused::Stopping),
+            None => Err(SuccessorRefused::NoCandidacyYet { heard_within_ms }),
             // An operator's choice overrides the cooldown, and our resign ends a start-up guard.
             Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),
         }
@@ -1651,7 +1720,11 @@ impl Node {
             }
         }
         if let Some(s) = &successor {
-            self.check_successor(now, s)?;
+            self.check_successor(now, s)
+                .map_err(|reason| CommandError::SuccessorIneligible {
+                    successor: s.clone(),
+                    reason,
+                })?;
         }
         // Rule 16: nobody campaigns unless named, so a resign naming nobody would leave the
         // cluster leaderless; the best successor is named instead.
@@ -1749,20 +1822,14 @@ impl Node {
     /// Rule 17: an unhealthy leader hands over to the best healthy member that has been
     /// eligible, healthy and viable for `T` (past its own start-up guard, so it campaigns at
     /// once), once it has itself led for `T` (so a successor that cannot win is not handed
-    /// leadership again at every election). Checked at every step, a heartbeat at least. With
-    /// no such member it goes on leading: unhealthy ranks last, it does not stop anyone leading.
+    /// leadership again at every election: [`Timer::HealthyHandover`]). Judged at every step
+    /// from then on, a heartbeat at least. With no such member it goes on leading: unhealthy ranks last, it does not stop anyone leading.
     /// Maintenance holds leadership where it is, as for preemption (rule 16).
     fn maybe_yield_to_healthy(&mut self, now: Instant) {
         if self.healthy || self.maintenance || !self.leading(now) {
             return;
         }
         let t = self.timings.election_timeout;
-        let State::Leader(l) = &self.state else {
-            return;
-        };
-        if now < l.since + t {
-            return;
-        }
         // `eligible_since` runs only while a member advertises itself eligible and healthy
         // (`Peers::heard`), so it alone says both, and since when.
         let best = self
@@ -1785,21 +1852,17 @@ impl Node {
     /// enough. A member that flapped within the flap window does not outrank a steady leader,
     /// so a crash-looping node is not handed leadership again and again.
     fn maybe_preempt(&mut self, now: Instant) {
-        let p_after = self.timings.preempt_after;
         // Rule 16: maintenance holds leadership where it is.
-        if p_after.is_zero() || self.maintenance || !self.leading(now) {
+        if self.maintenance || !self.leading(now) {
             return;
         }
         // At least T, so the member is past its own start-up guard and can campaign at once; and
-        // counted from our own election too, so that a handover an operator asked for holds for
-        // at least that long.
-        let wait = p_after.max(self.timings.election_timeout);
-        let State::Leader(l) = &self.state else {
-            return;
-        };
-        if now < l.since + wait {
-            return;
-        }
+        // counted from our own election too ([`Timer::Preempt`]), so that a handover an operator
+        // asked for holds for at least that long.
+        let wait = self
+            .timings
+            .preempt_after
+            .max(self.timings.election_timeout);
         let me = self.me(now);
         let best = self
             .peers

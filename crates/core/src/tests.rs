@@ -913,7 +913,7 @@ fn a_refused_successor_is_told_when_it_would_be_accepted() {
     let now = b.at(T + H + Duration::from_millis(10));
     let one_way = b.presence("b", a.term(), 5, Candidacy::Eligible, &["c"]);
     let _ = a.handle(now, one_way);
-    let reasons: Vec<String> = ["b", "c", "a", "x"]
+    let reasons: Vec<SuccessorRefused> = ["b", "c", "a", "x"]
         .into_iter()
         .map(|s| {
             let ask = Input::StepDown {
@@ -926,16 +926,27 @@ fn a_refused_successor_is_told_when_it_would_be_accepted() {
             }
         })
         .collect();
+    let h = H.as_millis() as u64;
+    assert_eq!(
+        reasons[..3],
+        [
+            SuccessorRefused::OneWay { heard_within_ms: h },
+            SuccessorRefused::NeverHeard { heard_within_ms: h },
+            SuccessorRefused::Itself,
+        ]
+    );
+    assert!(matches!(&reasons[3], SuccessorRefused::NotMember { .. }));
+    let words: Vec<String> = reasons.iter().map(ToString::to_string).collect();
     assert!(
-        reasons[0].contains("one-way") && reasons[0].contains("accepted once"),
-        "{reasons:?}"
+        words[0].contains("one-way") && words[0].contains("accepted once"),
+        "{words:?}"
     );
     assert!(
-        reasons[1].contains("never been heard") && reasons[1].contains("accepted once"),
-        "{reasons:?}"
+        words[1].contains("never been heard") && words[1].contains("accepted once"),
+        "{words:?}"
     );
-    assert!(reasons[2].contains("name another member"), "{reasons:?}");
-    assert!(reasons[3].contains("add it first"), "{reasons:?}");
+    assert!(words[2].contains("name another member"), "{words:?}");
+    assert!(words[3].contains("add it first"), "{words:?}");
     assert!(a.view(now).is_leader_at(now), "a refusal changes nothing");
 }
 

@@ -15,7 +15,8 @@ pub struct Timings {
     /// `T`: how long a follower waits in silence before it campaigns, and how long any node
     /// refuses to vote after hearing a leader.
     pub election_timeout: Duration,
-    /// `S`: the delay per better-ranked live member before a node campaigns.
+    /// `W`, the rank stagger: the delay per better-ranked live member before a node campaigns
+    /// (rule 11).
     pub stagger: Duration,
     /// How long a better-ranked eligible member must be live before the leader hands over to it.
     /// Zero disables preemption.

@@ -285,7 +285,7 @@ fn every_h(c: Candidacy, hears: bool) -> impl Fn(Duration) -> Option<(Candidacy,
     move |d: Duration| (d.as_millis() % H.as_millis() == 0).then_some((c, hears))
 }
 
-/// Rule 11: a better-ranked rival that could win makes a node wait its stagger `S` after `T`;
+/// Rule 11: a better-ranked rival that could win makes a node wait its stagger `W` after `T`;
 /// one that withdrew, or that does not hear a quorum, does not; one that goes silent before the
 /// stagger is over stops counting the moment it does.
 #[test]
@@ -311,4 +311,32 @@ fn a_node_waits_the_stagger_only_for_rivals_that_could_win_while_they_are_live()
         at >= T + gone && at < T + s,
         "a rival that went silent at T + 150 ms: {at:?}"
     );
+}
+
+/// "Timers": the end of a favored successor wakes no node ([`Timer`]'s `wakes`). It only
+/// narrows whom the node votes for, and every vote checks the time itself; a wake-up for it
+/// would be a step that does nothing but move the deadlines computed from the latest input.
+#[test]
+fn the_end_of_a_favored_successor_wakes_no_node() {
+    let mut b = Bench::new(&MEMBERS);
+    let (mut a, now) = following_b(&mut b);
+    let advert = b.presence("c", 1, 1, Candidacy::Eligible, &["a", "b"]);
+    let _ = a.handle(now + MS * 10, advert);
+    // Off the beat of a's presences (every h from its ack at `now`).
+    let resigned = now + MS * 137;
+    let resign = b.resign_from_b(1, Some("c"));
+    let _ = a.handle(resigned, resign);
+    drain(&mut a);
+    // b, resigned, ranks above c: refused only because c is favored.
+    let ask = pre_vote(&mut b, "b", 2, 9);
+    let _ = a.handle(resigned + MS, ask);
+    assert!(!grants_pre_vote(&drain(&mut a), "b"), "c is favored");
+    let favor_ends = resigned + T;
+    let mut at = resigned;
+    while at < favor_ends + H * 2 {
+        at = a.poll_timeout().expect("a presence is always due");
+        assert_ne!(at, favor_ends, "woken for the end of the favor");
+        let _ = a.handle(at, Input::Tick);
+        drain(&mut a);
+    }
 }

@@ -419,7 +419,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     trace.log(&w, "healed");
 
     let mut report = SeedReport::new(scenario.clone());
-    // Liveness: T of start-up guard for restarted nodes, then 2T + N*S, and a lease's worth for a
+    // Liveness: T of start-up guard for restarted nodes, then 2T + n·W, and a lease's worth for a
     // node whose stalled step was still running.
     let budget = te * 3 + t.stagger * n as u32 + t.lease * 2;
     report.leader_after_heal = run_until_cond(&mut w, budget, sample_step(&t), |w| {
