@@ -58,7 +58,7 @@ impl Streams {
                 tokio::spawn(async move {
                     let mut watch = client.watch();
                     while let Some(change) = watch.next().await {
-                        let at = Instant::now();
+                        let at = pilot_election::clock::now();
                         let mut a = arrivals.lock().unwrap();
                         if change.term <= above {
                             a.current[i] = Some(change.term);
@@ -194,7 +194,7 @@ async fn kill_leader_and_time(
     );
 
     c.nodes[li].kill9();
-    let killed = Instant::now();
+    let killed = pilot_election::clock::now();
     let done = wait_for(T * 4 + SETTLE, || async {
         let m = members.arrived();
         let o = watched.arrived();
