@@ -27,9 +27,11 @@ use pilot_election::api::Auth;
 use pilot_election::transport::memory::{Bus, MemoryTransport};
 use pilot_election::transport::{Health, Transport};
 use pilot_election::NodeBuilder;
-use support::faults::{signed, subscriptions_of, Bed, Fault, Sampler, Via};
+use support::agree::at_urls;
+use support::faults::{signed, subscriptions_of, Bed, Fault, Via};
+use support::watch::Watcher;
 
-use crate::app::{leader_of, node_config, serial, wait_for, TempDir};
+use crate::app::{node_config, serial, TempDir};
 
 /// How long the fault is watched.
 const WINDOW: Duration = Duration::from_secs(25);
@@ -37,6 +39,8 @@ const WINDOW: Duration = Duration::from_secs(25);
 /// issue asks for 95 %; a loaded 2-core CI machine gets some slack, and the measured share is
 /// printed for the record.
 const MIN_SHARE: f64 = 0.80;
+/// How long the in-process nodes may take to agree on a leader.
+const AGREE: Duration = Duration::from_secs(10);
 /// Healed, how long all three may take to agree again: over pilot a deaf node first replaces
 /// its stopped subscription (up to 16 s after the last one it started), then an election.
 const REJOIN: Duration = Duration::from_secs(40);
@@ -209,7 +213,7 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         dirs.push(dir);
     }
     let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-    let (mut leader, mut term) = all_name(&urls, |_, _| true)
+    let (mut leader, mut term) = at_urls(&urls, AGREE, |_, _| true)
         .await
         .expect("a first leader agreed by all three");
     let client = reqwest::Client::builder()
@@ -221,9 +225,11 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         let li = ids.iter().position(|id| *id == leader).expect("a member");
         let successor = ids[(li + 1 + k % 2) % 3].clone();
         // Rounds as fast as they come (about a millisecond each), the whole handover long.
-        let sampler = Sampler::start(urls.clone(), Duration::from_millis(1));
+        let nodes = ids.iter().cloned().zip(urls.iter().cloned()).collect();
+        let watcher = Watcher::start_every(nodes, Duration::from_millis(1));
         let before = stalls.load(Ordering::Relaxed);
-        let asked = pilot_election::clock::now();
+        let asked = watcher.elapsed();
+        let asked_at = pilot_election::clock::now();
         let resp = client
             .post(format!("{}/step-down", urls[li]))
             .bearer_auth(TOKEN)
@@ -232,11 +238,11 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
             .await
             .expect("step-down");
         assert_eq!(resp.status(), 202, "{:?}", resp.text().await);
-        let (l, t) = all_name(&urls, |l, t| l == successor && t > term)
+        let (l, t) = at_urls(&urls, AGREE, |l, t| l == successor && t > term)
             .await
-            .unwrap_or_else(|| panic!("handover {k}: {successor} did not lead"));
-        let took = pilot_election::clock::since(asked);
-        let rounds = sampler.finish().await;
+            .unwrap_or_else(|last| panic!("handover {k}: {successor} did not lead: {last:?}"));
+        let took = pilot_election::clock::since(asked_at);
+        let (report, rounds) = watcher.finish().await;
         assert!(
             stalls.load(Ordering::Relaxed) > before,
             "handover {k}: the resign did not pass the stalling transport"
@@ -252,7 +258,7 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         );
         let two: Vec<String> = rounds
             .iter()
-            .filter(|r| r.leading(&ids).len() > 1)
+            .filter(|r| r.leaders.len() > 1)
             .map(|r| format!("{}: {}", signed(r.at, asked), r.describe(&ids)))
             .collect();
         assert!(
@@ -262,15 +268,16 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
             two.len(),
             rounds.len()
         );
+        report.assert_single_leader(&format!("handover {k}"), String::new);
         // The successor led while the old leader's loop was still held: the stall covered the
         // moment a wrong order would show two leaders.
-        let si = ids
-            .iter()
-            .position(|id| *id == successor)
-            .expect("a member");
         let successor_led = rounds
             .iter()
-            .find(|r| r.nodes[si].leads.is_some())
+            .find(|r| {
+                r.leaders
+                    .iter()
+                    .any(|c| c.node == successor && c.term.is_some())
+            })
             .map(|r| r.at - asked);
         assert!(
             successor_led.is_some_and(|d| d < STALL),
@@ -292,17 +299,4 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         let ended = tokio::time::timeout(Duration::from_secs(10), l).await;
         assert!(ended.is_ok(), "an election loop did not stop");
     }
-}
-
-/// Waits (10 s at most) until every node names the same leader, accepted by `accept`.
-async fn all_name(urls: &[String], accept: impl Fn(&str, u64) -> bool) -> Option<(String, u64)> {
-    wait_for(Duration::from_secs(10), || async {
-        let mut seen = Vec::new();
-        for u in urls {
-            seen.push(leader_of(u).await?);
-        }
-        (seen.iter().all(|s| *s == seen[0]) && accept(&seen[0].0, seen[0].1))
-            .then(|| seen[0].clone())
-    })
-    .await
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -154,16 +155,16 @@ async fn agreed(
     within: Duration,
     accept: impl Fn(&str, u64) -> bool,
 ) -> (String, u64) {
-    let got = wait_for(within, || async {
-        let mut seen = Vec::new();
-        for &i in which {
-            seen.push(leader_at(client, &c.url(i)).await.ok()?);
-        }
-        let first = seen[0].clone();
-        (seen.iter().all(|x| *x == first) && accept(&first.0, first.1)).then_some(first)
-    })
-    .await;
-    got.unwrap_or_else(|| panic!("no agreed leader within {within:?}\n{}", c.logs()))
+    let ask = || {
+        join_all(
+            which
+                .iter()
+                .map(|&i| async move { leader_at(client, &c.url(i)).await.ok() }),
+        )
+    };
+    crate::agree::wait(within, ask, accept)
+        .await
+        .unwrap_or_else(|last| panic!("no agreed leader within {within:?}: {last:?}\n{}", c.logs()))
 }
 
 /// Opens a TCP connection and waits for the node to close it; how long that took.
