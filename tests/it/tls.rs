@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -155,12 +154,12 @@ async fn agreed(
     within: Duration,
     accept: impl Fn(&str, u64) -> bool,
 ) -> (String, u64) {
-    let ask = || {
-        join_all(
-            which
-                .iter()
-                .map(|&i| async move { leader_at(client, &c.url(i)).await.ok() }),
-        )
+    let ask = || async {
+        let mut named = Vec::new();
+        for &i in which {
+            named.push(leader_at(client, &c.url(i)).await.ok());
+        }
+        named
     };
     crate::agree::wait(within, ask, accept)
         .await

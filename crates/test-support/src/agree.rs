@@ -6,8 +6,6 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-
 use crate::app::{leader_of, wait_for_every, App};
 
 /// What one node names: the leader it knows now and its term; `None` when it names none or did
@@ -66,18 +64,20 @@ where
     found.ok_or_else(|| last.into_inner().unwrap())
 }
 
-/// [`wait`] over the `GET /leader` of every node at `urls`, asked all at once.
+/// [`wait`] over the `GET /leader` of every node at `urls`, asked one after another.
 pub async fn at_urls(
     urls: &[String],
     within: Duration,
     accept: impl Fn(&str, u64) -> bool,
 ) -> Result<(String, u64), Vec<Named>> {
-    wait(
-        within,
-        || join_all(urls.iter().map(|u| leader_of(u))),
-        accept,
-    )
-    .await
+    let ask = || async {
+        let mut named = Vec::new();
+        for u in urls {
+            named.push(leader_of(u).await);
+        }
+        named
+    };
+    wait(within, ask, accept).await
 }
 
 /// Waits until every node of `which` names the same leader in the same term, accepted by
