@@ -382,12 +382,7 @@ fn assert_split_report(report: &Report, label: &str, nodes: &[App]) {
         "{label}: n4 led: {:?}",
         report.leaders
     );
-    assert!(
-        report.max_gap() <= FAILOVER_BOUND,
-        "{label}: a leaderless gap of {:?}\n{}",
-        report.max_gap(),
-        logs(nodes)
-    );
+    report.assert_gaps_under(FAILOVER_BOUND, label, || logs(nodes));
 }
 
 /// The same split over pilot: daemons n1..n4 run the nodes, n5 and n6 are brokers, and every
@@ -707,12 +702,7 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
     let report = w.stop().await;
     report.assert_single_leader("grow 3->5, shrink 5->3, replace n1 by n6", || m.logs());
     println!("whole test: {:?}", pilot_election::clock::since(started));
-    assert!(
-        report.gaps.iter().all(|g| g.len <= FAILOVER_BOUND),
-        "a leaderless gap over {FAILOVER_BOUND:?}: max {:?}\n{}",
-        report.max_gap(),
-        m.logs()
-    );
+    report.assert_gaps_under(FAILOVER_BOUND, "grow and shrink", || m.logs());
 }
 
 /// The watcher itself: two single-node clusters each lead, and the watch says so (a watch that

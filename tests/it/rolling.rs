@@ -117,12 +117,7 @@ pub(crate) async fn roll_changing(
         ready_after[ready_after.len() - 1]
     );
     report.assert_single_leader(label, || logs(nodes.iter()));
-    assert!(
-        report.gaps.iter().all(|g| g.len < GAP_BOUND),
-        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})\n{}",
-        report.max_gap(),
-        logs(nodes.iter())
-    );
+    report.assert_gaps_under(GAP_BOUND, label, || logs(nodes.iter()));
     report
 }
 
@@ -240,10 +235,5 @@ async fn a_handover_whose_resign_reaches_the_voters_after_the_successor_stays_un
         panic!("nobody took over\n{}", logs(nodes.iter()));
     };
     println!("{label}: {new} leads in term {new_term}");
-    assert!(
-        report.gaps.iter().all(|g| g.len < GAP_BOUND),
-        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})\n{}",
-        report.max_gap(),
-        logs(nodes.iter())
-    );
+    report.assert_gaps_under(GAP_BOUND, label, || logs(nodes.iter()));
 }

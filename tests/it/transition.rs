@@ -25,8 +25,6 @@ const FIRST_LEADER: Duration = Duration::from_secs(25);
 /// A restarted node is ready once it follows the leader (sooner than its start-up guard, which
 /// may be a long node's 16 s); three long timeouts is the deadline.
 const READY_WITHIN: Duration = Duration::from_secs(3 * 16);
-/// Every leaderless gap of a rolling change stays under this: a handover, not a failover.
-const GAP_BOUND: Duration = Duration::from_secs(1);
 
 /// The arguments of `node` with `LONG` appended (`long`) or without it.
 fn with_timings(node: &App, long: bool) -> Vec<String> {
@@ -134,15 +132,11 @@ async fn a_long_lease_leader_cut_off_from_short_timed_peers_never_leads_beside_t
 /// The rolling timing change of README "Changing the timings": 2 s / 3 s to 10 s / 16 s on
 /// every node, one at a time, and back; each restart waits for `/readyz`.
 async fn timing_change(nodes: &mut [App], label: &str) {
-    let report = roll_changing(nodes, label, Gate::Ready, READY_WITHIN, &|pass, n| {
+    // The roll asserts one leader at most and every gap under a second.
+    roll_changing(nodes, label, Gate::Ready, READY_WITHIN, &|pass, n| {
         (with_timings(n, pass == 1), None)
     })
     .await;
-    assert!(
-        report.gaps.iter().all(|g| g.len < GAP_BOUND),
-        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})",
-        report.max_gap()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,16 +170,12 @@ async fn upgrade(mut nodes: Vec<App>, label: &str) {
     for n in &nodes {
         wait_up(n).await;
     }
-    let report = roll_changing(&mut nodes, label, Gate::Ready, READY_WITHIN, &|pass, n| {
+    // The roll asserts one leader at most and every gap under a second.
+    roll_changing(&mut nodes, label, Gate::Ready, READY_WITHIN, &|pass, n| {
         let binary = (pass == 2).then(|| previous.clone());
         (n.args.clone(), binary)
     })
     .await;
-    assert!(
-        report.gaps.iter().all(|g| g.len < GAP_BOUND),
-        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})",
-        report.max_gap()
-    );
 }
 
 /// Every node of `c` on this build writes `want` within a few heartbeats.

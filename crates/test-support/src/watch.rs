@@ -476,6 +476,18 @@ impl Report {
         self.max_leaders <= 1 && self.shared_terms.is_empty() && self.stale.is_empty()
     }
 
+    /// Asserts that every leaderless gap was shorter than `bound`; `logs` goes into the failure
+    /// message.
+    pub fn assert_gaps_under(&self, bound: Duration, label: &str, logs: impl FnOnce() -> String) {
+        assert!(
+            self.gaps.iter().all(|g| g.len < bound),
+            "{label}: a leaderless gap of {:?} (bound {bound:?}): {:?}\n{}",
+            self.max_gap(),
+            self.gaps,
+            logs()
+        );
+    }
+
     /// Prints the report under `label` and asserts [`Report::single_leader`]; `logs` (the nodes'
     /// logs, say) goes into the failure message.
     pub fn assert_single_leader(&self, label: &str, logs: impl FnOnce() -> String) {
