@@ -192,19 +192,12 @@ async fn agree(
     within: Duration,
     accept: impl Fn(&str, u64) -> bool,
 ) -> Option<(String, u64, Duration)> {
-    loop {
-        let seen = join_all(urls.iter().map(|u| leader_of(client, u))).await;
-        let done = pilot_election::clock::since(since);
-        if let Some(Some(first)) = seen.first() {
-            if seen.iter().all(|s| s.as_ref() == Some(first)) && accept(&first.0, first.1) {
-                return Some((first.0.clone(), first.1, done));
-            }
-        }
-        if done > within {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let left = within.saturating_sub(pilot_election::clock::since(since));
+    let ask = || join_all(urls.iter().map(|u| leader_of(client, u)));
+    let (l, t) = support::agree::wait_every(left, Duration::from_millis(5), ask, accept)
+        .await
+        .ok()?;
+    Some((l, t, pilot_election::clock::since(since)))
 }
 
 fn urls(c: &Cluster, which: &[usize]) -> Vec<String> {

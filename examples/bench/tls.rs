@@ -19,6 +19,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use serde_json::Value;
+use support::agree::Named;
 use support::certs::{Ca, Leaf};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -212,10 +213,9 @@ fn wrk_async(url: String, secs: u64) -> tokio::task::JoinHandle<Wrk> {
     tokio::task::spawn_blocking(move || wrk(&url, secs))
 }
 
-/// The leader and term every node names, over TLS with the operator's certificate.
-async fn agreed(client: &reqwest::Client, ports: &[u16]) -> Option<(String, u64)> {
-    let mut seen = Vec::new();
-    for p in ports {
+/// What every node names, over TLS with the operator's certificate.
+async fn named(client: &reqwest::Client, ports: &[u16]) -> Vec<Named> {
+    let ask = |p: u16| async move {
         let v: Value = client
             .get(format!("https://127.0.0.1:{p}/leader"))
             .send()
@@ -224,9 +224,20 @@ async fn agreed(client: &reqwest::Client, ports: &[u16]) -> Option<(String, u64)
             .json()
             .await
             .ok()?;
-        seen.push((v["leader"].as_str()?.to_string(), v["term"].as_u64()?));
-    }
-    seen.iter().all(|x| *x == seen[0]).then(|| seen[0].clone())
+        Some((v["leader"].as_str()?.to_string(), v["term"].as_u64()?))
+    };
+    futures_util::future::join_all(ports.iter().map(|p| ask(*p))).await
+}
+
+/// The leader and term every node names once they agree, within `within`.
+async fn agreed(
+    client: &reqwest::Client,
+    ports: &[u16],
+    within: Duration,
+) -> Option<(String, u64)> {
+    support::agree::wait(within, || named(client, ports), |_, _| true)
+        .await
+        .ok()
 }
 
 fn line(name: &str, w: &Wrk) -> String {
@@ -276,7 +287,7 @@ pub async fn tls(o: &Opts) {
         .build()
         .expect("client");
     let node_ports: Vec<u16> = ports.iter().map(|(_, p)| *p).collect();
-    let (leader, term) = app::wait_for(Duration::from_secs(30), || agreed(&client, &node_ports))
+    let (leader, term) = agreed(&client, &node_ports, Duration::from_secs(30))
         .await
         .unwrap_or_else(|| panic!("no agreed leader over TLS:\n{}", app::logs_of(&nodes)));
     let leader_port = ports
@@ -386,7 +397,7 @@ pub async fn tls(o: &Opts) {
         series("pilot_election_refused_total{reason=\"tls_handshake\"}"),
         series("pilot_election_connections_timed_out_total{phase=\"header\"}")
     );
-    let after = app::wait_for(Duration::from_secs(10), || agreed(&client, &node_ports)).await;
+    let after = agreed(&client, &node_ports, Duration::from_secs(10)).await;
     assert_eq!(
         after,
         Some((leader.clone(), term)),

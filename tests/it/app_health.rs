@@ -48,10 +48,7 @@ fn logs(nodes: &[App]) -> String {
 /// The leader every node in `which` names, once they agree.
 async fn agreed(nodes: &[App], which: &[usize], accept: impl Fn(&str) -> bool) -> (String, u64) {
     let apps: Vec<&App> = which.iter().map(|i| &nodes[*i]).collect();
-    match crate::app::agreed(&apps, AGREE, |l, _| accept(l)).await {
-        Some(r) => r,
-        None => panic!("no agreement on {which:?}\n{}", logs(nodes)),
-    }
+    crate::agree::agree(&apps, AGREE, |l, _| accept(l), || logs(nodes)).await
 }
 
 async fn status(node: &App) -> Value {

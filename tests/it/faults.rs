@@ -27,9 +27,11 @@ use pilot_election::api::Auth;
 use pilot_election::transport::memory::{Bus, MemoryTransport};
 use pilot_election::transport::{Health, Transport};
 use pilot_election::NodeBuilder;
-use support::faults::{signed, subscriptions_of, Bed, Fault, Sampler, Via};
+use support::agree::at_urls;
+use support::faults::{signed, subscriptions_of, Bed, Fault, Via};
+use support::watch::Watcher;
 
-use crate::app::{leader_of, node_config, serial, wait_for, TempDir};
+use crate::app::{node_config, serial, wait_for, TempDir};
 
 /// How long the fault is watched.
 const WINDOW: Duration = Duration::from_secs(25);
@@ -37,6 +39,13 @@ const WINDOW: Duration = Duration::from_secs(25);
 /// issue asks for 95 %; a loaded 2-core CI machine gets some slack, and the measured share is
 /// printed for the record.
 const MIN_SHARE: f64 = 0.80;
+/// The admin token of the in-process nodes of the stalled-handover test.
+const TOKEN: &str = "stall-token";
+/// How long a leader may refuse a successor whose adverts do not show yet that it hears the
+/// leader (they go every 100 ms): right after an election, it may not have sent one.
+const ELIGIBLE: Duration = Duration::from_secs(2);
+/// How long the in-process nodes may take to agree on a leader.
+const AGREE: Duration = Duration::from_secs(10);
 /// Healed, how long all three may take to agree again: over pilot a deaf node first replaces
 /// its stopped subscription (up to 16 s after the last one it started), then an election.
 const REJOIN: Duration = Duration::from_secs(40);
@@ -166,7 +175,6 @@ impl Transport for StallAfterResign {
 /// that the successor leads within the stall, which is what lets it catch that order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its_successor() {
-    const TOKEN: &str = "stall-token";
     const HANDOVERS: usize = 6;
     let ids = ["s1", "s2", "s3"];
     let bus = Bus::new();
@@ -209,7 +217,7 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         dirs.push(dir);
     }
     let ids: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-    let (mut leader, mut term) = all_name(&urls, |_, _| true)
+    let (mut leader, mut term) = at_urls(&urls, AGREE, |_, _| true)
         .await
         .expect("a first leader agreed by all three");
     let client = reqwest::Client::builder()
@@ -221,22 +229,15 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         let li = ids.iter().position(|id| *id == leader).expect("a member");
         let successor = ids[(li + 1 + k % 2) % 3].clone();
         // Rounds as fast as they come (about a millisecond each), the whole handover long.
-        let sampler = Sampler::start(urls.clone(), Duration::from_millis(1));
+        let nodes = ids.iter().cloned().zip(urls.iter().cloned()).collect();
+        let watcher = Watcher::start_every(nodes, Duration::from_millis(1));
         let before = stalls.load(Ordering::Relaxed);
-        let asked = pilot_election::clock::now();
-        let resp = client
-            .post(format!("{}/step-down", urls[li]))
-            .bearer_auth(TOKEN)
-            .json(&json!({"successor": successor}))
-            .send()
+        let (asked, asked_at) = step_down(&client, &urls[li], &successor, &watcher).await;
+        let (l, t) = at_urls(&urls, AGREE, |l, t| l == successor && t > term)
             .await
-            .expect("step-down");
-        assert_eq!(resp.status(), 202, "{:?}", resp.text().await);
-        let (l, t) = all_name(&urls, |l, t| l == successor && t > term)
-            .await
-            .unwrap_or_else(|| panic!("handover {k}: {successor} did not lead"));
-        let took = pilot_election::clock::since(asked);
-        let rounds = sampler.finish().await;
+            .unwrap_or_else(|last| panic!("handover {k}: {successor} did not lead: {last:?}"));
+        let took = pilot_election::clock::since(asked_at);
+        let (report, rounds) = watcher.finish().await;
         assert!(
             stalls.load(Ordering::Relaxed) > before,
             "handover {k}: the resign did not pass the stalling transport"
@@ -252,7 +253,7 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
         );
         let two: Vec<String> = rounds
             .iter()
-            .filter(|r| r.leading(&ids).len() > 1)
+            .filter(|r| r.leaders.len() > 1)
             .map(|r| format!("{}: {}", signed(r.at, asked), r.describe(&ids)))
             .collect();
         assert!(
@@ -262,15 +263,16 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
             two.len(),
             rounds.len()
         );
+        report.assert_single_leader(&format!("handover {k}"), String::new);
         // The successor led while the old leader's loop was still held: the stall covered the
         // moment a wrong order would show two leaders.
-        let si = ids
-            .iter()
-            .position(|id| *id == successor)
-            .expect("a member");
         let successor_led = rounds
             .iter()
-            .find(|r| r.nodes[si].leads.is_some())
+            .find(|r| {
+                r.leaders
+                    .iter()
+                    .any(|c| c.node == successor && c.term.is_some())
+            })
             .map(|r| r.at - asked);
         assert!(
             successor_led.is_some_and(|d| d < STALL),
@@ -294,15 +296,42 @@ async fn a_leader_stalled_right_after_its_resign_never_answers_leader_beside_its
     }
 }
 
-/// Waits (10 s at most) until every node names the same leader, accepted by `accept`.
-async fn all_name(urls: &[String], accept: impl Fn(&str, u64) -> bool) -> Option<(String, u64)> {
-    wait_for(Duration::from_secs(10), || async {
-        let mut seen = Vec::new();
-        for u in urls {
-            seen.push(leader_of(u).await?);
+/// Asks the leader at `url` to hand over to `successor`, again while it answers 422
+/// `successor_ineligible` (within [`ELIGIBLE`]); when the accepted request left, as `watcher`
+/// counts time and as an instant.
+async fn step_down(
+    client: &reqwest::Client,
+    url: &str,
+    successor: &str,
+    watcher: &Watcher,
+) -> (Duration, tokio::time::Instant) {
+    let last = std::sync::Mutex::new(String::new());
+    let accepted = wait_for(ELIGIBLE, || async {
+        let asked = (watcher.elapsed(), pilot_election::clock::now());
+        let resp = client
+            .post(format!("{url}/step-down"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"successor": successor}))
+            .send()
+            .await
+            .expect("step-down");
+        let status = resp.status().as_u16();
+        let body = resp.text().await.unwrap_or_default();
+        if status == 202 {
+            return Some(asked);
         }
-        (seen.iter().all(|s| *s == seen[0]) && accept(&seen[0].0, seen[0].1))
-            .then(|| seen[0].clone())
+        assert!(
+            status == 422 && body.contains("successor_ineligible"),
+            "step-down to {successor} answered {status}: {body}"
+        );
+        *last.lock().unwrap() = body;
+        None
     })
-    .await
+    .await;
+    accepted.unwrap_or_else(|| {
+        panic!(
+            "step-down to {successor} refused for {ELIGIBLE:?}: {}",
+            last.into_inner().unwrap()
+        )
+    })
 }

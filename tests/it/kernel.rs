@@ -7,7 +7,6 @@
 //! node never shows two leaders.
 
 use crate::app::{serial, T};
-use crate::membership::assert_single_leader;
 use support::netns::deaf_leader;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,7 +14,7 @@ async fn a_leader_whose_kernel_drops_its_peers_packets_is_replaced_within_two_el
     let _serial = serial().await;
     let label = "kernel-deaf leader";
     let run = deaf_leader(None).await;
-    assert_single_leader(&run.report, label, || run.logs.clone());
+    run.report.assert_single_leader(label, || run.logs.clone());
     let Some(took) = run.took else {
         panic!("{label}: n2, n3 did not elect within 4T\n{}", run.logs);
     };

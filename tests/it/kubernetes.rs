@@ -22,7 +22,8 @@ use std::time::Duration;
 use serde::Deserialize as _;
 use serde_json::Value;
 
-use crate::app::{agreed, bin, free_port, get_json, serial, wait_ready, App, TempDir, T};
+use crate::agree::agree;
+use crate::app::{bin, free_port, get_json, serial, wait_ready, App, TempDir, T};
 
 /// Start-up (`T` plus staggers) and the failover, with room for a loaded 2-core machine.
 const AGREE: Duration = Duration::from_secs(30);
@@ -199,9 +200,13 @@ async fn the_statefulsets_container_elects_and_fails_over() {
     let logs = crate::app::logs_of;
 
     let all: Vec<&App> = nodes.iter().collect();
-    let (leader, term) = agreed(&all, AGREE, |l, _| pods.iter().any(|p| p == l))
-        .await
-        .unwrap_or_else(|| panic!("no leader agreed by all\n{}", logs(&nodes)));
+    let (leader, term) = agree(
+        &all,
+        AGREE,
+        |l, _| pods.iter().any(|p| p == l),
+        || logs(&nodes),
+    )
+    .await;
     eprintln!("leader {leader} in term {term}");
     let leading: Vec<&str> = {
         let mut l = Vec::new();
@@ -236,8 +241,7 @@ async fn the_statefulsets_container_elects_and_fails_over() {
     let i = nodes.iter().position(|n| n.id == leader).expect("a node");
     nodes[i].kill9();
     let rest: Vec<&App> = nodes.iter().filter(|n| n.id != leader).collect();
-    let (next, next_term) = agreed(&rest, T + AGREE, |l, t| l != leader && t > term)
-        .await
-        .unwrap_or_else(|| panic!("no failover after {leader} died\n{}", logs(&nodes)));
+    let failover = |l: &str, t| l != leader && t > term;
+    let (next, next_term) = agree(&rest, T + AGREE, failover, || logs(&nodes)).await;
     eprintln!("failover: {next} in term {next_term}");
 }

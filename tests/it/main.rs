@@ -4,6 +4,7 @@
 //! Clusters run one test at a time (see [`app::serial`]): on a loaded 2-core machine, several
 //! clusters at once would test the scheduler rather than the failover times.
 
+use support::agree;
 use support::app;
 mod app_health;
 use support::browser;

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::agree::agree;
 use crate::app::{
-    agreed, free_port, get_json, node_args, serial, wait_for, wait_up, App, TempDir, T, TOKEN,
+    free_port, get_json, node_args, serial, wait_for, wait_up, App, TempDir, T, TOKEN,
 };
 use crate::devnet::Devnet;
 use crate::pilot_cluster::{node_id, pilot_args, pilot_node_with};
@@ -175,19 +176,6 @@ pub(crate) async fn fingerprints_agree(nodes: &[&App], within: Duration) -> Resu
     agreed.ok_or_else(|| last.into_inner().unwrap())
 }
 
-/// Asserts the watch saw one leader at most at any time, and prints it.
-pub(crate) fn assert_single_leader(report: &Report, label: &str, logs: impl Fn() -> String) {
-    report.print(label);
-    assert!(
-        report.single_leader(),
-        "{label}: two leaders: max {} in one round, terms shared {:?}, rounds {:#?}\n{}",
-        report.max_leaders,
-        report.shared_terms,
-        report.overlaps,
-        logs()
-    );
-}
-
 /// n1..n3 list {n1,n2,n3}; n4, a replacement started before the node it replaces left, lists
 /// {n2,n3,n4}: two ids away from the others. Every peer URL goes through a [`Proxy`], so a split
 /// {n1,n2} | {n3,n4} can be made while n3 leads. The old quorum on n1,n2 elects; n3, n4 never
@@ -237,9 +225,7 @@ async fn member_sets_two_apart_never_show_two_leaders_across_a_split() {
     }
     let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());
     let old = [&nodes[0], &nodes[1], &nodes[2]];
-    if agreed(&old, FIRST_LEADER, |_, _| true).await.is_none() {
-        panic!("n1..n3 elected nobody\n{}", logs(&nodes));
-    }
+    agree(&old, FIRST_LEADER, |_, _| true, || logs(&nodes)).await;
 
     // Over http a node sends only to its own members, so n4 hears nobody: n2 and n3 get its
     // messages and drop them as a non-member's (and say so); n4 is not ready, since nobody with
@@ -333,18 +319,14 @@ impl Split<'_> {
 async fn split_story(nodes: &[App], w: &Watcher, split: &Split<'_>, token: Option<&str>) {
     let old = [&nodes[0], &nodes[1], &nodes[2]];
     let (n1, n2, n3) = (&nodes[0].id, &nodes[1].id, &nodes[2].id);
-    let Some((leader, _)) = agreed(&old, FIRST_LEADER, |_, _| true).await else {
-        panic!("n1..n3 elected nobody\n{}", logs(nodes));
-    };
+    let (leader, _) = agree(&old, FIRST_LEADER, |_, _| true, || logs(nodes)).await;
     // n3, on the side that cannot form the old quorum, leads before the split.
     if leader != *n3 {
         w.mark(format!("hand over {leader} -> {n3}"));
         let li = nodes.iter().position(|n| n.id == leader).unwrap();
         crate::cluster::hand_over_at(&nodes[li], n3, token).await;
     }
-    let Some((_, term)) = agreed(&old, FAILOVER_BOUND, |l, _| l == n3).await else {
-        panic!("{n3} did not take over\n{}", logs(nodes));
-    };
+    let (_, term) = agree(&old, FAILOVER_BOUND, |l, _| l == n3, || logs(nodes)).await;
 
     w.mark("split {n1,n2} | {n3,n4}");
     split.cut().await;
@@ -364,16 +346,8 @@ async fn split_story(nodes: &[App], w: &Watcher, split: &Split<'_>, token: Optio
         "{n3} stopped leading {:?} after the split",
         pilot_election::clock::since(cut)
     );
-    let Some((new, new_term)) = agreed(&old[..2], FAILOVER_BOUND, |l, t| {
-        (l == n1 || l == n2) && t > term
-    })
-    .await
-    else {
-        panic!(
-            "n1, n2 did not elect within {FAILOVER_BOUND:?}\n{}",
-            logs(nodes)
-        );
-    };
+    let elected = |l: &str, t| (l == n1 || l == n2) && t > term;
+    let (new, new_term) = agree(&old[..2], FAILOVER_BOUND, elected, || logs(nodes)).await;
     println!(
         "{new} leads in term {new_term}, {:?} after the split",
         pilot_election::clock::since(cut)
@@ -394,28 +368,21 @@ async fn split_story(nodes: &[App], w: &Watcher, split: &Split<'_>, token: Optio
 
     w.mark("heal");
     split.heal().await;
-    let Some(_) = agreed(&old, FAILOVER_BOUND, |_, _| true).await else {
-        panic!("n1..n3 did not agree after healing\n{}", logs(nodes));
-    };
+    agree(&old, FAILOVER_BOUND, |_, _| true, || logs(nodes)).await;
     // A while longer healed: still one leader.
     tokio::time::sleep(T).await;
 }
 
 /// One leader at most, n4 never, and every gap within the failover bound.
 fn assert_split_report(report: &Report, label: &str, nodes: &[App]) {
-    assert_single_leader(report, label, || logs(nodes));
+    report.assert_single_leader(label, || logs(nodes));
     let n4 = &nodes[3].id;
     assert!(
         report.leaders.iter().all(|(_, n, _)| n != n4),
         "{label}: n4 led: {:?}",
         report.leaders
     );
-    assert!(
-        report.max_gap() <= FAILOVER_BOUND,
-        "{label}: a leaderless gap of {:?}\n{}",
-        report.max_gap(),
-        logs(nodes)
-    );
+    report.assert_gaps_under(FAILOVER_BOUND, label, || logs(nodes));
 }
 
 /// The same split over pilot: daemons n1..n4 run the nodes, n5 and n6 are brokers, and every
@@ -602,13 +569,7 @@ impl Members<'_> {
                 self.logs()
             ),
         }
-        match agreed(&nodes, FAILOVER_BOUND, |_, _| true).await {
-            Some(l) => l,
-            None => panic!(
-                "{label}: no agreed leader within {FAILOVER_BOUND:?}\n{}",
-                self.logs()
-            ),
-        }
+        agree(&nodes, FAILOVER_BOUND, |_, _| true, || self.logs()).await
     }
 }
 
@@ -739,16 +700,9 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
     }
 
     let report = w.stop().await;
-    assert_single_leader(&report, "grow 3->5, shrink 5->3, replace n1 by n6", || {
-        m.logs()
-    });
+    report.assert_single_leader("grow 3->5, shrink 5->3, replace n1 by n6", || m.logs());
     println!("whole test: {:?}", pilot_election::clock::since(started));
-    assert!(
-        report.gaps.iter().all(|g| g.len <= FAILOVER_BOUND),
-        "a leaderless gap over {FAILOVER_BOUND:?}: max {:?}\n{}",
-        report.max_gap(),
-        m.logs()
-    );
+    report.assert_gaps_under(FAILOVER_BOUND, "grow and shrink", || m.logs());
 }
 
 /// The watcher itself: two single-node clusters each lead, and the watch says so (a watch that

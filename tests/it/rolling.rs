@@ -8,11 +8,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::app::{agreed, free_port, serial, wait_for, wait_ready, wait_up, App, Cluster, T};
+use crate::agree::{agree, agreed};
+use crate::app::{free_port, serial, wait_for, wait_ready, wait_up, App, Cluster, T};
 use crate::devnet::Devnet;
-use crate::membership::{
-    assert_single_leader, leading, logs, member_args, new_node, restart_as, FAILOVER_BOUND,
-};
+use crate::membership::{leading, logs, member_args, new_node, restart_as, FAILOVER_BOUND};
 use crate::pilot_cluster::pilot_cluster;
 use crate::proxy::Proxy;
 use crate::watch::{Report, Watcher};
@@ -67,9 +66,7 @@ pub(crate) async fn roll_changing(
     let started = pilot_election::clock::now();
     {
         let all: Vec<&App> = nodes.iter().collect();
-        if agreed(&all, FIRST_LEADER, |_, _| true).await.is_none() {
-            panic!("{label}: no first leader\n{}", logs(nodes.iter()));
-        }
+        agree(&all, FIRST_LEADER, |_, _| true, || logs(nodes.iter())).await;
     }
     let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());
     assert!(w.seen_leader(T).await, "{label}: the watch saw no leader");
@@ -107,12 +104,7 @@ pub(crate) async fn roll_changing(
     }
     {
         let all: Vec<&App> = nodes.iter().collect();
-        if agreed(&all, T * 2, |_, _| true).await.is_none() {
-            panic!(
-                "{label}: no agreed leader at the end\n{}",
-                logs(nodes.iter())
-            );
-        }
+        agree(&all, T * 2, |_, _| true, || logs(nodes.iter())).await;
     }
     let report = w.stop().await;
     ready_after.sort();
@@ -124,13 +116,8 @@ pub(crate) async fn roll_changing(
         ready_after[ready_after.len() / 2],
         ready_after[ready_after.len() - 1]
     );
-    assert_single_leader(&report, label, || logs(nodes.iter()));
-    assert!(
-        report.gaps.iter().all(|g| g.len < GAP_BOUND),
-        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})\n{}",
-        report.max_gap(),
-        logs(nodes.iter())
-    );
+    report.assert_single_leader(label, || logs(nodes.iter()));
+    report.assert_gaps_under(GAP_BOUND, label, || logs(nodes.iter()));
     report
 }
 
@@ -215,9 +202,7 @@ async fn a_handover_whose_resign_reaches_the_voters_after_the_successor_stays_un
         n.start();
     }
     let all: Vec<&App> = nodes.iter().collect();
-    let Some((_, term)) = agreed(&all, FIRST_LEADER, |l, _| l == "n1").await else {
-        panic!("n1 did not lead\n{}", logs(nodes.iter()));
-    };
+    let (_, term) = agree(&all, FIRST_LEADER, |l, _| l == "n1", || logs(nodes.iter())).await;
     for to in ["n3", "n4", "n5"] {
         links[&("n1", to)].delay(Duration::from_millis(50));
     }
@@ -245,15 +230,10 @@ async fn a_handover_whose_resign_reaches_the_voters_after_the_successor_stays_un
     tokio::time::sleep(Duration::from_millis(200)).await;
     let report = w.stop().await;
     let label = "handover, resign slower than the successor";
-    assert_single_leader(&report, label, || logs(nodes.iter()));
+    report.assert_single_leader(label, || logs(nodes.iter()));
     let Some((new, new_term)) = new else {
         panic!("nobody took over\n{}", logs(nodes.iter()));
     };
     println!("{label}: {new} leads in term {new_term}");
-    assert!(
-        report.gaps.iter().all(|g| g.len < GAP_BOUND),
-        "{label}: a leaderless gap of {:?} (bound {GAP_BOUND:?})\n{}",
-        report.max_gap(),
-        logs(nodes.iter())
-    );
+    report.assert_gaps_under(GAP_BOUND, label, || logs(nodes.iter()));
 }

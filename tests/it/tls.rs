@@ -154,16 +154,16 @@ async fn agreed(
     within: Duration,
     accept: impl Fn(&str, u64) -> bool,
 ) -> (String, u64) {
-    let got = wait_for(within, || async {
-        let mut seen = Vec::new();
+    let ask = || async {
+        let mut named = Vec::new();
         for &i in which {
-            seen.push(leader_at(client, &c.url(i)).await.ok()?);
+            named.push(leader_at(client, &c.url(i)).await.ok());
         }
-        let first = seen[0].clone();
-        (seen.iter().all(|x| *x == first) && accept(&first.0, first.1)).then_some(first)
-    })
-    .await;
-    got.unwrap_or_else(|| panic!("no agreed leader within {within:?}\n{}", c.logs()))
+        named
+    };
+    crate::agree::wait(within, ask, accept)
+        .await
+        .unwrap_or_else(|last| panic!("no agreed leader within {within:?}: {last:?}\n{}", c.logs()))
 }
 
 /// Opens a TCP connection and waits for the node to close it; how long that took.

@@ -398,13 +398,7 @@ impl Cluster {
         accept: impl Fn(&str, u64) -> bool,
     ) -> (String, u64) {
         let nodes: Vec<&App> = which.iter().map(|i| &self.nodes[*i]).collect();
-        match agreed(&nodes, within, accept).await {
-            Some(r) => r,
-            None => panic!(
-                "nodes {which:?} did not agree on an acceptable leader within {within:?}\n{}",
-                self.logs()
-            ),
-        }
+        crate::agree::agree(&nodes, within, accept, || self.logs()).await
     }
 }
 
@@ -597,7 +591,16 @@ pub async fn in_process(id: &str, auth: pilot_election::api::Auth) -> InProcess 
 }
 
 /// Polls `f` until it returns `Some` or `within` passes.
-pub async fn wait_for<T, F, Fut>(within: Duration, mut f: F) -> Option<T>
+pub async fn wait_for<T, F, Fut>(within: Duration, f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_for_every(within, Duration::from_millis(25), f).await
+}
+
+/// [`wait_for`], polling every `every` (a benchmark measures to a finer resolution).
+pub async fn wait_for_every<T, F, Fut>(within: Duration, every: Duration, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -610,32 +613,8 @@ where
         if pilot_election::clock::now() >= deadline {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        tokio::time::sleep(every).await;
     }
-}
-
-/// Waits until every node of `which` names the same leader, accepted by `accept`; `None` when
-/// they did not within `within`.
-pub async fn agreed(
-    which: &[&App],
-    within: Duration,
-    accept: impl Fn(&str, u64) -> bool,
-) -> Option<(String, u64)> {
-    let urls: Vec<String> = which.iter().map(|n| n.url()).collect();
-    wait_for(within, || {
-        let urls = urls.clone();
-        let accept = &accept;
-        async move {
-            let mut seen = Vec::new();
-            for u in &urls {
-                seen.push(leader_of(u).await);
-            }
-            let first = seen.first()?.clone()?;
-            (seen.iter().all(|s| s.as_ref() == Some(&first)) && accept(&first.0, first.1))
-                .then_some(first)
-        }
-    })
-    .await
 }
 
 /// Waits for `url`'s `/readyz` to answer 200; the last answer when it did not in time.

@@ -1,9 +1,10 @@
 //! Issue 11's persistent faults on three real nodes, over http or pilot: one node is made deaf
 //! (it still sends, hears nobody) or mute (it still hears, nobody hears it), or the top-ranked
-//! node is `kill -9`ed and restarted in a loop, while a [`Sampler`] asks every node `GET /leader`
-//! and `GET /role/leader` in rounds. [`judge`] turns the rounds into what the issue asks about:
-//! how soon the two connected nodes agree on a leader of their own, for what share of the window,
-//! and whether any round saw two nodes answer 200 on `/role/leader`.
+//! node is `kill -9`ed and restarted in a loop, while the [`Watcher`] asks every node
+//! `GET /role/leader` in rounds (its answer names the leader the node knows, too). [`judge`] turns
+//! the rounds into what the issue asks about: how soon the two connected nodes agree on a leader
+//! of their own, for what share of the window, and whether any round saw two nodes answer 200 on
+//! `/role/leader`; the watcher's own report says whether leaders overlapped across rounds.
 //!
 //! Shared by `tests/it/faults.rs`, which asserts bounds on a 25 s window, and the bench's
 //! `faults` scenario, which reports the figures over 60 s: both must measure the same thing.
@@ -18,15 +19,13 @@
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use pilot_election::election::default_priority;
 
@@ -34,6 +33,7 @@ use crate::app::{wait_for, wait_up, Cluster, T};
 use crate::devnet::Devnet;
 use crate::pilot_cluster::pilot_cluster;
 use crate::proxy::{LinkedCluster, Links, Mode};
+use crate::watch::{Report, Round, Watcher};
 
 /// Start-up (no node campaigns in its first `T`) and a possible preemption of a first leader
 /// that is not the top-ranked node (`--preempt-after` 5 s), with room for a loaded machine.
@@ -43,129 +43,16 @@ pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 pub const UP: Duration = Duration::from_millis(2500);
 pub const DOWN: Duration = Duration::from_millis(500);
 
-/// One node's answers in one round.
-#[derive(Debug, Clone)]
-pub struct Answer {
-    /// `GET /leader`: the leader the node names, and its term.
-    pub names: Option<(String, u64)>,
-    /// `GET /role/leader`: the term of a 200 (the node holds a lease), `None` otherwise.
-    pub leads: Option<u64>,
-}
-
-/// Every node's answers, asked at once.
-#[derive(Debug, Clone)]
-pub struct Round {
-    pub at: Instant,
-    pub nodes: Vec<Answer>,
-}
-
-impl Round {
-    pub fn leading(&self, ids: &[String]) -> Vec<String> {
-        self.nodes
-            .iter()
-            .zip(ids)
-            .filter_map(|(a, id)| a.leads.map(|t| format!("{id}@{t}")))
-            .collect()
-    }
-
-    pub fn describe(&self, ids: &[String]) -> String {
-        let names: Vec<String> = self
-            .nodes
-            .iter()
-            .zip(ids)
-            .map(|(a, id)| match &a.names {
-                Some((l, t)) => format!("{id}->{l}@{t}"),
-                None => format!("{id}->-"),
-            })
-            .collect();
-        format!(
-            "{} leading [{}]",
-            names.join(" "),
-            self.leading(ids).join(" ")
-        )
-    }
-}
-
-/// Polls every node in rounds until finished.
-pub struct Sampler {
-    rounds: Arc<Mutex<Vec<Round>>>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Sampler {
-    pub fn start(urls: Vec<String>, every: Duration) -> Sampler {
-        let rounds = Arc::new(Mutex::new(Vec::new()));
-        let stop = CancellationToken::new();
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_millis(500))
-            .build()
-            .expect("client");
-        let task = {
-            let (rounds, stop) = (rounds.clone(), stop.clone());
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(every);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tick.tick() => {}
-                    }
-                    let at = pilot_election::clock::now();
-                    let nodes = join_all(urls.iter().map(|u| answer(&client, u))).await;
-                    rounds.lock().unwrap().push(Round { at, nodes });
-                }
-            })
-        };
-        Sampler { rounds, stop, task }
-    }
-
-    pub fn len(&self) -> usize {
-        self.rounds.lock().unwrap().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub async fn finish(self) -> Vec<Round> {
-        self.stop.cancel();
-        let _ = self.task.await;
-        std::mem::take(&mut *self.rounds.lock().unwrap())
-    }
-}
-
-async fn answer(client: &reqwest::Client, url: &str) -> Answer {
-    let names = async {
-        let resp = client.get(format!("{url}/leader")).send().await.ok()?;
-        if resp.status() != 200 {
-            return None;
-        }
-        let v: Value = resp.json().await.ok()?;
-        Some((v["leader"].as_str()?.to_string(), v["term"].as_u64()?))
-    };
-    let leads = async {
-        let resp = client.get(format!("{url}/role/leader")).send().await.ok()?;
-        if resp.status() != 200 {
-            return None;
-        }
-        let v: Value = resp.json().await.ok()?;
-        v["term"].as_u64()
-    };
-    let (names, leads) = tokio::join!(names, leads);
-    Answer { names, leads }
-}
-
 /// The leader both connected nodes name in a round, if they name the same one in the same term
 /// and it holds a lease: it is one of them (a node names itself only while its lease runs), or
 /// it answered 200 on `/role/leader` in that term in the same round.
 pub fn agreed(r: &Round, ids: &[String], pair: [usize; 2]) -> Option<(String, u64)> {
-    let a = r.nodes[pair[0]].names.clone()?;
-    if r.nodes[pair[1]].names.as_ref() != Some(&a) {
+    let a = r.names.get(&ids[pair[0]])?;
+    if r.names.get(&ids[pair[1]]) != Some(a) {
         return None;
     }
     let li = ids.iter().position(|id| *id == a.0)?;
-    (pair.contains(&li) || r.nodes[li].leads == Some(a.1)).then_some(a)
+    (pair.contains(&li) || r.leads(&a.0, a.1)).then(|| a.clone())
 }
 
 /// What the rounds of one scenario show.
@@ -187,19 +74,19 @@ pub struct Verdict {
     pub timeline: Vec<String>,
 }
 
-/// Judges the rounds of a fault put on at `fault_at` and watched for `window`; `pair` are the
-/// two nodes without the fault.
+/// Judges the rounds of a fault put on at `fault_at` (as the rounds count time: since the watch
+/// began) and watched for `window`; `pair` are the two nodes without the fault.
 pub fn judge(
     rounds: &[Round],
     ids: &[String],
     pair: [usize; 2],
-    fault_at: Instant,
+    fault_at: Duration,
     window: Duration,
 ) -> Verdict {
     let end = fault_at + window;
     let two_leaders = rounds
         .iter()
-        .filter(|r| r.leading(ids).len() > 1)
+        .filter(|r| r.leaders.len() > 1)
         .map(|r| {
             format!(
                 "{:?} after the fault: {}",
@@ -258,7 +145,8 @@ pub fn judge(
     }
 }
 
-pub fn signed(at: Instant, origin: Instant) -> String {
+/// `at` from `origin`, both as a watch counts time, signed: `-0.25s`, `1.50s`.
+pub fn signed(at: Duration, origin: Duration) -> String {
     if at >= origin {
         format!("{:.2}s", (at - origin).as_secs_f64())
     } else {
@@ -302,10 +190,12 @@ pub fn by_priority(ids: &[String]) -> Vec<usize> {
     order
 }
 
-/// A fault under observation: the sampler runs, the fault is on from `fault_at`.
+/// A fault under observation: the watcher runs, the fault is on from `fault_at`.
 pub struct Watch {
-    sampler: Sampler,
-    pub fault_at: Instant,
+    watcher: Watcher,
+    /// Since the watch began.
+    pub fault_at: Duration,
+    fault_on: Instant,
     pub window: Duration,
     pub ids: Vec<String>,
     pub target: usize,
@@ -328,21 +218,23 @@ impl Watch {
         let ids: Vec<String> = c.nodes.iter().map(|n| n.id.clone()).collect();
         let pair: Vec<usize> = (0..ids.len()).filter(|&i| i != target).collect();
         let pair = [pair[0], pair[1]];
-        let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
-        let sampler = Sampler::start(urls, SAMPLE_EVERY);
+        let nodes = c.nodes.iter().map(|n| (n.id.clone(), n.url())).collect();
+        let watcher = Watcher::start_every(nodes, SAMPLE_EVERY);
         // A baseline before the fault (the two-leader check covers it too).
         let baseline = wait_for(Duration::from_secs(10), || async {
-            (sampler.len() >= 10).then_some(())
+            (watcher.len() >= 10).then_some(())
         })
         .await;
-        assert!(baseline.is_some(), "the sampler does not sample");
+        assert!(baseline.is_some(), "the watcher does not poll");
         let name = format!(
             "{name} on {}, connected pair {}+{}",
             ids[target], ids[pair[0]], ids[pair[1]]
         );
+        let fault_on = pilot_election::clock::now();
         Watch {
-            sampler,
-            fault_at: pilot_election::clock::now(),
+            fault_at: watcher.since_start(fault_on),
+            fault_on,
+            watcher,
             window,
             ids,
             target,
@@ -352,17 +244,23 @@ impl Watch {
         }
     }
 
-    /// Waits out the window (the observation itself, not a wait for a condition).
-    pub async fn wait_window(&self) {
-        pilot_election::clock::sleep_until(self.fault_at + self.window).await;
+    /// When the window ends.
+    pub fn until(&self) -> Instant {
+        self.fault_on + self.window
     }
 
-    /// Stops sampling and judges the rounds; `note` is added to the summary.
+    /// Waits out the window (the observation itself, not a wait for a condition).
+    pub async fn wait_window(&self) {
+        pilot_election::clock::sleep_until(self.until()).await;
+    }
+
+    /// Stops watching and judges the rounds; `note` is added to the summary.
     pub async fn finish(self, note: String) -> Observed {
-        let rounds = self.sampler.finish().await;
+        let (report, rounds) = self.watcher.finish().await;
         let verdict = judge(&rounds, &self.ids, self.pair, self.fault_at, self.window);
         Observed {
             name: self.name,
+            report,
             fault_at: self.fault_at,
             window: self.window,
             ids: self.ids,
@@ -378,12 +276,15 @@ impl Watch {
 /// One watched fault, judged.
 pub struct Observed {
     pub name: String,
-    pub fault_at: Instant,
+    /// Since the watch began, as the rounds count time.
+    pub fault_at: Duration,
     pub window: Duration,
     pub ids: Vec<String>,
     pub target: usize,
     pub before: (String, u64),
     pub rounds: Vec<Round>,
+    /// The watcher's report over every round (two leaders at once across rounds too).
+    pub report: Report,
     pub verdict: Verdict,
     /// What the fault did (restarts, stopped subscriptions), for the summary.
     pub note: String,
@@ -425,9 +326,8 @@ impl Observed {
             .iter()
             .filter(|r| r.at >= self.fault_at && r.at <= self.fault_at + self.window)
             .find(|r| {
-                r.nodes[self.target]
-                    .names
-                    .as_ref()
+                r.names
+                    .get(&self.ids[self.target])
                     .is_none_or(|n| n.0 != *leader)
             })
             .map(|r| r.at - self.fault_at)
@@ -445,6 +345,7 @@ impl Observed {
             v.two_leaders,
             evidence()
         );
+        self.report.assert_single_leader(name, evidence);
         assert!(
             v.to_leader.is_some_and(|d| d <= T * 2),
             "{name}: the connected pair had no leader of its own within 2T: {:?}\n{}",
@@ -631,7 +532,7 @@ impl Bed {
         }
         let mut note = String::new();
         if fault == Fault::CrashLoopTopRanked {
-            let restarts = self.crash_loop(target, watch.fault_at + window).await;
+            let restarts = self.crash_loop(target, watch.until()).await;
             note = format!("; {restarts} restarts of {}", ids[target]);
         } else {
             watch.wait_window().await;

@@ -10,7 +10,9 @@
 //!   nodes).
 //! - [`faults`]: issue 11's persistent faults (deaf, mute, crash-looping node) on three nodes
 //!   over http or pilot, sampled and judged; for the fault tests and the bench.
-//! - [`watch`]: polls `/role/leader` on every node and reports two leaders and leaderless gaps.
+//! - [`watch`]: the leadership watcher: polls `/role/leader` on every node and reports two
+//!   leaders and leaderless gaps (every test that watches leadership uses it, containers too).
+//! - [`agree`]: the wait until every node names one leader in one term.
 //! - [`devnet`]: a running pilot-devnet and the real pilotctl; [`pilot_cluster`]: nodes on it.
 //! - [`flood`]: hostile clients (half-open connections, event-stream and POST floods).
 //! - [`netns`]: nodes in network namespaces, with nftables rules for faults the kernel makes.
@@ -26,6 +28,7 @@
 /// of them (and `cargo test` alone fails, never skips, without them).
 pub const SET_UP: &str = "scripts/test installs it and then runs every test";
 
+pub mod agree;
 pub mod app;
 pub mod blocking;
 pub mod browser;

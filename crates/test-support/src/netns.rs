@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::app::{agreed, free_port, App, TempDir, T};
+use crate::agree::{agree, agreed};
+use crate::app::{free_port, App, TempDir, T};
 use crate::watch::{Report, Watcher};
 
 /// `n` namespaces, each linked to every other and to the test process.
@@ -239,9 +240,13 @@ pub async fn deaf_leader(binary: Option<PathBuf>) -> DeafLeader {
     }
     let logs = crate::app::logs_of;
     let all: Vec<&App> = nodes.iter().collect();
-    let Some((_, term)) = agreed(&all, Duration::from_secs(20), |l, _| l == "n1").await else {
-        panic!("n1 did not lead\n{}", logs(&nodes));
-    };
+    let (_, term) = agree(
+        &all,
+        Duration::from_secs(20),
+        |l, _| l == "n1",
+        || logs(&nodes),
+    )
+    .await;
     // Steady for a few heartbeats, so that every connection is established and pooled.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let w = Watcher::start(nodes.iter().map(|n| (n.id.clone(), n.url())).collect());

@@ -1,8 +1,11 @@
-//! A leadership watcher: polls `GET /role/leader` on every listed node every 20 ms (or as asked) in a
-//! background task and records, per poll round, which nodes answered 200 and with which term
-//! (the body of `/role/leader` carries it). At the end it reports the most nodes that claimed
-//! leadership in one round (safety: at most one), two nodes ever claiming the same term, every
-//! leaderless gap and the total leaderless time.
+//! The leadership watcher every test uses (processes, in-process nodes, containers): polls
+//! `GET /role/leader` on every listed node every 20 ms (or as asked), all nodes at once, in a
+//! background task, and records per poll round which nodes answered 200 and with which term, and
+//! which leader each node names (the body of `/role/leader` carries the term and the leader the
+//! node knows now, judged as `GET /leader` judges it). At the end it reports the most nodes that
+//! claimed leadership in one round (safety: at most one), two nodes ever claiming the same term, a
+//! claim of an older term made after a newer term's leader had answered, every leaderless gap and
+//! the total leaderless time. [`crate::faults`] judges the rounds' names as well.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -12,6 +15,8 @@ use futures_util::future::join_all;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::agree::{describe, Named};
 
 /// How often every node is asked.
 pub const POLL_EVERY: Duration = Duration::from_millis(20);
@@ -39,6 +44,40 @@ pub struct Round {
     /// Nodes that answered at all (200 or 503).
     pub answered: usize,
     pub leaders: Vec<Claim>,
+    /// The leader and term each node named in its answer (absent: it named none, or did not
+    /// answer).
+    pub names: BTreeMap<String, (String, u64)>,
+}
+
+impl Round {
+    /// Whether `node` answered 200 in this round, in `term`.
+    pub fn leads(&self, node: &str, term: u64) -> bool {
+        self.leaders
+            .iter()
+            .any(|c| c.node == node && c.term == Some(term))
+    }
+
+    /// The nodes that answered 200, as `id@term`.
+    pub fn leading(&self) -> Vec<String> {
+        self.leaders
+            .iter()
+            .map(|c| match c.term {
+                Some(t) => format!("{}@{t}", c.node),
+                None => c.node.clone(),
+            })
+            .collect()
+    }
+
+    /// What every node of `ids` named, and who answered 200: `n1->n2@3 n2->- leading [n2@3]`.
+    pub fn describe(&self, ids: &[String]) -> String {
+        let named: Vec<Named> = ids.iter().map(|id| self.names.get(id).cloned()).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        format!(
+            "{} leading [{}]",
+            describe(&ids, &named),
+            self.leading().join(" ")
+        )
+    }
 }
 
 /// A stretch of rounds in which no node answered 200.
@@ -80,7 +119,8 @@ impl Watcher {
         Watcher::start_every(nodes, POLL_EVERY)
     }
 
-    /// Starts polling `nodes` every `every` (a benchmark wants a finer resolution than a test).
+    /// Starts polling `nodes` every `every` (a benchmark or a race wants a finer resolution).
+    /// It needs a tokio runtime (a blocking test enters one first), as the whole watch runs on it.
     pub fn start_every(nodes: Vec<(String, String)>, every: Duration) -> Watcher {
         let shared = Arc::new(Mutex::new(Shared {
             nodes,
@@ -116,7 +156,21 @@ impl Watcher {
     }
 
     pub fn elapsed(&self) -> Duration {
-        pilot_election::clock::now().saturating_duration_since(self.start)
+        self.since_start(pilot_election::clock::now())
+    }
+
+    /// `at` as the rounds count time: since the watcher started.
+    pub fn since_start(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.start)
+    }
+
+    /// Rounds recorded so far.
+    pub fn len(&self) -> usize {
+        self.shared.lock().unwrap().rounds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Waits until some round saw a leader (gaps count only after one was seen, so a test
@@ -153,12 +207,19 @@ impl Watcher {
     }
 
     /// Stops polling after the round under way and reports.
-    pub async fn stop(mut self) -> Report {
+    pub async fn stop(self) -> Report {
+        self.finish().await.0
+    }
+
+    /// Stops polling after the round under way; the report and every round.
+    pub async fn finish(mut self) -> (Report, Vec<Round>) {
         self.cancel.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        self.report()
+        let report = self.report();
+        let rounds = std::mem::take(&mut self.shared.lock().unwrap().rounds);
+        (report, rounds)
     }
 }
 
@@ -169,6 +230,13 @@ impl Drop for Watcher {
             task.abort();
         }
     }
+}
+
+/// One node's answer in one round.
+struct Answer {
+    answered: bool,
+    claim: Option<Claim>,
+    named: Option<(String, (String, u64))>,
 }
 
 async fn poll(
@@ -193,24 +261,27 @@ async fn poll(
             async move {
                 let sent = since(pilot_election::clock::now());
                 let resp = client.get(&url).send().await;
-                let (answered_at_all, leads, term) = match resp {
+                let (answered_at_all, leads, body) = match resp {
                     Ok(r) => {
                         let leads = r.status().as_u16() == 200;
                         let body: serde_json::Value = r.json().await.unwrap_or_default();
-                        (true, leads, body["term"].as_u64())
+                        (true, leads, body)
                     }
-                    Err(_) => (false, false, None),
+                    Err(_) => (false, false, serde_json::Value::Null),
                 };
                 let answered = since(pilot_election::clock::now());
-                (
-                    answered_at_all,
-                    leads.then(|| Claim {
+                let term = body["term"].as_u64();
+                let named = body["leader"].as_str().zip(term);
+                Answer {
+                    answered: answered_at_all,
+                    claim: leads.then(|| Claim {
                         node: id.clone(),
                         term,
                         sent,
                         answered,
                     }),
-                )
+                    named: named.map(|(l, t)| (id.clone(), (l.to_string(), t))),
+                }
             }
         });
         let results = join_all(asks).await;
@@ -219,8 +290,9 @@ async fn poll(
             at,
             done,
             polled: nodes.len(),
-            answered: results.iter().filter(|(a, _)| *a).count(),
-            leaders: results.into_iter().filter_map(|(_, c)| c).collect(),
+            answered: results.iter().filter(|a| a.answered).count(),
+            names: results.iter().filter_map(|a| a.named.clone()).collect(),
+            leaders: results.into_iter().filter_map(|a| a.claim).collect(),
         };
         shared.lock().unwrap().rounds.push(round);
         next += every;
@@ -234,6 +306,37 @@ async fn poll(
             _ = tokio::time::sleep(next - now) => {}
         }
     }
+}
+
+/// Every claim of an older term whose request left after some claim of a newer term had been
+/// answered, each with the earliest-answered such newer claim.
+fn stale_claims<'a>(claims: impl Iterator<Item = &'a Claim>) -> Vec<(Claim, Claim)> {
+    let claims: Vec<&Claim> = claims.filter(|c| c.term.is_some()).collect();
+    // Per term, its earliest-answered claim; then, per term, the earliest among newer terms.
+    let mut first: BTreeMap<u64, &Claim> = BTreeMap::new();
+    for c in &claims {
+        let e = first.entry(c.term.unwrap_or_default()).or_insert(c);
+        if c.answered < e.answered {
+            *e = c;
+        }
+    }
+    let mut newer: BTreeMap<u64, &Claim> = BTreeMap::new();
+    let mut best: Option<&Claim> = None;
+    for (t, c) in first.iter().rev() {
+        if let Some(b) = best {
+            newer.insert(*t, b);
+        }
+        if best.is_none_or(|b| c.answered < b.answered) {
+            best = Some(c);
+        }
+    }
+    claims
+        .into_iter()
+        .filter_map(|a| {
+            let b = newer.get(&a.term.unwrap_or_default())?;
+            (a.sent > b.answered).then(|| (a.clone(), (*b).clone()))
+        })
+        .collect()
 }
 
 /// What a watch saw.
@@ -250,6 +353,10 @@ pub struct Report {
     pub overlaps: Vec<Round>,
     /// Terms claimed by more than one node, with the nodes.
     pub shared_terms: Vec<(u64, Vec<String>)>,
+    /// Two leaders at once across rounds: a claim of an older term whose request left after a
+    /// claim of a newer term had been answered (terms only grow, and an older leader's lease ends
+    /// before a newer one is elected), with that newer claim.
+    pub stale: Vec<(Claim, Claim)>,
     /// Leaderless time before the first leader was seen (not counted as a gap).
     pub before_first_leader: Option<Duration>,
     pub gaps: Vec<Gap>,
@@ -337,6 +444,7 @@ impl Report {
                 .cloned()
                 .collect(),
             shared_terms: terms.into_iter().filter(|(_, n)| n.len() > 1).collect(),
+            stale: stale_claims(rounds.iter().flat_map(|r| &r.leaders)),
             before_first_leader,
             gaps,
             leaders,
@@ -362,18 +470,52 @@ impl Report {
         lens[rank.clamp(1, lens.len()) - 1]
     }
 
-    /// Never two nodes claiming leadership in one round, never two nodes claiming one term.
+    /// Never two nodes claiming leadership in one round, never two nodes claiming one term, never
+    /// an older term claimed after a newer one's leader answered.
     pub fn single_leader(&self) -> bool {
-        self.max_leaders <= 1 && self.shared_terms.is_empty()
+        self.max_leaders <= 1 && self.shared_terms.is_empty() && self.stale.is_empty()
+    }
+
+    /// Asserts that every leaderless gap was shorter than `bound`; `logs` goes into the failure
+    /// message.
+    pub fn assert_gaps_under(&self, bound: Duration, label: &str, logs: impl FnOnce() -> String) {
+        assert!(
+            self.gaps.iter().all(|g| g.len < bound),
+            "{label}: a leaderless gap of {:?} (bound {bound:?}): {:?}\n{}",
+            self.max_gap(),
+            self.gaps,
+            logs()
+        );
+    }
+
+    /// Prints the report under `label` and asserts [`Report::single_leader`]; `logs` (the nodes'
+    /// logs, say) goes into the failure message.
+    pub fn assert_single_leader(&self, label: &str, logs: impl FnOnce() -> String) {
+        self.print(label);
+        assert!(
+            self.single_leader(),
+            "{label}: two leaders: max {} in one round, terms shared {:?}, stale claims {:?}, \
+             rounds {:#?}\n{}",
+            self.max_leaders,
+            self.shared_terms,
+            &self.stale[..self.stale.len().min(5)],
+            self.overlaps,
+            logs()
+        );
     }
 
     /// Prints the figures and every gap (shown with `--nocapture`, and by the harness when the
     /// test fails).
     pub fn print(&self, label: &str) {
         println!(
-            "[{label}] watched {:.1?}: {} rounds every {POLL_EVERY:?} (slowest {:?}); max \
-             simultaneous leaders {}; terms claimed by two nodes: {:?}",
-            self.watched, self.rounds, self.slowest_round, self.max_leaders, self.shared_terms
+            "[{label}] watched {:.1?}: {} rounds (slowest {:?}); max simultaneous leaders {}; \
+             terms claimed by two nodes: {:?}; older terms claimed after a newer one: {}",
+            self.watched,
+            self.rounds,
+            self.slowest_round,
+            self.max_leaders,
+            self.shared_terms,
+            self.stale.len()
         );
         println!(
             "[{label}] {} leaderless gaps: p50 {:?}, p99 {:?}, max {:?}, total {:?}{}",
@@ -420,5 +562,88 @@ impl Report {
             })
             .collect();
         println!("[{label}] leaders: {}", changes.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn claim(node: &str, term: u64, sent: u64, answered: u64) -> Claim {
+        Claim {
+            node: node.into(),
+            term: Some(term),
+            sent: ms(sent),
+            answered: ms(answered),
+        }
+    }
+
+    fn round(at: u64, leaders: Vec<Claim>) -> Round {
+        Round {
+            at: ms(at),
+            done: ms(at),
+            polled: 3,
+            answered: 3,
+            leaders,
+            names: BTreeMap::new(),
+        }
+    }
+
+    fn report(rounds: &[Round]) -> Report {
+        Report::of(rounds, &[], ms(100))
+    }
+
+    #[test]
+    fn the_overlap_and_gap_rules_catch_what_they_must() {
+        // A clean handover: n0 leads term 1, then n1 leads term 2.
+        let clean = report(&[
+            round(0, vec![claim("n0", 1, 0, 2)]),
+            round(30, vec![claim("n1", 2, 30, 32)]),
+        ]);
+        assert!(clean.single_leader(), "{clean:?}");
+        // The old leader's (slow) answer came after the new leader's, but its request left
+        // before: no proof of two.
+        let racing = report(&[
+            round(0, vec![claim("n0", 1, 0, 35)]),
+            round(20, vec![claim("n1", 2, 20, 22)]),
+        ]);
+        assert!(racing.single_leader(), "{racing:?}");
+        // The old leader still claims after the new one answered: two leaders.
+        let stale = report(&[
+            round(30, vec![claim("n1", 2, 30, 32)]),
+            round(40, vec![claim("n0", 1, 40, 41)]),
+        ]);
+        assert_eq!(stale.stale.len(), 1, "{stale:?}");
+        assert!(!stale.single_leader());
+        // Two nodes in one term, rounds apart.
+        let shared = report(&[
+            round(0, vec![claim("n0", 3, 0, 1)]),
+            round(50, vec![claim("n1", 3, 50, 51)]),
+        ]);
+        assert_eq!(
+            shared.shared_terms,
+            vec![(3, vec!["n0".into(), "n1".into()])]
+        );
+        assert!(!shared.single_leader());
+        // Two in one round.
+        let both = report(&[round(0, vec![claim("n0", 3, 0, 1), claim("n1", 4, 0, 1)])]);
+        assert_eq!((both.max_leaders, both.overlaps.len()), (2, 1));
+        assert!(!both.single_leader());
+        // Leaderless stretches: from the first round nobody claimed to the next one somebody did,
+        // and one still open at the end.
+        let leader = || vec![claim("n0", 1, 0, 1)];
+        let gaps = report(&[
+            round(0, leader()),
+            round(20, vec![]),
+            round(40, vec![]),
+            round(60, leader()),
+            round(80, vec![]),
+        ]);
+        let lens: Vec<(Duration, bool)> = gaps.gaps.iter().map(|g| (g.len, g.open)).collect();
+        assert_eq!(lens, vec![(ms(40), false), (ms(0), true)]);
     }
 }
