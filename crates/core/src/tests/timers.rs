@@ -340,3 +340,87 @@ fn the_end_of_a_favored_successor_wakes_no_node() {
         drain(&mut a);
     }
 }
+
+/// Drives `a` by its own timer alone from `from`, and returns when it first published a
+/// presence saying `candidacy` (within `within`).
+fn first_presence_saying(
+    a: &mut Node,
+    from: Instant,
+    within: Duration,
+    candidacy: Candidacy,
+) -> Option<Instant> {
+    let mut now = from;
+    while now < from + within {
+        now = a.poll_timeout()?.max(now);
+        let _ = a.handle(now, Input::Tick);
+        let said = drain(a).iter().any(|act| match act {
+            Action::Publish(m) => matches!(
+                &m.body,
+                Body::Presence { advert } if advert.candidacy == candidacy
+            ),
+            _ => false,
+        });
+        if said {
+            return Some(now);
+        }
+        now += NS;
+    }
+    None
+}
+
+/// The node wakes when its cooldown ends and says at once that it is eligible again, even
+/// while it follows a leader and no campaign timer would wake it: the others rank it by what
+/// it last said (rule 12), so a late word holds back a handover to it.
+#[test]
+fn the_end_of_a_cooldown_is_announced_at_its_instant() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = leader(&mut b);
+    let x = b.at(T + H + MS * 10);
+    step_down(&mut a, x);
+    let term = a.view(x).term;
+    let heard = x + MS * 10;
+    let hb = b.heartbeat_from_b(term + 1);
+    let _ = a.handle(heard, hb);
+    let _ = drain(&mut a);
+    assert_eq!(a.view(heard).leader.as_deref(), Some("b"));
+    assert_eq!(
+        first_presence_saying(&mut a, heard, T * 2, Candidacy::Eligible),
+        Some(x + T)
+    );
+}
+
+/// The same for the start-up guard: a booting node wakes at its end and says it is eligible.
+/// (`T` is not a multiple of `h` here, so no presence falls on that instant by chance.)
+#[test]
+fn the_end_of_the_start_up_guard_is_announced_at_its_instant() {
+    let b = Bench::new(&MEMBERS);
+    let timings = Timings {
+        election_timeout: T + MS * 230,
+        ..Timings::default()
+    };
+    timings.validate().expect("valid timings");
+    for seed in 1..=4 {
+        let mut a = Node::new(
+            Config {
+                node_id: "a".into(),
+                group: "g".into(),
+                members: set(&MEMBERS),
+                priority: 1,
+                eligible: true,
+                healthy: true,
+                timings,
+            },
+            Persistent::default(),
+            b.t0,
+            seed,
+            1 << 32,
+        );
+        let _ = a.handle(b.t0, Input::Tick);
+        let _ = drain(&mut a);
+        assert_eq!(
+            first_presence_saying(&mut a, b.t0, T * 2, Candidacy::Eligible),
+            Some(b.at(timings.election_timeout)),
+            "seed {seed}"
+        );
+    }
+}
