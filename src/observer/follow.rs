@@ -44,6 +44,22 @@ struct Seen {
     speaks: Option<Versions>,
 }
 
+impl Seen {
+    /// A member first heard of at `now`, before anything it said is known.
+    fn unheard(now: Instant) -> Seen {
+        Seen {
+            at: now,
+            seq: 0,
+            priority: 0,
+            candidacy: None,
+            healthy: None,
+            fingerprint: String::new(),
+            timings: None,
+            speaks: None,
+        }
+    }
+}
+
 /// An observer's knowledge.
 #[derive(Debug, Clone)]
 pub struct Observed {
@@ -202,16 +218,10 @@ impl Observed {
         if term < self.term {
             return out;
         }
-        let seen = self.seen.entry(node.to_string()).or_insert(Seen {
-            at: now,
-            seq: 0,
-            priority: 0,
-            candidacy: None,
-            healthy: None,
-            fingerprint: String::new(),
-            timings: None,
-            speaks: None,
-        });
+        let seen = self
+            .seen
+            .entry(node.to_string())
+            .or_insert_with(|| Seen::unheard(now));
         seen.at = now;
         out.extend(self.raise_term(now, term));
         let reason = match leader {
@@ -232,16 +242,10 @@ impl Observed {
     }
 
     fn record(&mut self, now: Instant, m: &Message) {
-        let e = self.seen.entry(m.from.clone()).or_insert(Seen {
-            at: now,
-            seq: 0,
-            priority: 0,
-            candidacy: None,
-            healthy: None,
-            fingerprint: String::new(),
-            timings: None,
-            speaks: None,
-        });
+        let e = self
+            .seen
+            .entry(m.from.clone())
+            .or_insert_with(|| Seen::unheard(now));
         e.at = now;
         if m.seq < e.seq {
             return;

@@ -10,6 +10,10 @@ const MS: Duration = Duration::from_millis(1);
 
 /// An eligible node `a` of a, b, c that started at the bench's zero, drawing jitter from `seed`.
 fn seeded(b: &Bench, seed: u64) -> Node {
+    seeded_with(b, seed, Timings::default())
+}
+
+fn seeded_with(b: &Bench, seed: u64, timings: Timings) -> Node {
     Node::new(
         Config {
             node_id: "a".into(),
@@ -18,7 +22,7 @@ fn seeded(b: &Bench, seed: u64) -> Node {
             priority: 1,
             eligible: true,
             healthy: true,
-            timings: Timings::default(),
+            timings,
         },
         Persistent::default(),
         b.t0,
@@ -400,21 +404,7 @@ fn the_end_of_the_start_up_guard_is_announced_at_its_instant() {
     };
     timings.validate().expect("valid timings");
     for seed in 1..=4 {
-        let mut a = Node::new(
-            Config {
-                node_id: "a".into(),
-                group: "g".into(),
-                members: set(&MEMBERS),
-                priority: 1,
-                eligible: true,
-                healthy: true,
-                timings,
-            },
-            Persistent::default(),
-            b.t0,
-            seed,
-            1 << 32,
-        );
+        let mut a = seeded_with(&b, seed, timings);
         let _ = a.handle(b.t0, Input::Tick);
         let _ = drain(&mut a);
         assert_eq!(
