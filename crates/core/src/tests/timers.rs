@@ -337,8 +337,16 @@ fn the_end_of_a_favored_successor_wakes_no_node() {
     assert!(!grants_pre_vote(&drain(&mut a), "b"), "c is favored");
     let favor_ends = resigned + T;
     let mut at = resigned;
+    let mut steps = 0;
     while at < favor_ends + H * 2 {
-        at = a.poll_timeout().expect("a presence is always due");
+        let next = a.poll_timeout().expect("a presence is always due");
+        // A node whose timers do not move on would hold this loop for ever.
+        assert!(
+            next > at || steps == 0,
+            "the timer did not move on from {at:?}"
+        );
+        at = next;
+        steps += 1;
         assert_ne!(at, favor_ends, "woken for the end of the favor");
         let _ = a.handle(at, Input::Tick);
         drain(&mut a);
@@ -354,7 +362,11 @@ fn first_presence_saying(
     candidacy: Candidacy,
 ) -> Option<Instant> {
     let mut now = from;
-    while now < from + within {
+    // Bounded: a node whose timers do not move on must fail the test, not hold it for ever.
+    for _ in 0..10_000 {
+        if now >= from + within {
+            break;
+        }
         now = a.poll_timeout()?.max(now);
         let _ = a.handle(now, Input::Tick);
         let said = drain(a).iter().any(|act| match act {
