@@ -567,11 +567,12 @@ impl Node {
     /// before it ran, so a role given up here has no later timer of that role.
     fn on_time(&mut self, now: Instant) {
         for timer in Timer::ALL {
-            if self.deadline(timer).is_some_and(|d| now >= d) {
-                self.on_timer(now, timer);
-            } else if timer == Timer::Presence {
+            let due = self.deadline(timer).is_some_and(|d| now >= d);
+            match (timer, due) {
+                (_, true) => self.on_timer(now, timer),
                 // Candidacy changes are announced when they happen, not on a timer.
-                self.announce_candidacy(now);
+                (Timer::Presence, false) => self.announce_candidacy(now),
+                (_, false) => {}
             }
         }
     }
