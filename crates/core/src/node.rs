@@ -603,9 +603,7 @@ impl Node {
             Timer::Heartbeat => self.send_heartbeat(now),
             Timer::DeferredPreVote => self.answer_deferred(now),
             Timer::Campaign => {
-                // Our own vote counts like any other: never while it may be holding up
-                // someone's lease.
-                if self.can_campaign(now) && self.may_vote(now, &self.id.clone()) {
+                if self.may_start_campaign(now) {
                     self.start_pre_vote(now);
                 }
             }
@@ -692,6 +690,15 @@ impl Node {
             && !self.cooling(now)
             && !self.config_conflict(now)
             && !self.held_by_maintenance(now)
+    }
+
+    /// Whether a due campaign timer may start a campaign. The deadline already waits out all
+    /// of it (eligibility, a stop, maintenance, the start-up guard, the cooldown, a member-set
+    /// conflict, a promise to another), so this holds whenever the timer is due; it stays as
+    /// the last word, so that a deadline that forgot one cannot start a campaign: our own vote
+    /// counts like any other, never while it may be holding up someone's lease.
+    fn may_start_campaign(&self, now: Instant) -> bool {
+        self.can_campaign(now) && self.may_vote(now, &self.id.clone())
     }
 
     /// Rule 16: in maintenance only a member a leader's resign named campaigns, for as long as
