@@ -117,11 +117,7 @@ pub fn router(state: AppState) -> Router {
         return observer_router(state);
     }
     let ingress = state.ingress.clone().unwrap_or_default();
-    Router::new()
-        .route("/", get(page::get_page))
-        .route("/leader", get(leader::get_leader))
-        .route("/term", get(leader::get_term))
-        .route("/status", get(status::get_status))
+    reads(Router::new())
         .route("/candidacy", post(leadership::post_candidacy))
         .route(
             "/step-down",
@@ -135,20 +131,6 @@ pub fn router(state: AppState) -> Router {
                 .post(pause::post_pause)
                 .delete(pause::delete_pause),
         )
-        .route("/events", get(events::get_events))
-        .route("/history", get(history::get_history))
-        .route(
-            "/role/leader",
-            get(role::get_role_leader).options(role::options_role_leader),
-        )
-        .route(
-            "/role/follower",
-            get(role::get_role_follower).options(role::options_role_follower),
-        )
-        .route("/healthz", get(health::get_healthz))
-        .route("/readyz", get(health::get_readyz))
-        .route("/metrics", get(metrics::get_metrics))
-        .route("/openapi.yaml", get(openapi::get_openapi))
         .with_state(state)
         .merge(ingress)
         .fallback(not_found)
@@ -158,11 +140,7 @@ pub fn router(state: AppState) -> Router {
 /// An observer's routes: the same reads, and every command refused with `409 observer` (it
 /// neither votes nor leads, so there is nothing to step down from or pause).
 fn observer_router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(page::get_page))
-        .route("/leader", get(leader::get_leader))
-        .route("/term", get(leader::get_term))
-        .route("/status", get(status::get_status))
+    reads(Router::new())
         .route("/candidacy", post(refuse_observer))
         .route(
             "/step-down",
@@ -176,6 +154,17 @@ fn observer_router(state: AppState) -> Router {
                 .post(refuse_observer)
                 .delete(refuse_observer),
         )
+        .with_state(state)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// The routes that only read, the same on a member and an observer.
+fn reads(r: Router<AppState>) -> Router<AppState> {
+    r.route("/", get(page::get_page))
+        .route("/leader", get(leader::get_leader))
+        .route("/term", get(leader::get_term))
+        .route("/status", get(status::get_status))
         .route("/events", get(events::get_events))
         .route("/history", get(history::get_history))
         .route(
@@ -190,9 +179,6 @@ fn observer_router(state: AppState) -> Router {
         .route("/readyz", get(health::get_readyz))
         .route("/metrics", get(metrics::get_metrics))
         .route("/openapi.yaml", get(openapi::get_openapi))
-        .with_state(state)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
 }
 
 async fn refuse_observer() -> ApiError {
