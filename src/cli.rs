@@ -23,6 +23,12 @@ pub use config::{parse_duration, ConfigError, PilotctlVerdict};
 pub use process::shutdown_signal;
 use process::{init_tracing, run_node, run_observer_node};
 
+/// What `run` starts: a member, or an observer (`--observe`).
+enum Node {
+    Member(crate::NodeConfig),
+    Observer(crate::ObserverNodeConfig),
+}
+
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_REFUSED: i32 = 1;
 pub const EXIT_UNREACHABLE: i32 = 2;
@@ -352,30 +358,16 @@ pub fn main() -> i32 {
         }
     };
     let code = match cli.command {
-        Command::Run(mut args) if args.observe => {
-            let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
-                rt.block_on(args.resolve_node_id())?;
-                Ok((v, args.to_observer_config()?))
-            });
-            let (pilotctl, config) = match checked {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("pilot-election: {e}");
-                    return e.exit_code();
-                }
-            };
-            init_tracing(args.log_format);
-            if let Some((ctl, verdict)) = pilotctl {
-                verdict.log(&ctl);
-            }
-            rt.block_on(run_observer_node(config, &args.listen, &args.server))
-        }
         Command::Run(mut args) => {
             let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
                 rt.block_on(args.resolve_node_id())?;
-                Ok((v, args.to_config()?))
+                let node = match args.observe {
+                    true => Node::Observer(args.to_observer_config()?),
+                    false => Node::Member(args.to_config()?),
+                };
+                Ok((v, node))
             });
-            let (pilotctl, config) = match checked {
+            let (pilotctl, node) = match checked {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("pilot-election: {e}");
@@ -386,7 +378,10 @@ pub fn main() -> i32 {
             if let Some((ctl, verdict)) = pilotctl {
                 verdict.log(&ctl);
             }
-            rt.block_on(run_node(config, &args.listen, &args.server))
+            match node {
+                Node::Member(c) => rt.block_on(run_node(c, &args.listen, &args.server)),
+                Node::Observer(c) => rt.block_on(run_observer_node(c, &args.listen, &args.server)),
+            }
         }
         Command::Leader(a) => rt.block_on(client::leader(&a)),
         Command::Status(a) => rt.block_on(client::status(&a)),

@@ -174,6 +174,15 @@ impl RunArgs {
 
     /// `run --observe`: what the observer follows and how it serves. The flags that only make
     /// sense for a member are refused (exit 64), so that a node is never half a member.
+    /// The ids given with `--member`, blanks left out.
+    fn listed_members(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| m.trim().to_string())
+            .filter(|m| !m.is_empty())
+            .collect()
+    }
+
     pub fn to_observer_config(&self) -> Result<ObserverNodeConfig, ConfigError> {
         let member_only = [
             (self.exec.is_some(), "--exec"),
@@ -217,12 +226,7 @@ impl RunArgs {
         }
         let pilot = self.pilot_settings()?;
         let peers = self.parse_peers(&node_id)?;
-        let listed: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| m.trim().to_string())
-            .filter(|m| !m.is_empty())
-            .collect();
+        let listed = self.listed_members();
         let members: Vec<String> = match (&pilot, listed.is_empty()) {
             (None, true) => peers.iter().map(|p| p.id.clone()).collect(),
             _ => listed,
@@ -294,12 +298,7 @@ impl RunArgs {
         peers: &[Peer],
         pilot: bool,
     ) -> Result<MemberSet, ConfigError> {
-        let listed: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| m.trim().to_string())
-            .filter(|m| !m.is_empty())
-            .collect();
+        let listed = self.listed_members();
         if pilot && listed.is_empty() {
             return Err(Self::members_needed(self.cluster_size).into());
         }
