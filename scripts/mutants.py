@@ -33,7 +33,15 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NODE = "crates/core/src/node.rs"
+NODE_DIR = "crates/core/src/node"
+NODE_MOD = NODE_DIR + "/mod.rs"
+NODE_TIMERS = NODE_DIR + "/timers.rs"
+NODE_CAMPAIGN = NODE_DIR + "/campaign.rs"
+NODE_LEAD = NODE_DIR + "/lead.rs"
+NODE_FOLLOW = NODE_DIR + "/follow.rs"
+NODE_VOTE = NODE_DIR + "/vote.rs"
+NODE_RECEIVE = NODE_DIR + "/receive.rs"
+NODE_SEND = NODE_DIR + "/send.rs"
 PEERS = "crates/core/src/peers.rs"
 TIMINGS = "crates/core/src/timings.rs"
 STOP = "crates/core/src/stop.rs"
@@ -44,83 +52,85 @@ MUTANTS = {
     "vote-not-persisted": (
         3,
         "a granted vote is not written to disk",
-        [(NODE, "        if !self.record_promise(now, promise) && already.is_none() {\n            self.persist();\n        }\n",
+        [(NODE_VOTE, "        if !self.record_promise(now, promise) && already.is_none() {\n            self.persist();\n        }\n",
           "", 1)],
     ),
     "vote-persisted-after-send": (
         3,
         "the vote is written after it was sent",
-        [(NODE, "        if !self.record_promise(now, promise) && already.is_none() {\n            self.persist();\n        }\n",
+        [(NODE_VOTE, "        if !self.record_promise(now, promise) && already.is_none() {\n            self.persist();\n        }\n",
           "", 1),
-         (NODE, "        let reply = self.message(body);\n        self.publish(now, reply);\n        Outcome::Accepted\n    }\n\n    fn on_resign",
-          "        let reply = self.message(body);\n        self.publish(now, reply);\n        self.persist();\n        Outcome::Accepted\n    }\n\n    fn on_resign", 1)],
+         (NODE_VOTE, "        let reply = self.message(body);\n        self.publish(now, reply);\n        Outcome::Accepted\n    }\n}\n",
+          "        let reply = self.message(body);\n        self.publish(now, reply);\n        self.persist();\n        Outcome::Accepted\n    }\n}\n", 1)],
     ),
     "existing-vote-ignored": (
         3,
         "a node that voted in this term votes again for another candidate",
-        [(NODE, "            Some(v) => v == candidate,", "            Some(_) => true,", 1)],
+        [(NODE_VOTE, "            Some(v) => v == candidate,", "            Some(_) => true,", 1)],
     ),
     "lease-from-ack-receipt": (
         6,
         "the lease runs from when the acks arrived, not from the heartbeat's send time",
-        [(NODE, "            let until = p.sent_at + lease;", "            let until = now + lease;", 1)],
+        [(NODE_LEAD, "            let until = p.sent_at + lease;", "            let until = now + lease;", 1)],
     ),
     "lease-from-victory": (
         6,
         "the first lease runs from the victory, not from the election's send time",
-        [(NODE, "        let lease_until = started + lease;",
+        [(NODE_LEAD, "        let lease_until = started + lease;",
           "        let lease_until = now + lease;", 1)],
     ),
     "restarted-node-votes-at-once": (
         8,
         "no start-up guard: a restarted node votes at once",
-        [(NODE, "                until: now + boot_for,\n", "                until: now,\n", 1)],
+        [(NODE_MOD, "                until: now + boot_for,\n", "                until: now,\n", 1)],
     ),
     "no-guard-from-heartbeat": (
         5,
         "acknowledging a heartbeat promises nothing",
-        [(NODE, "        self.voter.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + promise,\n        });\n",
+        [(NODE_FOLLOW, "        self.voter.guard = Some(Guard {\n            holder: from.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "no-guard-after-vote": (
         5,
         "granting a vote promises nothing",
-        [(NODE, "        self.voter.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + promise,\n        });\n",
+        [(NODE_VOTE, "        self.voter.guard = Some(Guard {\n            holder: candidate.to_string(),\n            until: now + promise,\n        });\n",
           "", 1)],
     ),
     "guard-0.6T": (
         5,
         "the promise lasts 0.6 of what it says",
-        [(NODE, "            until: now + promise,\n        });",
-          "            until: now + promise.mul_f64(0.6),\n        });", 2)],
+        [(NODE_FOLLOW, "            until: now + promise,\n        });",
+          "            until: now + promise.mul_f64(0.6),\n        });", 1),
+         (NODE_VOTE, "            until: now + promise,\n        });",
+          "            until: now + promise.mul_f64(0.6),\n        });", 1)],
     ),
     "resign-before-step-down": (
         9,
         "the resign leaves while the node still leads",
-        [(NODE, "    fn resign(&mut self, now: Instant, successor: Option<String>, reason: Reason) {\n        self.stop_leading(now, reason);\n",
-          "    fn resign(&mut self, now: Instant, successor: Option<String>, reason: Reason) {\n        let _ = reason;\n", 1)],
+        [(NODE_LEAD, "    pub(super) fn resign(&mut self, now: Instant, successor: Option<String>, reason: Reason) {\n        self.stop_leading(now, reason);\n",
+          "    pub(super) fn resign(&mut self, now: Instant, successor: Option<String>, reason: Reason) {\n        let _ = reason;\n", 1)],
     ),
     "no-check-quorum": (
         6,
         "a leader whose lease ran out stays leader",
-        [(NODE, "            Timer::Lease => {\n                // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.\n                // Saying so (rule 10) frees the followers' guards at once.\n                self.resign(now, None, Reason::LeaseExpired);\n",
+        [(NODE_TIMERS, "            Timer::Lease => {\n                // Rule 6, CheckQuorum: no quorum acked within the lease; we may no longer lead.\n                // Saying so (rule 10) frees the followers' guards at once.\n                self.resign(now, None, Reason::LeaseExpired);\n",
           "            Timer::Lease => {\n", 1)],
     ),
     "higher-term-ignored-by-leader": (
         2,
         "a leader does not step down for a higher term",
-        [(NODE, "        if m.term > self.term {\n            if matches!(m.body, Body::Election { .. })",
+        [(NODE_RECEIVE, "        if m.term > self.term {\n            if matches!(m.body, Body::Election { .. })",
           "        if m.term > self.term && !matches!(self.state, State::Leader(_)) {\n            if matches!(m.body, Body::Election { .. })", 1)],
     ),
     "count-any-sender": (
         1,
         "messages from non-members count",
-        [(NODE, "        if !self.members.contains(&m.from) {\n            return Outcome::NotMember;\n        }\n", "", 1)],
+        [(NODE_RECEIVE, "        if !self.members.contains(&m.from) {\n            return Outcome::NotMember;\n        }\n", "", 1)],
     ),
     "count-other-member-sets": (
         1,
         "votes and acks of members with another member set count",
-        [(NODE, "        if counted && !same_members {", "        if counted && same_members && !counted {", 1)],
+        [(NODE_RECEIVE, "        if counted && !same_members {", "        if counted && same_members && !counted {", 1)],
     ),
     "one-id-away-stops-campaigns": (
         1,
@@ -131,27 +141,27 @@ MUTANTS = {
     "no-config-conflict-check": (
         1,
         "a node votes while a member more than one id away is heard",
-        [(NODE, "        if self.booting(now) || self.config_conflict(now) || matches!(self.state, State::Leader(_))",
+        [(NODE_VOTE, "        if self.booting(now) || self.config_conflict(now) || matches!(self.state, State::Leader(_))",
           "        if self.booting(now) || matches!(self.state, State::Leader(_))", 1)],
     ),
     "boot-released-by-any-resign": (
         8,
         "the start-up guard ends on a resign of an older term",
-        [(NODE, "        if matches!(m.body, Body::Resign { .. }) && m.term >= b.term {",
+        [(NODE_RECEIVE, "        if matches!(m.body, Body::Resign { .. }) && m.term >= b.term {",
           "        if matches!(m.body, Body::Resign { .. }) {", 1)],
     ),
     "boot-released-by-any-heartbeat": (
         8,
         "the start-up guard ends on any heartbeat, even one of an older term it does not follow",
-        [(NODE, "        if matches!(m.body, Body::Resign { .. }) && m.term >= b.term {",
+        [(NODE_RECEIVE, "        if matches!(m.body, Body::Resign { .. }) && m.term >= b.term {",
           "        if matches!(m.body, Body::Heartbeat { .. }) || (matches!(m.body, Body::Resign { .. }) && m.term >= b.term) {", 1)],
     ),
     "leads-before-term-on-disk": (
         3,
         "a node alone in its quorum leads before its term is on disk",
-        [(NODE, "                if matches!(&self.state, State::Candidate(r) if r.durable) {",
+        [(NODE_TIMERS, "                if matches!(&self.state, State::Candidate(r) if r.durable) {",
           "                if matches!(&self.state, State::Candidate(_)) {", 1),
-         (NODE, "        if self.members.quorum() <= 1 {\n            // Its own vote is a quorum: it leads at the next tick, once the term is on disk\n            // (rule 3), never before.\n            return;\n        }",
+         (NODE_CAMPAIGN, "        if self.members.quorum() <= 1 {\n            // Its own vote is a quorum: it leads at the next tick, once the term is on disk\n            // (rule 3), never before.\n            return;\n        }",
           "        if self.members.quorum() <= 1 {\n            self.become_leader(now);\n            return;\n        }", 1)],
     ),
     "one-way-ranking": (
@@ -163,7 +173,7 @@ MUTANTS = {
     "booting-advertised-eligible": (
         11,
         "a node inside its start-up guard advertises itself eligible",
-        [(NODE, "        } else if self.booting(now) {\n            Candidacy::Booting\n", "", 1)],
+        [(NODE_CAMPAIGN, "        } else if self.booting(now) {\n            Candidacy::Booting\n", "", 1)],
     ),
     "no-flap-damping": (
         12,
@@ -193,19 +203,19 @@ MUTANTS = {
     "foreign-successor-favored": (
         10,
         "a resign's successor is favored even when this node does not count it",
-        [(NODE, "        let successor = successor.filter(|s| {\n            s == &self.id\n",
+        [(NODE_FOLLOW, "        let successor = successor.filter(|s| {\n            s == &self.id\n",
           "        let successor = successor.filter(|s| {\n            true || s == &self.id\n", 1)],
     ),
     "deferred-dropped-by-heartbeat": (
         10,
         "a heartbeat discards a pre-vote deferred for the leader's guard",
-        [(NODE, "        self.voter.favored = None;\n        self.voter.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);",
+        [(NODE_FOLLOW, "        self.voter.favored = None;\n        self.voter.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);",
           "        self.voter.deferred = None;\n        self.voter.favored = None;\n        self.voter.vetoes.clear();\n        self.set_leader(now, Some(from.to_string()), Reason::Elected);", 1)],
     ),
     "deferred-never-lapses": (
         10,
         "a deferred pre-vote is answered however old it is",
-        [(NODE, "            if now < d.until\n", "            if true\n", 1)],
+        [(NODE_VOTE, "            if now < d.until\n", "            if true\n", 1)],
     ),
     "view-after-actions": (
         9,
@@ -217,38 +227,38 @@ MUTANTS = {
     "boot-released-by-another-sets-resign": (
         8,
         "a resign from a leader with another member set ends the start-up guard",
-        [(NODE, "        if same_members {\n            self.release_boot_guard(&m);\n        }\n",
+        [(NODE_RECEIVE, "        if same_members {\n            self.release_boot_guard(&m);\n        }\n",
           "        self.release_boot_guard(&m);\n", 1)],
     ),
     "boot-released-by-following-another-set": (
         8,
         "following a leader with another member set ends the start-up guard",
-        [(NODE, "        if same_members {\n            self.boot = None;\n        }",
+        [(NODE_FOLLOW, "        if same_members {\n            self.boot = None;\n        }",
           "        self.boot = None;", 1)],
     ),
     "deferral-vetoed-by-its-leader": (
         10,
         "a pre-vote that overtakes the resign of a better-ranked leader is not kept for it",
-        [(NODE, ".veto_ignoring(until, candidate, priority, Some(&holder))",
+        [(NODE_VOTE, ".veto_ignoring(until, candidate, priority, Some(&holder))",
           ".veto_ignoring(until, candidate, priority, None)", 1)],
     ),
     "cooling-successor-refused": (
         10,
         "an operator's step-down naming a node that just resigned is refused",
-        [(NODE, "            Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),",
+        [(NODE_LEAD, "            Some(Candidacy::Eligible | Candidacy::Booting | Candidacy::Cooling) => Ok(()),",
           "            Some(Candidacy::Cooling) => Err(SuccessorRefused::Withdrawn),\n            Some(Candidacy::Eligible | Candidacy::Booting) => Ok(()),", 1)],
     ),
     "unbounded-veto": (
         11,
         "a rival that cannot win vetoes lower-ranked candidates forever",
-        [(NODE, "        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t);",
+        [(NODE_VOTE, "        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t);",
           "        let spent = |id: &str| self.voter.vetoes.get(id).is_some_and(|s| now >= *s + t * 1000);", 1)],
     ),
     # Rules without a mutant before (issue 24): 4, 7 and 13.
     "no-pre-vote": (
         4,
         "a node raises its term at once instead of asking for pre-votes first",
-        [(NODE, "        self.timer.at_once = None;\n        if self.members.quorum() <= 1 {\n            self.start_election(now);",
+        [(NODE_CAMPAIGN, "        self.timer.at_once = None;\n        if self.members.quorum() <= 1 {\n            self.start_election(now);",
           "        self.timer.at_once = None;\n        if true {\n            self.start_election(now);", 1)],
     ),
     "validation-without-drift": (
@@ -288,7 +298,7 @@ MUTANTS = {
     "leader-silence-own-t": (
         5,
         "a follower drops a leader with a longer T after its own T, between two heartbeats",
-        [(NODE, "            l.silence = promise;\n", "", 1)],
+        [(NODE_FOLLOW, "            l.silence = promise;\n", "", 1)],
     ),
     "lease-beyond-promises": (
         6,
@@ -299,31 +309,31 @@ MUTANTS = {
     "quorum-lease-from-the-best-promise": (
         6,
         "a quorum's lease is its strongest promise, not its weakest",
-        [(NODE, "    quorum.checked_sub(1).and_then(|i| all.get(i).copied())",
+        [(NODE_LEAD, "    quorum.checked_sub(1).and_then(|i| all.get(i).copied())",
           "    quorum.checked_sub(1).and_then(|_| all.first().copied())", 1)],
     ),
     "promise-not-persisted": (
         8,
         "a promise leaves before it is on disk",
-        [(NODE, "        self.promised = longest;\n        self.persist();\n        true",
+        [(NODE_SEND, "        self.promised = longest;\n        self.persist();\n        true",
           "        self.promised = longest;\n        true", 1)],
     ),
     "boot-guard-ignores-the-promise": (
         8,
         "the start-up guard lasts the new run's T, not the longest promise on disk",
-        [(NODE, "        let boot_for = t.election_timeout.max(promised);",
+        [(NODE_MOD, "        let boot_for = t.election_timeout.max(promised);",
           "        let boot_for = t.election_timeout.max(promised * 0);", 1)],
     ),
     "promise-of-t-not-recorded": (
         8,
         "only promises longer than the node's own T are recorded (a restart with a shorter T forgets the rest)",
-        [(NODE, "        let until = self.promises.entry(guard).or_insert(now);\n        *until = (*until).max(now + guard);\n",
+        [(NODE_SEND, "        let until = self.promises.entry(guard).or_insert(now);\n        *until = (*until).max(now + guard);\n",
           "        if guard > self.timings.election_timeout {\n            let until = self.promises.entry(guard).or_insert(now);\n            *until = (*until).max(now + guard);\n        }\n", 1)],
     ),
     "recorded-promise-never-lowered": (
         8,
         "the recorded promise never comes down once the long ones are over",
-        [(NODE, "        self.promises.retain(|_, until| *until > now);\n", "", 1)],
+        [(NODE_SEND, "        self.promises.retain(|_, until| *until > now);\n", "", 1)],
     ),
     "live-window-own-t": (
         11,
@@ -346,13 +356,13 @@ MUTANTS = {
     "unheard-member-writes-newest": (
         15,
         "a member not heard yet counts as speaking our newest version",
-        [(NODE, "            .map(|p| p.speaks.map_or(ours.oldest, |v| v.newest))",
+        [(NODE_SEND, "            .map(|p| p.speaks.map_or(ours.oldest, |v| v.newest))",
           "            .map(|p| p.speaks.map_or(ours.newest, |v| v.newest))", 1)],
     ),
     "old-version-dropped-too-early": (
         15,
         "members of the previous build are left out of the version a node writes",
-        [(NODE, "            .filter(|&v| v >= ours.oldest)\n            .fold(ours.newest, u32::min)",
+        [(NODE_SEND, "            .filter(|&v| v >= ours.oldest)\n            .fold(ours.newest, u32::min)",
           "            .filter(|&v| v > ours.oldest)\n            .fold(ours.newest, u32::min)", 1)],
     ),
     "stale-speaks-applied": (
@@ -363,7 +373,7 @@ MUTANTS = {
     "repeated-resign-in-its-first-version": (
         15,
         "a repeated resign keeps the version of its first copy",
-        [(NODE, "        again.v = self.wire_version();\n", "", 1)],
+        [(NODE_TIMERS, "        again.v = self.wire_version();\n", "", 1)],
     ),
 }
 

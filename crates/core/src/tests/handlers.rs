@@ -6,7 +6,7 @@ use super::*;
 
 const MS: Duration = Duration::from_millis(1);
 
-/// How often an ex-leader repeats its resign (rule 10; `RESIGN_REPEATS` in node.rs).
+/// How often an ex-leader repeats its resign (rule 10; `RESIGN_REPEATS` in node/lead.rs).
 const REPEATS: usize = 3;
 
 /// Rule 1 and rule 15: a message of another group, one this node sent itself, and one of a
