@@ -184,148 +184,178 @@ impl Metrics {
         };
         {
             let mut r = m.registry.lock().unwrap_or_else(|e| e.into_inner());
-            r.register(
-                "term",
-                "Current election term (the fencing token)",
-                m.term.clone(),
-            );
-            r.register(
-                "is_leader",
-                "1 while this node leads with an unexpired lease",
-                m.is_leader.clone(),
-            );
-            r.register(
-                "leader_transitions",
-                "Changes of the known leader, by reason",
-                m.transitions.clone(),
-            );
-            r.register(
-                "elections",
-                "Elections this node started, won and lost",
-                m.elections.clone(),
-            );
-            r.register(
-                "leaderless_seconds",
-                "Time this node knew no leader",
-                m.leaderless_seconds.clone(),
-            );
-            r.register(
-                "last_heartbeat_age_seconds",
-                "Time since the leader was last heard (-1 when no leader is known)",
-                m.last_heartbeat_age.clone(),
-            );
-            r.register(
-                "member_last_seen_age_seconds",
-                "Time since each member was last heard",
-                m.member_last_seen_age.clone(),
-            );
-            r.register(
-                "messages_received",
-                "Wire messages received, by type and outcome",
-                m.received.clone(),
-            );
-            r.register(
-                "publish_failures",
-                "Messages that did not reach a peer",
-                m.publish_failures.clone(),
-            );
-            r.register(
-                "subscription_restarts",
-                "Times a pilotctl subscription ended and had to be started again (pilot transport)",
-                m.subscription_restarts.clone(),
-            );
-            r.register(
-                "broker_state",
-                "Pilot transport: 1 for the state each broker's subscription is in (subscribed, rejected, silent, unreachable, ...), 0 for the others",
-                m.broker_state.clone(),
-            );
-            r.register(
-                "publish_latency_seconds",
-                "Time to deliver one message to one peer",
-                m.publish_latency.clone(),
-            );
-            r.register(
-                "connections_open",
-                "Inbound connections open, by pool (api; peer: the peers' reserved slots or listener)",
-                m.connections_open.clone(),
-            );
-            r.register(
-                "refused",
-                "Connections and requests refused by a cap, by reason (max_connections, event_subscribers)",
-                m.refusals.clone(),
-            );
-            r.register(
-                "connections_timed_out",
-                "Connections closed because a head, a body or the next request did not arrive in time, by phase (header, body, idle)",
-                m.timeouts.clone(),
-            );
-            r.register(
-                "connections_evicted",
-                "Waiting connections closed to make room for a new one at the cap, by pool",
-                m.evictions.clone(),
-            );
-            r.register(
-                "accept_errors",
-                "Failed accepts (such as EMFILE: out of file descriptors)",
-                m.accept_errors.clone(),
-            );
-            r.register(
-                "event_subscribers",
-                "Open GET /events streams",
-                m.event_subscribers.clone(),
-            );
-            r.register(
-                "maintenance",
-                "1 while the operator's maintenance pause holds on this node: no automatic failover, no preemption",
-                m.maintenance.clone(),
-            );
-            r.register(
-                "step_down_scheduled",
-                "1 while a scheduled step-down waits for its hour on this node",
-                m.step_down_scheduled.clone(),
-            );
-            r.register(
-                "tls_cert_expiry_seconds",
-                "Seconds until the certificate in use expires, by cert (server: --tls-cert; peer_client: what this node presents to its peers)",
-                m.tls_cert_expiry.clone(),
-            );
-            r.register(
-                "ready",
-                "1 while /readyz answers 200 (this node can vote and hears a quorum of members with its member set), by transport",
-                m.ready.clone(),
-            );
-            r.register(
-                "exec_running",
-                "1 while the --exec child runs on this node",
-                m.exec_running.clone(),
-            );
-            r.register(
-                "exec_exits",
-                "--exec children that ended: ok or failed on their own, stopped or killed by the node",
-                m.exec_exits.clone(),
-            );
-            r.register(
-                "on_change_runs",
-                "--on-change hook runs by outcome: ok, failed (non-zero, a signal, could not start), timed_out (killed at --on-change-timeout), killed_at_exit",
-                m.on_change_runs.clone(),
-            );
-            r.register(
-                "on_change_run_duration_seconds",
-                "How long each --on-change hook run took",
-                m.on_change_duration.clone(),
-            );
-            r.register(
-                "observers",
-                "Observers (run --observe) this member knows of: heard on the election topic within 30 s (via=topic), or following its /events now (via=events)",
-                m.observers.clone(),
-            );
-            r.register(
-                "on_change_coalesced",
-                "Changes the --on-change hook never ran because a newer one arrived while it ran (the newest wins)",
-                m.on_change_coalesced.clone(),
-            );
+            m.register_election(&mut r);
+            m.register_transport(&mut r);
+            m.register_connections(&mut r);
+            m.register_operations(&mut r);
+            m.register_commands(&mut r);
+            m.register_observers(&mut r);
         }
         m
+    }
+
+    /// What the election did: the term, the role, changes of leader, elections and silences.
+    fn register_election(&self, r: &mut Registry) {
+        r.register(
+            "term",
+            "Current election term (the fencing token)",
+            self.term.clone(),
+        );
+        r.register(
+            "is_leader",
+            "1 while this node leads with an unexpired lease",
+            self.is_leader.clone(),
+        );
+        r.register(
+            "leader_transitions",
+            "Changes of the known leader, by reason",
+            self.transitions.clone(),
+        );
+        r.register(
+            "elections",
+            "Elections this node started, won and lost",
+            self.elections.clone(),
+        );
+        r.register(
+            "leaderless_seconds",
+            "Time this node knew no leader",
+            self.leaderless_seconds.clone(),
+        );
+        r.register(
+            "last_heartbeat_age_seconds",
+            "Time since the leader was last heard (-1 when no leader is known)",
+            self.last_heartbeat_age.clone(),
+        );
+        r.register(
+            "member_last_seen_age_seconds",
+            "Time since each member was last heard",
+            self.member_last_seen_age.clone(),
+        );
+    }
+
+    /// The wire: messages in, publishes out, and the pilot transport's subscriptions.
+    fn register_transport(&self, r: &mut Registry) {
+        r.register(
+            "messages_received",
+            "Wire messages received, by type and outcome",
+            self.received.clone(),
+        );
+        r.register(
+            "publish_failures",
+            "Messages that did not reach a peer",
+            self.publish_failures.clone(),
+        );
+        r.register(
+            "subscription_restarts",
+            "Times a pilotctl subscription ended and had to be started again (pilot transport)",
+            self.subscription_restarts.clone(),
+        );
+        r.register(
+            "broker_state",
+            "Pilot transport: 1 for the state each broker's subscription is in (subscribed, rejected, silent, unreachable, ...), 0 for the others",
+            self.broker_state.clone(),
+        );
+        r.register(
+            "publish_latency_seconds",
+            "Time to deliver one message to one peer",
+            self.publish_latency.clone(),
+        );
+    }
+
+    /// The HTTP server's connection hardening: pools, caps, timeouts and evictions.
+    fn register_connections(&self, r: &mut Registry) {
+        r.register(
+            "connections_open",
+            "Inbound connections open, by pool (api; peer: the peers' reserved slots or listener)",
+            self.connections_open.clone(),
+        );
+        r.register(
+            "refused",
+            "Connections and requests refused by a cap, by reason (max_connections, event_subscribers)",
+            self.refusals.clone(),
+        );
+        r.register(
+            "connections_timed_out",
+            "Connections closed because a head, a body or the next request did not arrive in time, by phase (header, body, idle)",
+            self.timeouts.clone(),
+        );
+        r.register(
+            "connections_evicted",
+            "Waiting connections closed to make room for a new one at the cap, by pool",
+            self.evictions.clone(),
+        );
+        r.register(
+            "accept_errors",
+            "Failed accepts (such as EMFILE: out of file descriptors)",
+            self.accept_errors.clone(),
+        );
+        r.register(
+            "event_subscribers",
+            "Open GET /events streams",
+            self.event_subscribers.clone(),
+        );
+    }
+
+    /// What an operator set or must act on: maintenance, a scheduled step-down, certificates, readiness.
+    fn register_operations(&self, r: &mut Registry) {
+        r.register(
+            "maintenance",
+            "1 while the operator's maintenance pause holds on this node: no automatic failover, no preemption",
+            self.maintenance.clone(),
+        );
+        r.register(
+            "step_down_scheduled",
+            "1 while a scheduled step-down waits for its hour on this node",
+            self.step_down_scheduled.clone(),
+        );
+        r.register(
+            "tls_cert_expiry_seconds",
+            "Seconds until the certificate in use expires, by cert (server: --tls-cert; peer_client: what this node presents to its peers)",
+            self.tls_cert_expiry.clone(),
+        );
+        r.register(
+            "ready",
+            "1 while /readyz answers 200 (this node can vote and hears a quorum of members with its member set), by transport",
+            self.ready.clone(),
+        );
+    }
+
+    /// The commands a node runs: `--exec` and the `--on-change` hook.
+    fn register_commands(&self, r: &mut Registry) {
+        r.register(
+            "exec_running",
+            "1 while the --exec child runs on this node",
+            self.exec_running.clone(),
+        );
+        r.register(
+            "exec_exits",
+            "--exec children that ended: ok or failed on their own, stopped or killed by the node",
+            self.exec_exits.clone(),
+        );
+        r.register(
+            "on_change_runs",
+            "--on-change hook runs by outcome: ok, failed (non-zero, a signal, could not start), timed_out (killed at --on-change-timeout), killed_at_exit",
+            self.on_change_runs.clone(),
+        );
+        r.register(
+            "on_change_run_duration_seconds",
+            "How long each --on-change hook run took",
+            self.on_change_duration.clone(),
+        );
+        r.register(
+            "on_change_coalesced",
+            "Changes the --on-change hook never ran because a newer one arrived while it ran (the newest wins)",
+            self.on_change_coalesced.clone(),
+        );
+    }
+
+    /// The observers this member knows of.
+    fn register_observers(&self, r: &mut Registry) {
+        r.register(
+            "observers",
+            "Observers (run --observe) this member knows of: heard on the election topic within 30 s (via=topic), or following its /events now (via=events)",
+            self.observers.clone(),
+        );
     }
 
     pub fn received(&self, kind: MessageType, outcome: Received) {
