@@ -11,6 +11,8 @@ use crate::message::{Announced, Body, Message, Versions};
 use super::Node;
 
 impl Node {
+    /// One message from the wire: the filters of rule 1, then a pre-vote (which changes no term)
+    /// or, once its term was judged against ours (rule 2), a message of our term.
     pub(super) fn on_message(&mut self, now: Instant, m: Message) -> Outcome {
         if m.group != self.group || m.from == self.id || !Versions::OURS.speaks(m.v) {
             return Outcome::Ignored;
@@ -32,28 +34,8 @@ impl Node {
             // Rule 1: votes, acks and candidacies only count between equal member sets.
             return Outcome::OtherMembers;
         }
-        match &m.body {
-            Body::Election {
-                pre_vote: true,
-                candidate,
-                priority,
-            } => {
-                let (candidate, priority) = (candidate.clone(), *priority);
-                return self.on_pre_vote_request(now, m.term, &candidate, priority);
-            }
-            Body::Vote {
-                pre_vote: true,
-                candidate,
-                granted,
-                ..
-            } => {
-                if *candidate != self.id || !*granted {
-                    return Outcome::Ignored;
-                }
-                let lease = self.timings.lease;
-                return self.on_grant(now, m.term, &m.from, Role::PreCandidate, lease);
-            }
-            _ => {}
+        if let Some(o) = self.on_pre_vote(now, &m) {
+            return o;
         }
         if m.term > self.term {
             if matches!(m.body, Body::Election { .. }) && !self.may_vote(now, &m.from) {
@@ -64,6 +46,36 @@ impl Node {
         } else if m.term < self.term {
             return Outcome::Stale;
         }
+        self.on_current_term(now, m, same_members)
+    }
+
+    /// A pre-vote request or grant, whatever its term: a pre-vote changes no term anywhere
+    /// (rule 4). `None` for every other message.
+    fn on_pre_vote(&mut self, now: Instant, m: &Message) -> Option<Outcome> {
+        match &m.body {
+            Body::Election {
+                pre_vote: true,
+                candidate,
+                priority,
+            } => Some(self.on_pre_vote_request(now, m.term, candidate, *priority)),
+            Body::Vote {
+                pre_vote: true,
+                candidate,
+                granted,
+                ..
+            } => {
+                if *candidate != self.id || !*granted {
+                    return Some(Outcome::Ignored);
+                }
+                let lease = self.timings.lease;
+                Some(self.on_grant(now, m.term, &m.from, Role::PreCandidate, lease))
+            }
+            _ => None,
+        }
+    }
+
+    /// A message of our term (adopted from it when it was newer), to the handler of its kind.
+    fn on_current_term(&mut self, now: Instant, m: Message, same_members: bool) -> Outcome {
         let theirs = m.timings;
         match m.body {
             Body::Heartbeat { lease_ms, .. } => {
