@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{AppParts, AppState, Auth, Subscribers};
@@ -19,10 +19,10 @@ use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
 use crate::observer::{Observer, ObserverConfig, Source as ObserverSource};
 use crate::observer_table::ObserverTable;
-use crate::runtime::{Runtime, RuntimeError, Wiring};
+use crate::runtime::{Command, Runtime, RuntimeError, Snapshot, Wiring};
 use crate::server::{Limits, Listeners, PeerRoutes};
 use crate::signing::KeyRing;
-use crate::store::{self, Store, StoreError};
+use crate::store::{self, Loaded, Store, StoreError};
 use crate::tls::Tls;
 use crate::transport::{
     self, Inbound, Ingress, StartError, Started, Transport, TransportConfig, INBOUND_CAPACITY,
@@ -160,22 +160,7 @@ impl NodeBuilder {
         let seed = self.seed.unwrap_or_else(|| {
             crate::clock::wall::unix_ms_now() ^ (u64::from(std::process::id()) << 32)
         });
-        let node = Node::new(
-            Config {
-                node_id: config.node_id.clone(),
-                group: config.group.clone(),
-                members: config.members.clone(),
-                priority: config.priority,
-                eligible: config.eligible,
-                // With a check, unhealthy until it first passes (rule 17).
-                healthy: config.health_check.is_none(),
-                timings: config.timings,
-            },
-            loaded.persistent.clone(),
-            crate::clock::now(),
-            seed,
-            store::first_seq(loaded.boot),
-        );
+        let node = core(&config, &loaded, seed);
         let metrics = Arc::new(Metrics::new());
         let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
         let transport_stop = CancellationToken::new();
@@ -221,25 +206,11 @@ impl NodeBuilder {
             quorum = config.members.quorum(),
             "node starting"
         );
-        // With --exec, handovers asked through the API wait for the child to stop (see `exec`).
-        let exec = (config.exec.clone())
-            .map(|e| Exec::start(e, snapshot.clone(), cmd_tx.clone(), metrics.clone()));
-        if let Some(x) = &exec {
-            runtime.guard_releases(x.handle().release_guard(config.timings));
-        }
-        // With --on-change, a resign also waits for the run that reports the end of leadership.
-        let hooks = config.on_change.clone().map(|h| {
-            let changes = runtime.report_changes();
-            let who = (config.node_id.clone(), config.group.clone());
-            Hooks::start(h, changes, who, config.timings, metrics.clone())
-        });
-        if let Some(h) = &hooks {
-            runtime.guard_releases(h.handle().release_guard());
-        }
-        // Verdicts go straight to the loop: a handover they cause waits for the release guards
-        // above, like any resign.
-        let health = (config.health_check.clone())
-            .map(|h| HealthChecks::start(h, cmd_tx.clone(), metrics.clone()));
+        let Companions {
+            exec,
+            hooks,
+            health,
+        } = Companions::start(&config, &mut runtime, &snapshot, &cmd_tx, &metrics);
         let commands = match &exec {
             Some(x) => x.gate(cmd_tx, snapshot.clone()),
             None => cmd_tx,
@@ -279,6 +250,69 @@ impl NodeBuilder {
             transport_stop,
         })
     }
+}
+
+/// What runs beside the election loop, each only when configured: `--exec`, the
+/// `--on-change` hook and the health checks.
+struct Companions {
+    exec: Option<Exec>,
+    hooks: Option<Hooks>,
+    health: Option<HealthChecks>,
+}
+
+impl Companions {
+    fn start(
+        config: &NodeConfig,
+        runtime: &mut Runtime,
+        snapshot: &watch::Receiver<Snapshot>,
+        commands: &mpsc::Sender<Command>,
+        metrics: &Arc<Metrics>,
+    ) -> Companions {
+        // With --exec, handovers asked through the API wait for the child to stop (see `exec`).
+        let exec = (config.exec.clone())
+            .map(|e| Exec::start(e, snapshot.clone(), commands.clone(), metrics.clone()));
+        if let Some(x) = &exec {
+            runtime.guard_releases(x.handle().release_guard(config.timings));
+        }
+        // With --on-change, a resign also waits for the run that reports the end of leadership.
+        let hooks = config.on_change.clone().map(|h| {
+            let changes = runtime.report_changes();
+            let who = (config.node_id.clone(), config.group.clone());
+            Hooks::start(h, changes, who, config.timings, metrics.clone())
+        });
+        if let Some(h) = &hooks {
+            runtime.guard_releases(h.handle().release_guard());
+        }
+        // Verdicts go straight to the loop: a handover they cause waits for the release guards
+        // above, like any resign.
+        let health = (config.health_check.clone())
+            .map(|h| HealthChecks::start(h, commands.clone(), metrics.clone()));
+        Companions {
+            exec,
+            hooks,
+            health,
+        }
+    }
+}
+
+/// The election core of this run, from the configuration and what the data directory held.
+fn core(config: &NodeConfig, loaded: &Loaded, seed: u64) -> Node {
+    Node::new(
+        Config {
+            node_id: config.node_id.clone(),
+            group: config.group.clone(),
+            members: config.members.clone(),
+            priority: config.priority,
+            eligible: config.eligible,
+            // With a check, unhealthy until it first passes (rule 17).
+            healthy: config.health_check.is_none(),
+            timings: config.timings,
+        },
+        loaded.persistent.clone(),
+        crate::clock::now(),
+        seed,
+        store::first_seq(loaded.boot),
+    )
 }
 
 /// Names this run of this node among every run of every member, for the ids of its events: a
