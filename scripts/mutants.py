@@ -68,6 +68,12 @@ MUTANTS = {
         "a node that voted in this term votes again for another candidate",
         [(NODE_VOTE, "            Some(v) => v == candidate,", "            Some(_) => true,", 1)],
     ),
+    "vote-for-another-counted": (
+        3,
+        "a candidate counts a vote its rival of the same term was granted, or a refusal",
+        [(NODE_RECEIVE, "                if candidate != self.id || !granted {",
+          "                if candidate != self.id && !granted {", 1)],
+    ),
     "lease-from-ack-receipt": (
         6,
         "the lease runs from when the acks arrived, not from the heartbeat's send time",

@@ -106,6 +106,48 @@ fn a_vote_request_of_the_current_term_is_refused_while_another_lease_is_guarded(
     assert_eq!(a.persistent().voted_for, None);
 }
 
+/// Rule 4: a round counts a vote only when it is granted, and granted to this node. Votes go to
+/// every member (the topic fans them out), so a candidate hears the grants its rival of the
+/// same term receives: counting one would let two candidates of one term win on one voter's
+/// single vote. Each stage is checked with a grant for another candidate and a refusal, then
+/// with a real grant, which must count.
+#[test]
+fn only_a_vote_granted_to_this_node_counts() {
+    let mut b = Bench::new(&MEMBERS);
+    let vote = |b: &mut Bench, candidate: &str, granted: bool, pre_vote: bool| {
+        b.msg(
+            "b",
+            1,
+            Body::Vote {
+                candidate: candidate.into(),
+                granted,
+                pre_vote,
+                guard_ms: (!pre_vote).then_some(T.as_millis() as u64),
+            },
+        )
+    };
+    let mut a = campaigning(&mut b);
+    let now = b.at(T + H);
+    for (stage, pre_vote, next) in [
+        (Role::PreCandidate, true, Role::Candidate),
+        (Role::Candidate, false, Role::Leader),
+    ] {
+        for (candidate, granted) in [("c", true), ("a", false)] {
+            let v = vote(&mut b, candidate, granted, pre_vote);
+            assert_eq!(
+                a.handle(now, v),
+                Ok(Outcome::Ignored),
+                "{candidate} {granted}"
+            );
+            assert_eq!(a.role(), stage, "a vote for {candidate}, granted {granted}");
+        }
+        let v = vote(&mut b, "a", true, pre_vote);
+        assert_eq!(a.handle(now, v), Ok(Outcome::Accepted));
+        assert_eq!(a.role(), next);
+        drain(&mut a);
+    }
+}
+
 /// Rules 3 and 8: a granted vote and the promise it makes are written in one step; asking again
 /// for the same vote writes nothing.
 #[test]
