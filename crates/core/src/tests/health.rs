@@ -244,10 +244,20 @@ fn lead(scene: Scene) -> Option<(Duration, Option<String>, Reason)> {
         let now = since + MS * 10 * step;
         let mut resigned = None;
         let mut reason = None;
+        let mut heartbeats = 0;
         for x in std::mem::take(&mut actions) {
             match x {
                 Action::Publish(m) => match m.body {
                     Body::Heartbeat { .. } => {
+                        // One every 10 ms step at most (h/4 while the lease is at risk): a
+                        // node whose heartbeat deadline lies in the past would send one per
+                        // input, and this loop would answer each for minutes.
+                        heartbeats += 1;
+                        assert!(
+                            heartbeats <= 3,
+                            "a storm of heartbeats at {:?}",
+                            now - since
+                        );
                         let advert = advert_of(&b, "b", 5, scene.b_unhealthy);
                         let ack = b.msg(
                             "b",
