@@ -24,7 +24,7 @@ pub use process::shutdown_signal;
 use process::{init_tracing, run_node, run_observer_node};
 
 /// What `run` starts: a member, or an observer (`--observe`).
-enum Node {
+enum NodeKind {
     Member(crate::NodeConfig),
     Observer(crate::ObserverNodeConfig),
 }
@@ -361,9 +361,10 @@ pub fn main() -> i32 {
         Command::Run(mut args) => {
             let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
                 rt.block_on(args.resolve_node_id())?;
-                let node = match args.observe {
-                    true => Node::Observer(args.to_observer_config()?),
-                    false => Node::Member(args.to_config()?),
+                let node = if args.observe {
+                    NodeKind::Observer(args.to_observer_config()?)
+                } else {
+                    NodeKind::Member(args.to_config()?)
                 };
                 Ok((v, node))
             });
@@ -379,8 +380,10 @@ pub fn main() -> i32 {
                 verdict.log(&ctl);
             }
             match node {
-                Node::Member(c) => rt.block_on(run_node(c, &args.listen, &args.server)),
-                Node::Observer(c) => rt.block_on(run_observer_node(c, &args.listen, &args.server)),
+                NodeKind::Member(c) => rt.block_on(run_node(c, &args.listen, &args.server)),
+                NodeKind::Observer(c) => {
+                    rt.block_on(run_observer_node(c, &args.listen, &args.server))
+                }
             }
         }
         Command::Leader(a) => rt.block_on(client::leader(&a)),

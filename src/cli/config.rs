@@ -172,8 +172,6 @@ impl RunArgs {
         })
     }
 
-    /// `run --observe`: what the observer follows and how it serves. The flags that only make
-    /// sense for a member are refused (exit 64), so that a node is never half a member.
     /// The ids given with `--member`, blanks left out.
     fn listed_members(&self) -> Vec<String> {
         self.members
@@ -183,6 +181,8 @@ impl RunArgs {
             .collect()
     }
 
+    /// `run --observe`: what the observer follows and how it serves. The flags that only make
+    /// sense for a member are refused (exit 64), so that a node is never half a member.
     pub fn to_observer_config(&self) -> Result<ObserverNodeConfig, ConfigError> {
         let member_only = [
             (self.exec.is_some(), "--exec"),

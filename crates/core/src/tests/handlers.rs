@@ -106,7 +106,7 @@ fn a_vote_request_of_the_current_term_is_refused_while_another_lease_is_guarded(
     assert_eq!(a.persistent().voted_for, None);
 }
 
-/// Rule 4: a round counts a vote only when it is granted, and granted to this node. Votes go to
+/// Rule 3: a round counts a vote only when it is granted, and granted to this node. Votes go to
 /// every member (the topic fans them out), so a candidate hears the grants its rival of the
 /// same term receives: counting one would let two candidates of one term win on one voter's
 /// single vote. Each stage is checked with a grant for another candidate and a refusal, then
