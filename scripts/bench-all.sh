@@ -42,6 +42,8 @@ run tls "$B" tls --secs 10 --rounds 3
 run attack "$B" attack --secs 10
 # Issue 25: 100 /events watchers through the Rust client, 10 handovers; about a minute.
 run watchers "$B" watchers --watchers 100 --changes 10
+# Issue 38: 1, 10, 100 and 1000 groups per node (idle cost and kill -9 failover per group).
+run groups "$B" groups --groups 1,10,100,1000 --secs 20
 run sim-figures target/release/examples/sim-figures
 # Three minutes more: each etcd run waits out the 60 s session TTL.
 if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then

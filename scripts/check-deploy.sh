@@ -12,8 +12,8 @@
 #   here: even client-side it asks an API server for discovery and the schema, and CI has no
 #   cluster; `--local` is kubectl's offline mode.
 # That the queries name only metrics and labels the binary exports, that the unit's ExecStart
-# flags parse, and the settings the README promises (Parallel, publishNotReadyAddresses, the PDB,
-# the grace period) are checked by `cargo test --test deploy`; tests/it/systemd.rs and
+# flags parse, and the settings docs/guide/deploy.md promises (Parallel, publishNotReadyAddresses,
+# the PDB, the grace period) are checked by `cargo test --test deploy`; tests/it/systemd.rs and
 # tests/it/kubernetes.rs run them.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes the certificates compose.tls.yaml mounts, with openssl only (P-256, as README "TLS"
+# Makes the certificates compose.tls.yaml mounts, with openssl only (P-256, as docs/guide/tls.md
 # step 1 does): a CA, one certificate per node and one for the operator.
 # Usage: scripts/make-tls-certs.sh DIR
 #

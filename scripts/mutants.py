@@ -45,7 +45,7 @@ NODE_SEND = NODE_DIR + "/send.rs"
 PEERS = "crates/core/src/peers.rs"
 TIMINGS = "crates/core/src/timings.rs"
 STOP = "crates/core/src/stop.rs"
-RUNTIME = "src/runtime.rs"
+RUNTIME_ELECTION = "src/runtime/election.rs"
 
 # name -> (rule, what it breaks, [(file, old, new, count)][, [extra cargo test args, ...]])
 MUTANTS = {
@@ -191,6 +191,12 @@ MUTANTS = {
         "a member seen back from a restart is not demoted",
         [(PEERS, "        if silent || restarted || lost_health {", "        if silent || lost_health {", 1)],
     ),
+    "preempt-by-rank": (
+        12,
+        "a flapped leader preempts to the best-ranked member, not the best standing one",
+        [(NODE_LEAD, "            // By standing, as every other choice of a successor: a steady member before a\n            // flapped one that ranks higher, which it would soon have to preempt in turn.\n            .max_by(|a, b| {\n                self.peers\n                    .standing(a, now)\n                    .cmp(&self.peers.standing(b, now))\n            })",
+          "            .max_by(|a, b| self.peers.rank(a).cmp(&self.peers.rank(b)))", 1)],
+    ),
     "flap-word-ignored": (
         12,
         "a member that says it flapped ranks like a steady one unless seen flapping",
@@ -226,8 +232,8 @@ MUTANTS = {
     "view-after-actions": (
         9,
         "the runtime publishes the view after a step's actions, not before them",
-        [(RUNTIME, "        let result = self.node.handle(now, input);\n        self.publish_snapshot(now);\n        self.on_role(now);\n",
-          "        let result = self.node.handle(now, input);\n        self.on_role(now);\n", 1)],
+        [(RUNTIME_ELECTION, "        let result = self.node.handle(now, input);\n        self.publish_snapshot(shared, now);\n        self.on_role(shared, now);\n",
+          "        let result = self.node.handle(now, input);\n        self.on_role(shared, now);\n", 1)],
         [["-p", "pilot-election", "--test", "it", "--", "faults::a_leader_stalled"]],
     ),
     "boot-released-by-another-sets-resign": (
@@ -270,14 +276,20 @@ MUTANTS = {
     "validation-without-drift": (
         7,
         "start-up validation leaves the drift out of T >= L(1+r)/(1-r) + h",
-        [(TIMINGS, "        self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat",
-          "        self.lease.mul_f64(1.0 + 0.0 * r) + self.heartbeat", 1)],
+        [(TIMINGS, "        whole_ms(self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat)",
+          "        whole_ms(self.lease.mul_f64(1.0 + 0.0 * r) + self.heartbeat)", 1)],
     ),
     "validation-without-h": (
         7,
         "start-up validation leaves h out of T >= L(1+r)/(1-r) + h (no gap for --exec)",
-        [(TIMINGS, "        self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat",
-          "        self.lease.mul_f64((1.0 + r) / (1.0 - r))", 1)],
+        [(TIMINGS, "        whole_ms(self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat)",
+          "        whole_ms(self.lease.mul_f64((1.0 + r) / (1.0 - r)))", 1)],
+    ),
+    "validation-on-exact-values": (
+        7,
+        "start-up validation judges h < L on the exact values and accepts parts of a millisecond",
+        [(TIMINGS, "            if Duration::from_millis(ms) != d {", "            if Duration::from_millis(ms) != d && false {", 1),
+         (TIMINGS, "        if announced.heartbeat_ms >= announced.lease_ms {", "        if self.heartbeat >= self.lease {", 1)],
     ),
     "stop-without-waiting": (
         13,

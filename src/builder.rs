@@ -2,27 +2,37 @@
 //! the tests and the benchmarks all build nodes here, so protocol details (the sequence-number
 //! epoch, the seed) live in one place and the transport is just a parameter.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use tokio::time::Instant;
 
 use axum::Router;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{AppParts, AppState, Auth, Subscribers};
+use crate::api::{
+    AppParts, AppState, Auth, ElectionApi, Elections, EventSource, GroupControl, GroupFuture,
+    GroupRefusal, Subscribers,
+};
 use crate::election::{Config, MemberSet, Node, NodeInfo, Timings};
 use crate::exec::{Exec, ExecConfig};
 use crate::exit_budget;
+use crate::group::GroupSelection;
 use crate::health_check::{HealthCheckConfig, HealthChecks};
 use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
 use crate::observer::{Observer, ObserverConfig, Source as ObserverSource};
 use crate::observer_table::ObserverTable;
-use crate::runtime::{Command, Runtime, RuntimeError, Snapshot, Wiring};
+use crate::runtime::{
+    Command, ElectionHandle, ElectionParts, EveryElection, GroupChange, Keeps, ReleaseGuard,
+    Runtime, RuntimeError, Snapshot, Wiring,
+};
 use crate::server::{Limits, Listeners, PeerRoutes};
 use crate::signing::KeyRing;
-use crate::store::{self, Loaded, Store, StoreError};
+use crate::store::{self, Book, Loaded, Store, StoreError};
 use crate::tls::Tls;
 use crate::transport::{
     self, Inbound, Ingress, StartError, Started, Transport, TransportConfig, INBOUND_CAPACITY,
@@ -32,7 +42,18 @@ use crate::transport::{
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: String,
+    /// The default group: its state is the data directory's own, and the routes that name no
+    /// group answer for it.
     pub group: String,
+    /// The other groups this node takes part in, each its own election with its state under
+    /// `<data-dir>/groups/<group>/` ([`group_dir`]).
+    pub extra_groups: Vec<String>,
+    /// `--priority` was not given: each extra group ranks this node by a priority of its own
+    /// ([`group_priority`]), so that with equal settings the groups' leaders spread over the
+    /// nodes instead of all landing on the one with the highest id checksum.
+    pub spread_priorities: bool,
+    /// The most groups the node takes part in: a `POST /groups` past it is refused.
+    pub max_groups: usize,
     /// How messages reach the other members, and its settings.
     pub transport: TransportConfig,
     /// The voting members, this node included (docs/protocol.md, rule 1).
@@ -53,8 +74,12 @@ pub struct NodeConfig {
     pub limits: Limits,
     /// `--exec`: a command to run while this node leads.
     pub exec: Option<ExecConfig>,
+    /// `--exec-groups`: the groups whose leadership runs `exec`, a child each.
+    pub exec_groups: GroupSelection,
     /// `--on-change`: a command to run on every change of the leader or of this node's role.
     pub on_change: Option<HookConfig>,
+    /// `--on-change-groups`: the groups whose changes run `on_change`.
+    pub on_change_groups: GroupSelection,
     /// `--health-cmd` or `--health-url`: the application's health, which leadership follows
     /// (docs/protocol.md, rule 17).
     pub health_check: Option<HealthCheckConfig>,
@@ -74,10 +99,10 @@ pub enum RunError {
     Runtime(#[from] RuntimeError),
     #[error(
         "this data directory last ran with the members {{{previous}}}; the configured set \
-         {{{configured}}} differs from it by {} ids ({}). Change one member at a time (README, \
-         \"Changing the members\"): member sets two ids apart may not share a quorum, so both \
-         could elect a leader. To re-form the cluster on purpose, with every node stopped, start \
-         each node once with --accept-member-change",
+         {{{configured}}} differs from it by {} ids ({}). Change one member at a time \
+         (docs/guide/operations.md, \"Changing the members\"): member sets two ids apart may not \
+         share a quorum, so both could elect a leader. To re-form the cluster on purpose, with \
+         every node stopped, start each node once with --accept-member-change",
         .difference.len(),
         .difference.join(", ")
     )]
@@ -113,10 +138,8 @@ pub struct BuiltNode {
     tls: Option<Arc<Tls>>,
     /// The requests of the transport's peers, for the server.
     peer_routes: PeerRoutes,
-    /// The `--exec` supervisor, if any.
-    exec: Option<Exec>,
-    /// The `--on-change` task, if any.
-    hooks: Option<Hooks>,
+    /// The `--exec` supervisors and `--on-change` tasks of every election that has them.
+    actors: Actors,
     /// The `--health-cmd`/`--health-url` checks, if any.
     health: Option<HealthChecks>,
     /// Stops the transport when the node is done; it outlives the loop's shutdown, because a
@@ -152,7 +175,13 @@ impl NodeBuilder {
 
     pub fn build(self) -> Result<BuiltNode, RunError> {
         let config = self.config;
+        // Every election of the process heartbeats on this beat (rule 18).
+        let beat = crate::clock::now();
         let loaded = Store::open(&config.data_dir, config.reset_state)?;
+        let book = Arc::new(std::sync::Mutex::new(Book::open(
+            &config.data_dir.join("groups"),
+            config.reset_state,
+        )?));
         if config.reset_state {
             tracing::warn!(dir = %config.data_dir.display(), "state reset by --reset-state: starting at term 0");
         }
@@ -160,7 +189,7 @@ impl NodeBuilder {
         let seed = self.seed.unwrap_or_else(|| {
             crate::clock::wall::unix_ms_now() ^ (u64::from(std::process::id()) << 32)
         });
-        let node = core(&config, &loaded, seed);
+        let node = core(&config, &loaded, seed, beat);
         let metrics = Arc::new(Metrics::new());
         let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
         let transport_stop = CancellationToken::new();
@@ -179,25 +208,33 @@ impl NodeBuilder {
                 tls: config.tls.clone(),
             })?,
         };
-        let (cmd_tx, cmd_rx) = mpsc::channel(64);
-        let (maintenance_tx, maintenance_rx) = mpsc::channel(8);
         let observers = ObserverTable::shared();
-        let (mut runtime, snapshot, last_turn) = Runtime::new(
+        let (group_changes, group_changes_rx) = mpsc::channel(8);
+        let (mut runtime, last_turn) = Runtime::new(Wiring {
+            transport,
+            keys: config.cluster_keys.clone(),
+            inbound: in_rx,
+            metrics: metrics.clone(),
+            info: config.info.clone(),
+            store: loaded.store.clone(),
+            book: book.clone(),
+            node_id: config.node_id.clone(),
+            group_changes: group_changes_rx,
+        });
+        let added = added_groups(&config, &loaded.store)?;
+        let default_store = loaded.store.clone();
+        let ElectionHandle {
+            snapshot,
+            commands: cmd_tx,
+            maintenance: maintenance_tx,
+        } = runtime.add_election(ElectionParts {
+            group: config.group.clone(),
             node,
-            loaded.store,
-            loaded.history,
-            Wiring {
-                transport,
-                keys: config.cluster_keys.clone(),
-                inbound: in_rx,
-                commands: cmd_rx,
-                metrics: metrics.clone(),
-                group: config.group.clone(),
-                info: config.info.clone(),
-                maintenance: maintenance_rx,
-                observers: observers.clone(),
-            },
-        );
+            store: loaded.store,
+            keeps: Keeps::OwnFiles,
+            history: loaded.history,
+            observers: observers.clone(),
+        });
         tracing::info!(
             node = %config.node_id,
             term = loaded.persistent.term,
@@ -206,24 +243,77 @@ impl NodeBuilder {
             quorum = config.members.quorum(),
             "node starting"
         );
-        let Companions {
-            exec,
-            hooks,
-            health,
-        } = Companions::start(&config, &mut runtime, &snapshot, &cmd_tx, &metrics);
-        let commands = match &exec {
-            Some(x) => x.gate(cmd_tx, snapshot.clone()),
-            None => cmd_tx,
-        };
-        let events =
-            crate::api::start_event_log(snapshot.clone(), event_run(&config.node_id, loaded.boot));
+        let at_start: Vec<String> = config.extra_groups.iter().chain(&added).cloned().collect();
+        let extra = extra_elections(&config, &at_start, &mut runtime, (seed, beat), &book)?;
+        // The application's health is the node's: every election follows it.
+        let every_group = EveryElection::new(
+            std::iter::once(cmd_tx.clone())
+                .chain(extra.iter().map(|e| e.handle.commands.clone()))
+                .collect(),
+        );
+        // Verdicts go straight to the loops: a handover they cause waits for the release
+        // guards, like any resign.
+        let health = (config.health_check.clone())
+            .map(|h| HealthChecks::start(h, every_group.sender(), metrics.clone()));
+        let actors = Actors::default();
+        let (acting, commands) = Acting::start_in(
+            &config,
+            &mut runtime,
+            &config.group,
+            (&snapshot, cmd_tx),
+            &metrics,
+        );
+        let hooks = acting.hooks.as_ref().map(Hooks::handle);
+        actors.add(acting);
+        let events = EventSource::eager(snapshot.clone(), event_run(&config.node_id, loaded.boot));
         let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
-        let state = AppState::new(AppParts {
-            tls: config.tls.clone(),
+        let election = ElectionApi {
+            group: config.group.clone(),
             scheduler,
             snapshot,
             commands,
             maintenance: maintenance_tx,
+            events,
+            hooks,
+            health: health.as_ref().map(HealthChecks::handle),
+            observers,
+        };
+        let health_handle = health.as_ref().map(HealthChecks::handle);
+        let mut commands_of = BTreeMap::new();
+        let mut others = Vec::with_capacity(extra.len());
+        for e in extra {
+            commands_of.insert(e.group.clone(), e.handle.commands.clone());
+            let (acting, commands) = Acting::start_in(
+                &config,
+                &mut runtime,
+                &e.group,
+                (&e.handle.snapshot, e.handle.commands.clone()),
+                &metrics,
+            );
+            let hooks = acting.hooks.as_ref().map(Hooks::handle);
+            actors.add(acting);
+            others.push(e.api(&config.node_id, (commands, hooks), health_handle.clone()));
+        }
+        let maker = GroupMaker {
+            config: config.clone(),
+            seed,
+            beat,
+            book,
+            changes: group_changes,
+            every: every_group,
+            health: health_handle,
+            actors: actors.clone(),
+            metrics: metrics.clone(),
+            store: default_store,
+            state: tokio::sync::Mutex::new(Added {
+                groups: added,
+                commands_of,
+            }),
+        };
+        let state = AppState::new(AppParts {
+            elections: Elections::new(election, others),
+            groups: Some(Arc::new(maker)),
+            tls: config.tls.clone(),
             ingress: ingress.as_ref().map(|i| i.router.clone()),
             last_turn,
             metrics,
@@ -232,10 +322,6 @@ impl NodeBuilder {
                 allow_unauthenticated: config.allow_unauthenticated,
             }),
             subscribers: Subscribers::new(config.limits.max_event_subscribers),
-            events,
-            hooks: hooks.as_ref().map(Hooks::handle),
-            health: health.as_ref().map(HealthChecks::handle),
-            observers,
             observing: None,
         });
         Ok(BuiltNode {
@@ -244,69 +330,471 @@ impl NodeBuilder {
             limits: config.limits,
             tls: config.tls,
             peer_routes: PeerRoutes(ingress.map_or(&[], |i: Ingress| i.routes)),
-            exec,
-            hooks,
+            actors,
             health,
             transport_stop,
         })
     }
 }
 
-/// What runs beside the election loop, each only when configured: `--exec`, the
-/// `--on-change` hook and the health checks.
-struct Companions {
+/// What acts for one election outside the loop, each when configured for its group:
+/// `--exec` (a child while this node leads the group) and `--on-change` (a run per change).
+struct Acting {
     exec: Option<Exec>,
     hooks: Option<Hooks>,
-    health: Option<HealthChecks>,
 }
 
-impl Companions {
+impl Acting {
+    /// Whether `config` has `group`'s election run `--exec` and `--on-change`.
+    fn wanted(config: &NodeConfig, group: &str) -> (bool, bool) {
+        let default = group == config.group;
+        (
+            config.exec.is_some() && config.exec_groups.includes(group, default),
+            config.on_change.is_some() && config.on_change_groups.includes(group, default),
+        )
+    }
+
+    /// Starts what `group`'s election (its snapshots, its command sender) needs: `changes` for
+    /// the hook, when it runs one. Returns it, the release guards its resigns must wait for,
+    /// and the sender the API must command it through (the `--exec` gate, when it has a child:
+    /// a handover asked through the API waits for the child to stop).
     fn start(
         config: &NodeConfig,
-        runtime: &mut Runtime,
-        snapshot: &watch::Receiver<Snapshot>,
-        commands: &mpsc::Sender<Command>,
+        group: &str,
+        (snapshot, commands): (&watch::Receiver<Arc<Snapshot>>, mpsc::Sender<Command>),
+        changes: Option<watch::Receiver<crate::runtime::Change>>,
         metrics: &Arc<Metrics>,
-    ) -> Companions {
-        // With --exec, handovers asked through the API wait for the child to stop (see `exec`).
-        let exec = (config.exec.clone())
-            .map(|e| Exec::start(e, snapshot.clone(), commands.clone(), metrics.clone()));
+    ) -> (Acting, Vec<ReleaseGuard>, mpsc::Sender<Command>) {
+        let (wants_exec, _) = Acting::wanted(config, group);
+        let mut guards = Vec::new();
+        let exec = config.exec.clone().filter(|_| wants_exec).map(|mut e| {
+            e.group = group.to_string();
+            Exec::start(e, snapshot.clone(), commands.clone(), metrics.clone())
+        });
         if let Some(x) = &exec {
-            runtime.guard_releases(x.handle().release_guard(config.timings));
+            guards.push(x.handle().release_guard(config.timings));
         }
         // With --on-change, a resign also waits for the run that reports the end of leadership.
-        let hooks = config.on_change.clone().map(|h| {
-            let changes = runtime.report_changes();
-            let who = (config.node_id.clone(), config.group.clone());
+        let hooks = config.on_change.clone().zip(changes).map(|(h, changes)| {
+            let who = (config.node_id.clone(), group.to_string());
             Hooks::start(h, changes, who, config.timings, metrics.clone())
         });
         if let Some(h) = &hooks {
-            runtime.guard_releases(h.handle().release_guard());
+            guards.push(h.handle().release_guard());
         }
-        // Verdicts go straight to the loop: a handover they cause waits for the release guards
-        // above, like any resign.
-        let health = (config.health_check.clone())
-            .map(|h| HealthChecks::start(h, commands.clone(), metrics.clone()));
-        Companions {
-            exec,
+        let commands = match &exec {
+            Some(x) => x.gate(commands, snapshot.clone()),
+            None => commands,
+        };
+        (Acting { exec, hooks }, guards, commands)
+    }
+
+    /// [`Acting::start`] for an election of the loop that has not started yet.
+    fn start_in(
+        config: &NodeConfig,
+        runtime: &mut Runtime,
+        group: &str,
+        election: (&watch::Receiver<Arc<Snapshot>>, mpsc::Sender<Command>),
+        metrics: &Arc<Metrics>,
+    ) -> (Acting, mpsc::Sender<Command>) {
+        let (_, wants_hooks) = Acting::wanted(config, group);
+        let changes = wants_hooks.then(|| runtime.report_changes(group));
+        let (acting, guards, commands) = Acting::start(config, group, election, changes, metrics);
+        for guard in guards {
+            runtime.guard_releases(group, guard);
+        }
+        (acting, commands)
+    }
+}
+
+/// The `--exec` and `--on-change` of every election that has them, those of groups added while
+/// the node runs too: the exit stops and waits for each.
+#[derive(Clone, Default)]
+struct Actors(Arc<Mutex<Vec<Acting>>>);
+
+impl Actors {
+    fn add(&self, acting: Acting) {
+        if acting.exec.is_some() || acting.hooks.is_some() {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(acting);
+        }
+    }
+
+    /// The exit has begun: every hook run from now on ends within its share of the exit
+    /// budget, and every child stops before a leader hands over (its successor may lead at
+    /// once).
+    async fn exiting(&self) {
+        let (drains, hooks): (Vec<_>, Vec<_>) = {
+            let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            (
+                all.iter()
+                    .filter_map(|a| a.exec.as_ref().map(Exec::handle))
+                    .collect(),
+                all.iter()
+                    .filter_map(|a| a.hooks.as_ref().map(Hooks::handle))
+                    .collect(),
+            )
+        };
+        for h in hooks {
+            h.exiting();
+        }
+        futures_util::future::join_all(drains.iter().map(|x| x.drain_for_exit())).await;
+    }
+
+    /// After the loop: waits until every child is gone and every hook run is over.
+    async fn finish(&self) {
+        let all = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        futures_util::future::join_all(all.into_iter().map(|a| async move {
+            if let Some(x) = a.exec {
+                x.finish().await;
+            }
+            if let Some(h) = a.hooks {
+                h.finish().await;
+            }
+        }))
+        .await;
+    }
+}
+
+/// One election of a group beside the default one, as built.
+struct ExtraElection {
+    group: String,
+    handle: ElectionHandle,
+    /// Its store's boot counter, for the ids of its events.
+    boot: u64,
+    observers: crate::observer_table::Observers,
+}
+
+impl ExtraElection {
+    /// What the API reaches it by. `--exec` and `--on-change` follow the default group only.
+    /// `commands` is the sender the API commands it through (the `--exec` gate, when it runs a
+    /// child) and `hooks` its `--on-change`, if it runs one.
+    fn api(
+        self,
+        node_id: &str,
+        (commands, hooks): (mpsc::Sender<Command>, Option<crate::hooks::HooksHandle>),
+        health: Option<crate::health_check::HealthHandle>,
+    ) -> ElectionApi {
+        let ElectionHandle {
+            snapshot,
+            maintenance,
+            ..
+        } = self.handle;
+        let run = event_run(&format!("{node_id}/{}", self.group), self.boot);
+        ElectionApi {
+            group: self.group,
+            scheduler: crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone()),
+            events: EventSource::lazy(snapshot.clone(), run),
+            snapshot,
+            commands,
+            maintenance,
             hooks,
             health,
+            observers: self.observers,
         }
     }
 }
 
-/// The election core of this run, from the configuration and what the data directory held.
-fn core(config: &NodeConfig, loaded: &Loaded, seed: u64) -> Node {
+/// The elections of `groups` (beside the default one), each from the state its own directory
+/// holds, added to `runtime`.
+fn extra_elections(
+    config: &NodeConfig,
+    groups: &[String],
+    runtime: &mut Runtime,
+    (seed, beat): (u64, Instant),
+    book: &Mutex<Book>,
+) -> Result<Vec<ExtraElection>, RunError> {
+    let mut built = Vec::with_capacity(groups.len());
+    for group in groups {
+        let (parts, boot) = group_election(config, group, (seed, beat), book, false)?;
+        let observers = parts.observers.clone();
+        let handle = runtime.add_election(parts);
+        built.push(ExtraElection {
+            group: group.clone(),
+            handle,
+            boot,
+            observers,
+        });
+    }
+    if !built.is_empty() {
+        tracing::info!(
+            groups = groups.len() + 1,
+            default = %config.group,
+            "taking part in several elections"
+        );
+    }
+    Ok(built)
+}
+
+/// What the election of `group` (not the default one) is made of in this run: its term, vote
+/// and promise from the book, its history from its directory, and the boot counter its
+/// sequence numbers start from (the run's, or with `fresh_boot` a new one, kept in the book
+/// before this returns: an election added while the node runs must number its messages above
+/// any earlier election of the group in this run).
+fn group_election(
+    config: &NodeConfig,
+    group: &str,
+    (seed, beat): (u64, Instant),
+    book: &Mutex<Book>,
+    fresh_boot: bool,
+) -> Result<(ElectionParts, u64), RunError> {
+    let (persistent, boot) = {
+        let mut book = book.lock().unwrap_or_else(|e| e.into_inner());
+        let boot = if fresh_boot {
+            let boot = book.next_boot();
+            book.write()?;
+            boot
+        } else {
+            book.boot()
+        };
+        (book.get(group), boot)
+    };
+    let mut loaded = Store::for_group(&group_dir(&config.data_dir, group), boot)?;
+    loaded.persistent = persistent;
+    let seed = seed ^ u64::from(crate::election::cksum(group.as_bytes()));
+    let node = core_of(
+        config,
+        group,
+        group_priority(config, group),
+        &loaded,
+        (seed, beat),
+    );
+    let parts = ElectionParts {
+        group: group.to_string(),
+        node,
+        store: loaded.store,
+        keeps: Keeps::Book,
+        history: loaded.history,
+        observers: ObserverTable::shared(),
+    };
+    Ok((parts, loaded.boot))
+}
+
+/// The groups an operator added while the node ran, less those the configuration now names.
+fn added_groups(config: &NodeConfig, store: &Store) -> Result<Vec<String>, RunError> {
+    let configured = |g: &String| *g == config.group || config.extra_groups.contains(g);
+    Ok(store
+        .added_groups()?
+        .into_iter()
+        .filter(|g| !configured(g))
+        .collect())
+}
+
+/// The groups added while the node runs, and how to command each (for the health verdicts).
+struct Added {
+    groups: Vec<String>,
+    commands_of: BTreeMap<String, mpsc::Sender<Command>>,
+}
+
+/// Adds and removes the elections of a running node (`POST /groups`, `DELETE /groups/{group}`):
+/// it makes an election as start-up does, hands it to the loop, and keeps the list of added
+/// groups in the default group's directory. One change at a time.
+struct GroupMaker {
+    config: NodeConfig,
+    seed: u64,
+    /// The process's beat (rule 18): an added group heartbeats with the others.
+    beat: Instant,
+    /// The persisted state of every group beside the default one.
+    book: Arc<Mutex<Book>>,
+    changes: mpsc::Sender<GroupChange>,
+    every: EveryElection,
+    health: Option<crate::health_check::HealthHandle>,
+    /// Where an added group's `--exec` and `--on-change` go, for the exit.
+    actors: Actors,
+    metrics: Arc<Metrics>,
+    /// The default group's store, where `groups.json` lives.
+    store: Store,
+    state: tokio::sync::Mutex<Added>,
+}
+
+impl GroupMaker {
+    fn configured(&self, group: &str) -> bool {
+        group == self.config.group || self.config.extra_groups.iter().any(|g| g == group)
+    }
+
+    async fn save(&self, groups: Vec<String>) -> Result<(), GroupRefusal> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.save_added_groups(&groups))
+            .await
+            .expect("the groups write does not panic")
+            .map_err(|e| GroupRefusal::Storage(e.to_string()))
+    }
+
+    async fn add_group(&self, group: &str) -> Result<ElectionApi, GroupRefusal> {
+        let mut added = self.state.lock().await;
+        if self.configured(group) || added.groups.iter().any(|g| g == group) {
+            return Err(GroupRefusal::Exists(group.to_string()));
+        }
+        let count = 1 + self.config.extra_groups.len() + added.groups.len();
+        if count >= self.config.max_groups {
+            return Err(GroupRefusal::TooMany {
+                max: self.config.max_groups,
+            });
+        }
+        let (config, name) = (self.config.clone(), group.to_string());
+        let (seed, book) = ((self.seed, self.beat), self.book.clone());
+        let (parts, boot) =
+            tokio::task::spawn_blocking(move || group_election(&config, &name, seed, &book, true))
+                .await
+                .expect("making an election does not panic")
+                .map_err(|e| GroupRefusal::Storage(e.to_string()))?;
+        let mut groups = added.groups.clone();
+        groups.push(group.to_string());
+        self.save(groups.clone()).await?;
+        let observers = parts.observers.clone();
+        let (reply, answer) = oneshot::channel();
+        let (_, report_changes) = Acting::wanted(&self.config, group);
+        let change = GroupChange::Add {
+            parts: Box::new(parts),
+            report_changes,
+            reply,
+        };
+        let added_now = match self.changes.send(change).await {
+            Ok(()) => answer.await.map_err(|_| GroupRefusal::Stopped),
+            Err(_) => Err(GroupRefusal::Stopped),
+        };
+        let (handle, changes) = match added_now {
+            Ok(h) => h,
+            Err(e) => {
+                // Not running here: not kept either.
+                let _ = self.save(added.groups.clone()).await;
+                return Err(e);
+            }
+        };
+        added.groups = groups;
+        added
+            .commands_of
+            .insert(group.to_string(), handle.commands.clone());
+        self.every.add(handle.commands.clone());
+        if let Some(h) = &self.health {
+            // A new election starts unhealthy when a check runs (rule 17): it takes the
+            // node's current verdict at once instead of waiting for the next change.
+            let healthy = h.status().healthy;
+            let (reply, answer) = oneshot::channel();
+            let input = crate::election::Input::SetHealth { healthy };
+            if handle.commands.send(Command { input, reply }).await.is_ok() {
+                let _ = answer.await;
+            }
+        }
+        let (acting, guards, commands) = Acting::start(
+            &self.config,
+            group,
+            (&handle.snapshot, handle.commands.clone()),
+            changes,
+            &self.metrics,
+        );
+        for guard in guards {
+            let (reply, answer) = oneshot::channel();
+            let change = GroupChange::Guard {
+                group: group.to_string(),
+                guard,
+                reply,
+            };
+            if self.changes.send(change).await.is_ok() {
+                let _ = answer.await;
+            }
+        }
+        let hooks = acting.hooks.as_ref().map(Hooks::handle);
+        self.actors.add(acting);
+        let extra = ExtraElection {
+            group: group.to_string(),
+            handle,
+            boot,
+            observers,
+        };
+        Ok(extra.api(&self.config.node_id, (commands, hooks), self.health.clone()))
+    }
+
+    async fn remove_group(&self, group: &str) -> Result<(), GroupRefusal> {
+        let mut added = self.state.lock().await;
+        if self.configured(group) {
+            return Err(GroupRefusal::Configured(group.to_string()));
+        }
+        if !added.groups.iter().any(|g| g == group) {
+            return Err(GroupRefusal::Unknown(group.to_string()));
+        }
+        let groups: Vec<String> = added
+            .groups
+            .iter()
+            .filter(|g| *g != group)
+            .cloned()
+            .collect();
+        self.save(groups.clone()).await?;
+        let (reply, answer) = oneshot::channel();
+        let change = GroupChange::Remove {
+            group: group.to_string(),
+            reply,
+        };
+        self.changes
+            .send(change)
+            .await
+            .map_err(|_| GroupRefusal::Stopped)?;
+        answer.await.map_err(|_| GroupRefusal::Stopped)?;
+        added.groups = groups;
+        if let Some(commands) = added.commands_of.remove(group) {
+            self.every.remove(&commands);
+        }
+        Ok(())
+    }
+}
+
+impl GroupControl for GroupMaker {
+    fn add<'a>(&'a self, group: &'a str) -> GroupFuture<'a, ElectionApi> {
+        Box::pin(self.add_group(group))
+    }
+
+    fn remove<'a>(&'a self, group: &'a str) -> GroupFuture<'a, ()> {
+        Box::pin(self.remove_group(group))
+    }
+}
+
+/// Where the state of `group` (not the default one) lives: a directory of its own, so that the
+/// default group's files stay where a node of one election keeps them.
+pub fn group_dir(data_dir: &std::path::Path, group: &str) -> PathBuf {
+    data_dir.join("groups").join(group)
+}
+
+/// This node's priority in `group`: `--priority` if given, else the first four bytes of the
+/// SHA-256 of `<group>/<node-id>`, a rank of its own per group and node (the default group
+/// keeps the checksum of the id alone, as a node of one election has it). Not the checksum:
+/// CRC-32 is linear, so the order of two nodes' checksums follows one bit of the group's, and
+/// of three nodes `n1..n3` one led 511 of 999 groups; SHA-256 gives 328, 332 and 339.
+pub fn group_priority(config: &NodeConfig, group: &str) -> u32 {
+    use sha2::{Digest, Sha256};
+    if !config.spread_priorities || group == config.group {
+        return config.priority;
+    }
+    let digest = Sha256::digest(format!("{group}/{}", config.node_id).as_bytes());
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
+}
+
+/// The election core of the default group, from the configuration and what the data directory
+/// held.
+fn core(config: &NodeConfig, loaded: &Loaded, seed: u64, beat: Instant) -> Node {
+    core_of(config, &config.group, config.priority, loaded, (seed, beat))
+}
+
+/// The election core of `group` in this run, on the process's beat.
+fn core_of(
+    config: &NodeConfig,
+    group: &str,
+    priority: u32,
+    loaded: &Loaded,
+    (seed, beat): (u64, Instant),
+) -> Node {
     Node::new(
         Config {
             node_id: config.node_id.clone(),
-            group: config.group.clone(),
+            group: group.to_string(),
             members: config.members.clone(),
-            priority: config.priority,
+            priority,
             eligible: config.eligible,
             // With a check, unhealthy until it first passes (rule 17).
             healthy: config.health_check.is_none(),
             timings: config.timings,
+            beat: Some(beat),
         },
         loaded.persistent.clone(),
         crate::clock::now(),
@@ -358,22 +846,16 @@ impl BuiltNode {
         let _stop_transport = self.transport_stop.drop_guard();
         let stop = CancellationToken::new();
         let stop_loop = stop.clone();
-        let exec_drain = self.exec.as_ref().map(Exec::handle);
-        let hooks_exit = self.hooks.as_ref().map(Hooks::handle);
+        let actors = self.actors.clone();
         tokio::spawn(async move {
             shutdown.await;
             crate::notify::stopping();
-            // From now on every hook run ends within its share of the exit budget.
-            if let Some(h) = hooks_exit {
-                h.exiting();
-            }
-            // The child stops before a leader hands over (its successor may lead at once).
-            if let Some(x) = exec_drain {
-                x.drain_for_exit().await;
-            }
+            // Every hook run ends within its share of the exit budget from now on, and every
+            // child stops before a leader hands over (its successor may lead at once).
+            actors.exiting().await;
             stop_loop.cancel();
         });
-        let mut first_view = self.state.snapshot.clone();
+        let mut first_view = self.state.elections.default().snapshot.clone();
         let mut loop_task = tokio::spawn(self.runtime.run(stop));
         let metrics = self.state.metrics.clone();
         let server_done = CancellationToken::new();
@@ -400,19 +882,9 @@ impl BuiltNode {
             h.finish().await;
         }
         // Open event streams end with the loop; give other requests a moment, then stop anyway.
-        let (exec, hooks) = (self.exec, self.hooks);
         let _ = tokio::join!(
             tokio::time::timeout(exit_budget::SERVER_CLOSE, server),
-            async {
-                if let Some(x) = exec {
-                    x.finish().await;
-                }
-            },
-            async {
-                if let Some(h) = hooks {
-                    h.finish().await;
-                }
-            }
+            self.actors.finish()
         );
         match loop_result {
             Ok(Ok(())) => Ok(()),
@@ -516,14 +988,23 @@ pub async fn run_observer(
     let (maintenance, _) = mpsc::channel(1);
     let snapshot = observer.snapshot.clone();
     let started = crate::clock::wall::unix_ms_now() / 1000;
-    let events = crate::api::start_event_log(snapshot.clone(), event_run(&node_id, started));
+    let events = EventSource::eager(snapshot.clone(), event_run(&node_id, started));
     let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
-    let state = AppState::new(AppParts {
-        tls: config.tls.clone(),
+    let election = ElectionApi {
+        group: group.clone(),
         scheduler,
         snapshot,
         commands,
         maintenance,
+        events,
+        hooks: hooks.as_ref().map(Hooks::handle),
+        health: None,
+        observers: ObserverTable::shared(),
+    };
+    let state = AppState::new(AppParts {
+        elections: Elections::new(election, Vec::new()),
+        groups: None,
+        tls: config.tls.clone(),
         ingress: None,
         last_turn: observer.clock.clone(),
         metrics: metrics.clone(),
@@ -532,10 +1013,6 @@ pub async fn run_observer(
             allow_unauthenticated: false,
         }),
         subscribers: Subscribers::new(config.limits.max_event_subscribers),
-        events,
-        hooks: hooks.as_ref().map(Hooks::handle),
-        health: None,
-        observers: ObserverTable::shared(),
         observing: Some(observer.observing.clone()),
     });
     let _stop_watch = config.tls.as_ref().map(|tls| {
@@ -608,6 +1085,59 @@ mod tests {
     fn check(dir: &Dir, ids: &[&str], accept: bool) -> Result<(), RunError> {
         let store = Store::open(&dir.0, false).unwrap().store;
         check_member_change(&store, &set(ids), accept)
+    }
+
+    #[test]
+    fn each_group_ranks_the_nodes_its_own_way_and_the_leaders_spread() {
+        let config = |id: &str, spread: bool| NodeConfig {
+            spread_priorities: spread,
+            ..minimal(id)
+        };
+        let nodes = ["n1", "n2", "n3"];
+        let mut led = [0usize; 3];
+        for i in 1..1000 {
+            let group = format!("shard-{i:04}");
+            let p = nodes.map(|n| group_priority(&config(n, true), &group));
+            let top = (0..3).max_by_key(|k| p[*k]).unwrap();
+            led[top] += 1;
+        }
+        // 999 groups: each node leads about a third (a third is 333; the checksum gave 511).
+        assert!(led.iter().all(|n| (280..390).contains(n)), "{led:?}");
+        // The default group keeps the node's own priority; --priority holds in every group.
+        let c = config("n1", true);
+        assert_eq!(group_priority(&c, &c.group), c.priority);
+        let fixed = config("n1", false);
+        assert_eq!(group_priority(&fixed, "shard-0001"), fixed.priority);
+    }
+
+    /// A node's configuration with nothing configured but its id.
+    fn minimal(id: &str) -> NodeConfig {
+        NodeConfig {
+            node_id: id.into(),
+            group: crate::group::DEFAULT_GROUP.into(),
+            extra_groups: Vec::new(),
+            spread_priorities: false,
+            max_groups: crate::group::DEFAULT_MAX_GROUPS,
+            transport: TransportConfig::Http { peers: Vec::new() },
+            members: set(&[id]),
+            priority: crate::election::default_priority(id),
+            eligible: true,
+            data_dir: std::env::temp_dir(),
+            timings: Timings::default(),
+            admin_token: None,
+            allow_unauthenticated: false,
+            reset_state: false,
+            accept_member_change: false,
+            cluster_keys: None,
+            limits: Limits::default(),
+            exec: None,
+            exec_groups: Default::default(),
+            on_change_groups: Default::default(),
+            on_change: None,
+            health_check: None,
+            info: None,
+            tls: None,
+        }
     }
 
     #[test]

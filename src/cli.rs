@@ -23,10 +23,11 @@ pub use config::{parse_duration, ConfigError, PilotctlVerdict};
 pub use process::shutdown_signal;
 use process::{init_tracing, run_node, run_observer_node};
 
-/// What `run` starts: a member, or an observer (`--observe`).
+/// What `run` starts: a member, or an observer (`--observe`). Both boxed: built once per
+/// process, and of very different sizes.
 enum NodeKind {
-    Member(crate::NodeConfig),
-    Observer(crate::ObserverNodeConfig),
+    Member(Box<crate::NodeConfig>),
+    Observer(Box<crate::ObserverNodeConfig>),
 }
 
 pub const EXIT_OK: i32 = 0;
@@ -59,10 +60,12 @@ pub enum Command {
     StepDown(StepDownArgs),
     /// Announce or withdraw this node's candidacy.
     Candidacy(CandidacyArgs),
-    /// Pause automatic failover on every member (maintenance; README, "Maintenance").
+    /// Pause automatic failover on every member (maintenance; docs/guide/operations.md).
     Pause(PauseArgs),
     /// End the maintenance pause on every member.
     Resume(ClientArgs),
+    /// List the election groups the node takes part in, or add or remove one while it runs.
+    Groups(GroupsArgs),
     /// Exit 0 when the node's election loop is alive (for Docker's HEALTHCHECK).
     Healthcheck(ClientArgs),
     /// Run a local 3-node cluster that elects, fails over and hands over, printing a timeline.
@@ -86,9 +89,24 @@ pub struct RunArgs {
     /// This node's id (required for the http transport).
     #[arg(long, env = "PILOT_ELECTION_NODE_ID")]
     pub node_id: Option<String>,
-    /// The election group; messages go to topic `election:<group>`.
-    #[arg(long, env = "PILOT_ELECTION_GROUP", default_value = "default")]
-    pub group: String,
+    /// The election group; messages go to topic `election:<group>`. Repeat it (or separate
+    /// names with commas in the env) to take part in several elections at once (http
+    /// transport): each group elects its own leader. The first is the default group, the one
+    /// the routes that name no group (`/leader`, `/step-down`, ...) answer for.
+    #[arg(
+        long = "group",
+        env = "PILOT_ELECTION_GROUP",
+        value_delimiter = ',',
+        default_value = "default"
+    )]
+    pub groups: Vec<String>,
+    /// A file of more groups to take part in, one name a line (`#` starts a comment line),
+    /// after the `--group`s.
+    #[arg(long, env = "PILOT_ELECTION_GROUPS_FILE")]
+    pub groups_file: Option<PathBuf>,
+    /// The most groups this node takes part in (more `--group`s exit 64).
+    #[arg(long, env = "PILOT_ELECTION_MAX_GROUPS", default_value_t = crate::group::DEFAULT_MAX_GROUPS)]
+    pub max_groups: usize,
     /// Address of the HTTP API (and of the http transport's ingress).
     #[arg(long, env = "PILOT_ELECTION_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: String,
@@ -174,7 +192,7 @@ pub struct RunArgs {
     pub reset_state: bool,
     /// Start even though the member set differs by more than one id from the one this data
     /// directory last ran with. Only to re-form a cluster with every node stopped: otherwise
-    /// change one member at a time (README, "Changing the members").
+    /// change one member at a time (docs/guide/operations.md, "Changing the members").
     #[arg(long, env = "PILOT_ELECTION_ACCEPT_MEMBER_CHANGE")]
     pub accept_member_change: bool,
     #[arg(
@@ -190,6 +208,10 @@ pub struct RunArgs {
     /// With --exec: step down when the command exits non-zero, instead of restarting it.
     #[arg(long, env = "PILOT_ELECTION_EXEC_STEP_DOWN_ON_FAILURE")]
     pub exec_step_down_on_failure: bool,
+    /// With --exec: the groups whose leadership runs it, one child per group this node leads
+    /// (PILOT_ELECTION_GROUP says which): `default`, `all`, or group names separated by commas.
+    #[arg(long, env = "PILOT_ELECTION_EXEC_GROUPS", default_value = "default")]
+    pub exec_groups: String,
     /// Run this command line (through `sh -c`) on every change of the leader or of this node's
     /// role, with the change in PILOT_ELECTION_* variables; a leader's run that reports the end
     /// of its leadership is done before its resign leaves.
@@ -199,6 +221,14 @@ pub struct RunArgs {
     /// started.
     #[arg(long, env = "PILOT_ELECTION_ON_CHANGE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub on_change_timeout: Duration,
+    /// With --on-change: the groups whose changes run it (PILOT_ELECTION_GROUP says which;
+    /// one run at a time per group): `default`, `all`, or group names separated by commas.
+    #[arg(
+        long,
+        env = "PILOT_ELECTION_ON_CHANGE_GROUPS",
+        default_value = "default"
+    )]
+    pub on_change_groups: String,
     /// Check the application with this command line (through `sh -c`; exit 0 = healthy). An
     /// unhealthy node ranks below every healthy member and a leader hands over to a healthy
     /// one; with nobody healthy, one still leads.
@@ -244,6 +274,10 @@ pub struct ClientArgs {
     pub admin_token_file: Option<PathBuf>,
     #[arg(long = "admin-token", env = "PILOT_ELECTION_ADMIN_TOKEN", hide = true)]
     pub admin_token: Option<String>,
+    /// The election group to ask about or command (`/groups/<group>/...`); default: the node's
+    /// default group. `healthcheck` is about the node, whatever the group.
+    #[arg(long)]
+    pub group: Option<String>,
     #[command(flatten)]
     pub tls: tls::ClientTlsArgs,
 }
@@ -278,6 +312,19 @@ pub struct StepDownArgs {
     /// Cancel the step-down scheduled on the node.
     #[arg(long, conflicts_with_all = ["successor", "expected_term"])]
     pub cancel: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GroupsArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Take part in this group's election from now on, and after restarts (run it on every
+    /// member).
+    #[arg(long, conflicts_with = "remove")]
+    pub add: Option<String>,
+    /// Leave this group's election (one added with --add; a leader resigns first).
+    #[arg(long)]
+    pub remove: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -362,9 +409,9 @@ pub fn main() -> i32 {
             let checked = rt.block_on(args.check_pilotctl()).and_then(|v| {
                 rt.block_on(args.resolve_node_id())?;
                 let node = if args.observe {
-                    NodeKind::Observer(args.to_observer_config()?)
+                    NodeKind::Observer(Box::new(args.to_observer_config()?))
                 } else {
-                    NodeKind::Member(args.to_config()?)
+                    NodeKind::Member(Box::new(args.to_config()?))
                 };
                 Ok((v, node))
             });
@@ -380,9 +427,9 @@ pub fn main() -> i32 {
                 verdict.log(&ctl);
             }
             match node {
-                NodeKind::Member(c) => rt.block_on(run_node(c, &args.listen, &args.server)),
+                NodeKind::Member(c) => rt.block_on(run_node(*c, &args.listen, &args.server)),
                 NodeKind::Observer(c) => {
-                    rt.block_on(run_observer_node(c, &args.listen, &args.server))
+                    rt.block_on(run_observer_node(*c, &args.listen, &args.server))
                 }
             }
         }
@@ -392,6 +439,7 @@ pub fn main() -> i32 {
         Command::Candidacy(a) => rt.block_on(client::candidacy(&a)),
         Command::Pause(a) => rt.block_on(client::pause(&a)),
         Command::Resume(a) => rt.block_on(client::resume(&a)),
+        Command::Groups(a) => rt.block_on(client::groups(&a)),
         Command::Healthcheck(a) => rt.block_on(client::healthcheck(&a)),
         Command::Demo(a) => rt.block_on(demo::demo(&a)),
     };

@@ -117,6 +117,19 @@ pub struct Directory {
 }
 
 impl Directory {
+    /// Whether [`Directory::record`] of the same arguments would change what a reader sees.
+    /// The runtime records only then: the directory is shared with every snapshot, so a record
+    /// copies it, and nearly every message announces what its sender announced before. (Its
+    /// sequence number then stays the older one, which only matters for a late message of an
+    /// announcement that changed and changed back, and only until the sender's next message.)
+    pub fn would_change(&self, from: &str, seq: u64, info: Option<&NodeInfo>) -> bool {
+        match self.entries.get(from) {
+            Some((s, _)) if *s >= seq => false,
+            Some((_, old)) => old.as_ref() != info,
+            None => info.is_some(),
+        }
+    }
+
     /// Records what `from` announced in its message `seq` (`None`: nothing, an older build or a
     /// node told not to). Returns whether anything a reader sees changed.
     pub fn record(&mut self, from: &str, seq: u64, info: Option<&NodeInfo>) -> bool {
@@ -246,5 +259,25 @@ mod tests {
         assert!(d.record("b", 10, None), "a build that announces nothing");
         assert_eq!(d.get("b"), None);
         assert_eq!(d.get("c"), None);
+    }
+
+    /// The runtime records only what would change: the same announcement again, a late one
+    /// and nothing from a new sender would not; a new or changed one would.
+    #[test]
+    fn would_change_says_whether_a_record_changes_what_readers_see() {
+        let mut d = Directory::default();
+        assert!(!d.would_change("b", 1, None));
+        assert!(d.would_change("b", 1, Some(&info("http://b:1"))));
+        d.record("b", 1, Some(&info("http://b:1")));
+        assert!(
+            !d.would_change("b", 2, Some(&info("http://b:1"))),
+            "the same"
+        );
+        assert!(
+            !d.would_change("b", 1, Some(&info("http://b:2"))),
+            "not newer"
+        );
+        assert!(d.would_change("b", 2, Some(&info("http://b:2"))));
+        assert!(d.would_change("b", 2, None), "gone");
     }
 }

@@ -8,8 +8,10 @@
 //!   messages, timings), its own crate `pilot-election-core` (`crates/core`), re-exported here.
 //! - [`clock`]: the suspend-aware monotonic clock every protocol timer is measured on, and
 //!   (`clock::wall`) the wall clock, for display only.
-//! - [`runtime`]: the tokio task that drives the core: timers, messages, commands, durable state,
-//!   and the operator's maintenance pause it spreads (`runtime/maintenance.rs`, rule 16).
+//! - [`runtime`]: the tokio task that drives the cores, one election per group
+//!   (`runtime/election.rs`): timers, messages, commands, durable state, and the operator's
+//!   maintenance pause it spreads (`runtime/maintenance.rs`, rule 16).
+//! - [`group`]: election group names and the rule every name keeps.
 //! - [`builder`]: assembles a node (store, core, transport, runtime, API state); used by the
 //!   binary, the tests and the benchmarks.
 //! - [`store`]: the data directory (state file with term, vote and boot counter; history; replay
@@ -50,6 +52,7 @@ pub mod directory;
 pub use pilot_election_core as election;
 pub mod exec;
 pub mod exit_budget;
+pub mod group;
 pub mod health_check;
 pub mod hooks;
 pub mod log_limit;

@@ -106,6 +106,9 @@ pub struct Metrics {
     member_last_seen_age: Family<MemberLabel, Gauge<f64, AtomicU64>>,
     received: Family<ReceivedLabels, Counter>,
     pub publish_failures: Counter,
+    /// Batches sent (rule 18) and the messages they carried.
+    pub batches_sent: Counter,
+    pub batched_messages: Counter,
     pub publish_latency: Histogram,
     pub subscription_restarts: Counter,
     broker_state: Family<BrokerStateLabels, Gauge>,
@@ -159,6 +162,8 @@ impl Metrics {
             member_last_seen_age: Family::default(),
             received: Family::default(),
             publish_failures: Counter::default(),
+            batches_sent: Counter::default(),
+            batched_messages: Counter::default(),
             publish_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 12)),
             subscription_restarts: Counter::default(),
             broker_state: Family::default(),
@@ -246,6 +251,16 @@ impl Metrics {
             self.publish_failures.clone(),
         );
         r.register(
+            "batches_sent",
+            "Wire messages sent that carried several election messages (of any groups) as one",
+            self.batches_sent.clone(),
+        );
+        r.register(
+            "batched_messages",
+            "Election messages sent inside batches",
+            self.batched_messages.clone(),
+        );
+        r.register(
             "subscription_restarts",
             "Times a pilotctl subscription ended and had to be started again (pilot transport)",
             self.subscription_restarts.clone(),
@@ -324,7 +339,7 @@ impl Metrics {
     fn register_commands(&self, r: &mut Registry) {
         r.register(
             "exec_running",
-            "1 while the --exec child runs on this node",
+            "How many --exec children run on this node (one per group it leads that runs one; 1 or 0 with one group)",
             self.exec_running.clone(),
         );
         r.register(
@@ -438,6 +453,12 @@ impl Metrics {
             .get_or_create(&HealthCheckLabel { outcome })
             .inc();
         self.health_check_duration.observe(took.as_secs_f64());
+    }
+
+    /// A turn's `messages` went as `batches` wire messages.
+    pub fn batched(&self, messages: u64, batches: u64) {
+        self.batched_messages.inc_by(messages);
+        self.batches_sent.inc_by(batches);
     }
 
     pub fn publish_failed(&self) {

@@ -1,5 +1,6 @@
 //! `run --observe`: a node that follows the election without a vote, for the swarms of agents
-//! that need to know who coordinates while only a few of them should vote (README, "Observers").
+//! that need to know who coordinates while only a few of them should vote
+//! (docs/guide/observers.md).
 //!
 //! It never campaigns, never counts towards a quorum and never sends a message a member would
 //! act on. Over pilot it subscribes to the election topic (the broker does the fan-out, so the
@@ -29,8 +30,9 @@ use tokio_util::sync::CancellationToken;
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::directory::Directory;
+use crate::election::batch::Batch;
 use crate::election::{
-    Advert, Announced, Body, Candidacy, MemberSet, Message, Timings, Transition, Versions,
+    Advert, Announced, Body, Candidacy, MemberSet, Message, Timings, Transition,
 };
 use crate::metrics::{MessageType, Metrics, Received};
 use crate::runtime::{LastTurn, Reporter, Snapshot};
@@ -93,7 +95,7 @@ pub struct Observing {
 
 /// The observer's loop and the handles its API reads.
 pub struct Observer {
-    pub snapshot: watch::Receiver<Snapshot>,
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
     pub observing: watch::Receiver<Observing>,
     pub clock: LastTurn,
     /// Every change of the leader it knows, for `--on-change` (role `observer`).
@@ -120,21 +122,22 @@ impl Observer {
         let first = Snapshot {
             view,
             members: observed.members(now),
-            member_set: config.members.clone(),
-            transport: Health {
+            member_set: Arc::new(config.members.clone()),
+            transport: Arc::new(Health {
                 kind: source_kind(&config.source),
                 healthy: false,
                 last_error: None,
                 reason: Some("starting".into()),
                 links: None,
-            },
+            }),
             history: Arc::new(VecDeque::new()),
             timings: config.timings,
             info: None,
             directory: Arc::new(Directory::default()),
             maintenance: None,
+            maintenance_held_by: Vec::new(),
         };
-        let (snap_tx, snapshot) = watch::channel(first);
+        let (snap_tx, snapshot) = watch::channel(Arc::new(first));
         let (obs_tx, observing) = watch::channel(Observing {
             transport: source_kind(&config.source),
             following: None,
@@ -189,7 +192,7 @@ pub fn first_member(node_id: &str, members: usize) -> usize {
 struct Follower {
     observed: Observed,
     config: ObserverConfig,
-    snapshot: watch::Sender<Snapshot>,
+    snapshot: watch::Sender<Arc<Snapshot>>,
     observing: watch::Sender<Observing>,
     clock: LastTurn,
     reporter: Reporter,
@@ -248,30 +251,25 @@ impl Follower {
     /// the term it knows, marked `observer` so that no member hands it to its core.
     fn announcement(&self, seq: u64) -> Arc<[u8]> {
         let mut m = Message {
-            v: Versions::OURS.newest,
-            group: self.config.group.clone(),
-            from: self.config.node_id.clone(),
             term: self.observed.term(),
             seq,
-            ts: 0,
             members: self.config.members.fingerprint().to_string(),
-            speaks: Some(Versions::OURS),
             timings: Some(Announced::of(&self.config.timings)),
-            body: Body::Presence {
-                advert: Advert {
-                    priority: 0,
-                    candidacy: Candidacy::Withdrawn,
-                    hears: Vec::new(),
-                    member_ids: self.config.members.ids().map(str::to_string).collect(),
-                    flapped: false,
-                    unhealthy: false,
-                },
-            },
-            info: None,
-            maintenance: None,
             observer: true,
-            kid: None,
-            sig: None,
+            ..Message::new(
+                self.config.group.clone(),
+                self.config.node_id.clone(),
+                Body::Presence {
+                    advert: Advert {
+                        priority: 0,
+                        candidacy: Candidacy::Withdrawn,
+                        hears: Vec::new(),
+                        member_ids: self.config.members.ids().map(str::to_string).collect(),
+                        flapped: false,
+                        unhealthy: false,
+                    },
+                },
+            )
         };
         m.stamp(unix_ms_now());
         if let Some(keys) = &self.config.cluster_keys {
@@ -280,7 +278,25 @@ impl Follower {
         m.to_json().into_bytes().into()
     }
 
+    /// A message alone, or a batch (docs/protocol.md, rule 18), each of whose messages is
+    /// read as if it had come alone.
     fn on_bytes(&mut self, bytes: &[u8]) {
+        match Batch::read(bytes) {
+            Ok(None) => self.on_message(bytes),
+            Ok(Some(batch)) => {
+                for message in batch.each() {
+                    self.on_message(message);
+                }
+            }
+            Err(_) => {
+                self.metrics
+                    .received(MessageType::Unknown, Received::Malformed);
+                self.observing.send_modify(|o| o.rejected += 1);
+            }
+        }
+    }
+
+    fn on_message(&mut self, bytes: &[u8]) {
         let parsed = match &self.config.cluster_keys {
             Some(keys) => keys.verify(bytes).map_err(|e| Received::from(&e)),
             None => Message::parse(bytes).map_err(|_| Received::Malformed),
@@ -382,8 +398,8 @@ impl Follower {
             }),
         };
         self.snapshot.send_if_modified(|s| {
-            let changed = s.transport != health;
-            s.transport = health;
+            let changed = *s.transport != health;
+            Arc::make_mut(s).transport = Arc::new(health);
             changed
         });
     }
@@ -446,13 +462,15 @@ impl Follower {
                     .ne(members.iter().map(|m| m.live))
                 || !Arc::ptr_eq(&s.history, &history)
                 || !Arc::ptr_eq(&s.directory, &directory)
-                || transport.as_ref().is_some_and(|t| *t != s.transport);
+                || transport.as_ref().is_some_and(|t| *t != *s.transport);
+            // A copy only while a reader still holds the last one.
+            let s = Arc::make_mut(s);
             s.view = view;
             s.members = members;
             s.history = history;
             s.directory = directory;
             if let Some(t) = transport {
-                s.transport = t;
+                s.transport = Arc::new(t);
             }
             changed
         });

@@ -1,13 +1,15 @@
-//! The tokio task that drives the election core: it is the only place where time, the network
-//! and the disk meet the state machine.
+//! The tokio task that drives the election cores: it is the only place where time, the network
+//! and the disk meet the state machines. It drives one [`Election`] per group this process
+//! takes part in (`runtime/election.rs`), the way one endpoint drives many sans-IO
+//! connections: one inbound queue, one wire out, each election woken at its own deadline.
 //!
-//! One step ([`Runtime::step`]) is: feed one input to the core, publish the core's new view as
+//! One step of an election (`Election::step`) is: feed one input to the core, publish the core's new view as
 //! the [`Snapshot`] everything answering for the node reads, then execute the step's actions in
 //! order, a `Persist` durable before any later `Publish` leaves (docs/protocol.md, rule 3 and
 //! rule 9). Publishing the view first is what keeps two nodes from answering "leader" at once
 //! during a handover: a leader's revoked lease is visible before its `resign` can release anyone,
-//! however long the loop then stalls. Readers never lock the loop: the snapshot goes through a
-//! `watch` channel.
+//! however long the loop then stalls. Readers never lock the loop: each election's snapshot is an
+//! `Arc` on a `watch` channel, which a reader takes out in one reference count.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -15,13 +17,17 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::stream::{BoxStream, SelectAll};
+use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::directory::Directory;
+use crate::election::batch::Batch;
 use crate::election::stop::{self, Exit};
 use crate::election::{
     Action, Body, CommandError, Input, Maintenance, Member, MemberSet, Message, Node, NodeInfo,
@@ -35,10 +41,15 @@ use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
 use crate::transport::{Health, Transport};
 
 mod change;
+mod election;
 mod labels;
 mod maintenance;
+mod outbox;
 pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
+use election::{Election, Shared};
+pub use election::{ElectionParts, Keeps};
 pub use maintenance::MaintenanceRequest;
+use outbox::Outbox;
 
 use crate::exit_budget::{FLUSH as FLUSH_GRACE, HANDOVER as SHUTDOWN_GRACE};
 
@@ -61,9 +72,11 @@ pub struct Snapshot {
     pub view: View,
     /// Every other member as this node knows it.
     pub members: Vec<Member>,
-    /// The configured member set (this node included).
-    pub member_set: MemberSet,
-    pub transport: Health,
+    /// The configured member set (this node included); one allocation shared by every
+    /// snapshot.
+    pub member_set: Arc<MemberSet>,
+    /// As of the loop's turn (one reading for every election of the turn).
+    pub transport: Arc<Health>,
     pub history: Arc<VecDeque<HistoryEntry>>,
     pub timings: Timings,
     /// What this node announces to clients (`None`: nothing).
@@ -73,6 +86,8 @@ pub struct Snapshot {
     /// The newest maintenance write this node has seen (rule 16); whether it is in force now
     /// is `view.maintenance`.
     pub maintenance: Option<Maintenance>,
+    /// The members that hold it (this node first): `POST /pause` answers once a quorum does.
+    pub maintenance_held_by: Vec<String>,
 }
 
 impl Snapshot {
@@ -96,25 +111,34 @@ pub enum RuntimeError {
     Store(#[from] StoreError),
 }
 
+/// The loop that drives every election of this process: one task, one inbound queue, one
+/// wire out. It verifies each message once, hands it to the election of its group, wakes each
+/// election at its own deadline and routes each request to the election it names. Everything
+/// of one election is in its [`Election`]; what is here is what they share.
 pub struct Runtime {
-    node: Node,
+    /// Every election this process takes part in, by group.
+    elections: BTreeMap<String, Election>,
+    /// The first group added: its senders' replay marks keep the keys a node of one election
+    /// has always saved (see [`Runtime::replay_key`]).
+    default_group: Option<String>,
+    shared: Shared,
+    /// One turn's messages and state, sent and kept at the end of the turn (rule 18).
+    out: Outbox,
+    /// The process's store: the replay marks (each election's state is in its own store).
     store: Store,
-    transport: Arc<dyn Transport>,
     inbound: mpsc::Receiver<Vec<u8>>,
-    commands: mpsc::Receiver<Command>,
-    snapshot: watch::Sender<Snapshot>,
+    /// Every election's commands and maintenance requests, each tagged with its group.
+    requests: SelectAll<BoxStream<'static, (Arc<str>, Request)>>,
+    /// Elections added and removed while the node runs.
+    group_changes: mpsc::Receiver<GroupChange>,
+    /// The file writers (history, replay marks), awaited at exit.
+    writers: Vec<JoinHandle<()>>,
+    /// Cuts the writers' pacing short at exit.
+    flush_now: CancellationToken,
     last_turn: LastTurn,
     /// systemd's watchdog, petted from this loop so that a stuck loop stops petting.
     watchdog: crate::notify::Watchdog,
-    metrics: Arc<Metrics>,
-    history: Arc<VecDeque<HistoryEntry>>,
-    leaderless_since: Option<Instant>,
-    role: Role,
-    /// With a cluster key: sign what leaves, verify and de-replay what arrives.
-    keys: Option<KeyRing>,
     replay: ReplayGuard,
-    /// The latest history for its writer task (see [`file_writer`]).
-    history_out: watch::Sender<Vec<HistoryEntry>>,
     /// The replay marks for their writer task (see [`file_writer`]).
     replay_out: watch::Sender<BTreeMap<String, u64>>,
     /// Names a non-member (or a member with another member set) at once, without a flood:
@@ -122,21 +146,13 @@ pub struct Runtime {
     /// senders in that time; the rest are counted in the next line written (the metrics count
     /// every message).
     stray_log: KeyedLogLimit<(String, &'static str)>,
-    /// Every one is awaited (all at once) before a resign leaves.
-    release_guards: Vec<ReleaseGuard>,
-    /// Changes of leader and role for `--on-change`, if anyone asked for them.
-    changes: Option<Reporter>,
-    group: String,
-    /// Stamped on every message that leaves (see [`crate::directory`]).
-    info: Option<NodeInfo>,
-    directory: Arc<Directory>,
-    maintenance_requests: mpsc::Receiver<MaintenanceRequest>,
-    /// The newest maintenance write seen, sent on every message (rule 16).
-    maintenance: Option<Maintenance>,
-    /// What the core was last told of it.
-    maintenance_in_core: bool,
-    /// The observers heard on the topic (their announcements never reach the core).
-    observers: Observers,
+}
+
+/// What reaches one election from outside the loop. A command is boxed: it carries the whole
+/// input, a maintenance request a few words, and both wait in the same stream.
+enum Request {
+    Command(Box<Command>),
+    Maintenance(MaintenanceRequest),
 }
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
@@ -146,140 +162,186 @@ pub struct Runtime {
 /// [`Change`] that reports it already sent, when this runs (rule 9).
 pub type ReleaseGuard = Arc<dyn Fn(u64) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
-/// The channels a runtime is built from.
+/// A change of the elections of a running node (`POST /groups`, `DELETE /groups/{group}`).
+pub enum GroupChange {
+    /// Take part in `parts.group`'s election from now on (boxed: a whole core); with
+    /// `report_changes`, its changes of leader and role are reported too (`--on-change`).
+    Add {
+        parts: Box<ElectionParts>,
+        report_changes: bool,
+        reply: oneshot::Sender<(ElectionHandle, Option<watch::Receiver<Change>>)>,
+    },
+    /// Every resign of `group`'s election waits for `guard` from now on (an added group's
+    /// `--exec` child or `--on-change` run). A group just added cannot lead yet (its start-up
+    /// guard), so the guard is in place before any resign of it.
+    Guard {
+        group: String,
+        guard: ReleaseGuard,
+        reply: oneshot::Sender<()>,
+    },
+    /// Leave `group`'s election: a leader resigns (naming a successor when it can, as at
+    /// shutdown), then the election is dropped. Its state stays on disk, so that the node can
+    /// never vote twice in a term of it if the group is added again. Answered `false` when the
+    /// node takes no part in it.
+    Remove {
+        group: String,
+        reply: oneshot::Sender<bool>,
+    },
+}
+
+/// What the process's elections share: built once, before any election is added.
 pub struct Wiring {
     pub transport: Arc<dyn Transport>,
     /// The cluster key ring; `None` accepts unsigned messages (peers unauthenticated).
     pub keys: Option<KeyRing>,
     pub inbound: mpsc::Receiver<Vec<u8>>,
-    pub commands: mpsc::Receiver<Command>,
     pub metrics: Arc<Metrics>,
-    /// The election group: only its members' announcements are recorded.
-    pub group: String,
     /// What this node announces to clients (`--advertise-url`, `--meta`).
     pub info: Option<NodeInfo>,
+    /// The process's store, for the replay marks.
+    pub store: Store,
+    /// The persisted state of every group beside the default one.
+    pub book: Arc<Mutex<crate::store::Book>>,
+    /// This node's id.
+    pub node_id: String,
+    /// Elections added and removed while the node runs.
+    pub group_changes: mpsc::Receiver<GroupChange>,
+}
+
+/// How the API and the companions reach one election of the loop.
+pub struct ElectionHandle {
+    /// Its view, as of the loop's last step for it.
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// Its operator commands (and the health checks' verdicts).
+    pub commands: mpsc::Sender<Command>,
     /// `POST /pause` and `DELETE /pause`.
-    pub maintenance: mpsc::Receiver<MaintenanceRequest>,
-    /// Where announcements of observers (`run --observe`) are recorded, for `/status`.
-    pub observers: Observers,
+    pub maintenance: mpsc::Sender<MaintenanceRequest>,
 }
 
 impl Runtime {
-    /// Returns the runtime, the snapshot receiver for the API and the loop clock.
-    pub fn new(
-        node: Node,
-        store: Store,
-        history: Vec<HistoryEntry>,
-        wiring: Wiring,
-    ) -> (Runtime, watch::Receiver<Snapshot>, LastTurn) {
+    /// Returns the runtime, with no election yet, and the loop clock.
+    pub fn new(wiring: Wiring) -> (Runtime, LastTurn) {
         let now = clock::now();
         let last_turn = Arc::new(Mutex::new(now));
-        let history: VecDeque<_> = history.into_iter().collect();
-        let role = node.role();
-        let directory = Arc::new(Directory::default());
-        let maintenance = store.maintenance();
-        let first = snapshot_of(
-            &node,
-            wiring.transport.health(),
-            Arc::new(history.clone()),
-            (&wiring.info, &directory, &maintenance),
-            now,
-        );
-        let (tx, rx) = watch::channel(first);
         // Only signed messages are de-replayed (unsigned ones prove nothing about their sender).
         let replay = match &wiring.keys {
-            Some(_) => ReplayGuard::from_marks(&store.replay_marks()),
+            Some(_) => ReplayGuard::from_marks(&wiring.store.replay_marks()),
             None => ReplayGuard::new(),
         };
         // Saved again as loaded, so a sender silent during this run keeps its mark.
         let marks = replay.marks();
         let rt = Runtime {
-            node,
-            store,
-            transport: wiring.transport,
+            elections: BTreeMap::new(),
+            default_group: None,
+            shared: Shared {
+                health: Arc::new(wiring.transport.health()),
+                transport: wiring.transport,
+                keys: wiring.keys,
+                info: wiring.info,
+                directory: Arc::new(Directory::default()),
+                metrics: wiring.metrics,
+            },
+            out: Outbox::new(wiring.node_id, wiring.book),
+            store: wiring.store,
             inbound: wiring.inbound,
-            commands: wiring.commands,
-            snapshot: tx,
+            requests: SelectAll::new(),
+            group_changes: wiring.group_changes,
+            writers: Vec::new(),
+            flush_now: CancellationToken::new(),
             last_turn: last_turn.clone(),
             watchdog: crate::notify::Watchdog::from_env(),
-            metrics: wiring.metrics,
-            history: Arc::new(history),
-            leaderless_since: Some(now),
-            role,
-            history_out: watch::Sender::new(Vec::new()),
             replay,
-            keys: wiring.keys,
             replay_out: watch::Sender::new(marks),
             stray_log: KeyedLogLimit::new(STRAY_LOG_EVERY, STRAY_SENDERS_NAMED),
-            release_guards: Vec::new(),
-            changes: None,
-            group: wiring.group,
-            info: wiring.info,
-            directory,
-            maintenance_requests: wiring.maintenance,
-            maintenance,
-            maintenance_in_core: false,
-            observers: wiring.observers,
         };
-        (rt, rx, last_turn)
+        (rt, last_turn)
     }
 
-    /// Every resign this node sends waits for `guard` first (see [`ReleaseGuard`]), and for
-    /// every guard given before it, all at once.
-    pub fn guard_releases(&mut self, guard: ReleaseGuard) {
-        self.release_guards.push(guard);
+    /// Adds the election of `parts.group` to the loop: from now on it takes that group's
+    /// messages and its own requests. Returns how to reach it.
+    pub fn add_election(&mut self, parts: ElectionParts) -> ElectionHandle {
+        let group: Arc<str> = parts.group.as_str().into();
+        if self.elections.is_empty() {
+            // Every group has the node's member set: who may be sent batches is judged once.
+            let me = parts.node.id().to_string();
+            let others: Vec<String> = (parts.node.members().ids())
+                .filter(|id| *id != me)
+                .map(str::to_string)
+                .collect();
+            self.out.set_members(others.iter().map(String::as_str));
+        }
+        let (election, snapshot) = Election::new(parts, &self.shared, clock::now());
+        let (commands, commands_rx) = mpsc::channel(64);
+        let (maintenance, maintenance_rx) = mpsc::channel(8);
+        self.requests.push(tagged(group.clone(), commands_rx, |c| {
+            Request::Command(Box::new(c))
+        }));
+        self.requests
+            .push(tagged(group.clone(), maintenance_rx, Request::Maintenance));
+        self.default_group.get_or_insert_with(|| group.to_string());
+        self.elections.insert(group.to_string(), election);
+        ElectionHandle {
+            snapshot,
+            commands,
+            maintenance,
+        }
     }
 
-    /// Reports every change of the known leader or of this node's role from now on, starting
-    /// with a `start` change of the current view (see [`Change`]).
-    pub fn report_changes(&mut self) -> watch::Receiver<Change> {
-        let (reporter, rx) = Reporter::new(&self.node.view(clock::now()));
-        self.changes = Some(reporter);
-        rx
+    /// Every resign of `group`'s election waits for `guard` first (see [`ReleaseGuard`]), and
+    /// for every guard given before it, all at once.
+    pub fn guard_releases(&mut self, group: &str, guard: ReleaseGuard) {
+        self.election_mut(group).guard_releases(guard);
     }
 
-    /// Runs until `stop` is cancelled and, if this node led, its successor is known (or the
-    /// grace period ran out). An error means the state could not be made durable: the node must
-    /// not go on.
+    /// Reports every change of `group`'s leader or of this node's role in it from now on,
+    /// starting with a `start` change of the current view (see [`Change`]).
+    pub fn report_changes(&mut self, group: &str) -> watch::Receiver<Change> {
+        self.election_mut(group).report_changes()
+    }
+
+    fn election_mut(&mut self, group: &str) -> &mut Election {
+        self.elections
+            .get_mut(group)
+            .unwrap_or_else(|| panic!("no election of group {group} in this runtime"))
+    }
+
+    /// Runs until `stop` is cancelled and, for every election this node led, its successor is
+    /// known (or the grace period ran out). An error means a state could not be made durable:
+    /// the node must not go on.
     pub async fn run(mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
         // Each file has one writer task, so that writes never race; the loop only hands them
         // the latest content.
-        let flush_now = CancellationToken::new();
-        let mut writers = vec![tokio::spawn(file_writer(
-            "history",
-            self.store.clone(),
-            self.history_out.subscribe(),
-            Duration::ZERO,
-            flush_now.clone(),
-            |store: &Store, list: &Vec<HistoryEntry>| store.save_history(list),
-        ))];
-        if self.keys.is_some() {
+        let flush_now = self.flush_now.clone();
+        let mut writers: Vec<_> = self
+            .elections
+            .values()
+            .map(|e| e.history_writer(&flush_now))
+            .collect();
+        if self.shared.keys.is_some() {
             // Marks change with every signed message: at most one save per heartbeat interval.
             writers.push(tokio::spawn(file_writer(
                 "replay marks",
                 self.store.clone(),
                 self.replay_out.subscribe(),
-                self.node.timings().heartbeat,
+                self.heartbeat(),
                 flush_now.clone(),
                 |store: &Store, marks: &BTreeMap<String, u64>| store.save_replay_marks(marks),
             )));
         }
+        self.writers = writers;
         let result = self.drive(stop).await;
         // The last transitions (a shutdown's, typically) and marks must not be lost to the
         // exit: hand the writers the final content, close their channels, wait for them.
-        let list: Vec<_> = self.history.iter().cloned().collect();
-        self.history_out.send_replace(list);
-        drop(std::mem::replace(
-            &mut self.history_out,
-            watch::Sender::new(Vec::new()),
-        ));
+        for election in self.elections.values_mut() {
+            election.close_history();
+        }
         drop(std::mem::replace(
             &mut self.replay_out,
             watch::Sender::new(BTreeMap::new()),
         ));
         flush_now.cancel();
-        let all = futures_util::future::join_all(writers);
-        let sent = self.transport.flushed();
+        let all = futures_util::future::join_all(std::mem::take(&mut self.writers));
+        let sent = self.shared.transport.flushed();
         if tokio::time::timeout(FLUSH_GRACE, futures_util::future::join(all, sent))
             .await
             .is_err()
@@ -291,175 +353,322 @@ impl Runtime {
         result
     }
 
+    /// The shortest heartbeat interval of the elections: the loop turns at least this often.
+    fn heartbeat(&self) -> Duration {
+        let shortest = self.elections.values().map(|e| e.node.timings().heartbeat);
+        shortest.min().unwrap_or(Duration::from_secs(1))
+    }
+
     async fn drive(&mut self, stop: CancellationToken) -> Result<(), RuntimeError> {
-        let h = self.node.timings().heartbeat;
-        let mut stopping: Option<(Instant, bool)> = None;
-        self.publish_snapshot(clock::now());
+        let h = self.heartbeat();
+        let mut stopping: Option<Stopping> = None;
+        for election in self.elections.values_mut() {
+            election.publish_snapshot(&self.shared, clock::now());
+        }
         loop {
             // Before anything else: a restarted node holds the pause it kept on disk from its
             // first step, and a pause that reached its end lapses here.
-            self.sync_maintenance().await?;
+            for election in self.elections.values_mut() {
+                election
+                    .sync_maintenance(&self.shared, &mut self.out)
+                    .await?;
+            }
+            self.flush().await?;
             let now = clock::now();
+            self.shared.refresh_health();
             *self.last_turn.lock().unwrap_or_else(|e| e.into_inner()) = now;
             self.watchdog.pet(now);
-            if let Some((since, hand_over)) = stopping {
-                let view = self.node.view(now);
-                match stop::exit_now(hand_over, &view, now.saturating_duration_since(since)) {
-                    None => {}
-                    Some(Exit::NothingToWaitFor) => return Ok(()),
-                    Some(Exit::HandedOver { successor }) => {
-                        tracing::info!(
-                            successor = %successor,
-                            term = view.term,
-                            handover_ms = (now - since).as_millis() as u64,
-                            "handed leadership over; exiting"
-                        );
-                        return Ok(());
-                    }
-                    Some(Exit::GraceOver) => {
-                        tracing::warn!(
-                            grace_ms = SHUTDOWN_GRACE.as_millis() as u64,
-                            "no successor known within the grace period; exiting"
-                        );
-                        return Ok(());
-                    }
+            if let Some(s) = &stopping {
+                if self.may_exit(s, now) {
+                    return Ok(());
                 }
             }
-            let mut deadline = self.node.poll_timeout().unwrap_or(now + h);
-            if let Some((since, _)) = stopping {
-                deadline = deadline.min(since + SHUTDOWN_GRACE);
+            let next = self.elections.values().filter_map(|e| e.deadline);
+            let mut deadline = next.min().unwrap_or(now + h);
+            if let Some(s) = &stopping {
+                deadline = deadline.min(s.since + SHUTDOWN_GRACE);
             }
             tokio::select! {
-                _ = clock::sleep_until(deadline) => {
-                    let _ = self.step(Input::Tick).await?;
-                }
+                _ = clock::sleep_until(deadline) => self.tick(deadline).await?,
                 Some(bytes) = self.inbound.recv() => self.on_bytes(&bytes).await?,
-                Some(cmd) = self.commands.recv() => {
-                    let result = self.step(cmd.input).await?;
-                    let _ = cmd.reply.send(result);
+                Some((group, request)) = self.requests.next() => {
+                    self.on_request(&group, request).await?;
                 }
-                Some(req) = self.maintenance_requests.recv() => {
-                    self.on_maintenance_request(req).await?;
+                Some(change) = self.group_changes.recv(), if stopping.is_none() => {
+                    self.on_group_change(change).await?;
                 }
                 _ = stop.cancelled(), if stopping.is_none() => {
-                    let now = clock::now();
-                    let was_leader = self.node.view(now).is_leader_at(now);
-                    // With no live candidate (a single node, or every peer silent or withdrawn)
-                    // nobody can take over soon: waiting out the grace would only delay the exit.
-                    let can_hand_over = self.node.has_successor(now);
-                    tracing::info!(was_leader, can_hand_over, "shutting down");
-                    let _ = self.step(Input::Shutdown).await?;
-                    stopping = Some((now, was_leader && can_hand_over));
+                    stopping = Some(self.shut_down().await?);
                 }
             }
+            // What the turn persisted, then what it sent (rule 18).
+            self.flush().await?;
         }
     }
 
-    /// One input through the core: the new view is published before any of its actions runs
-    /// (rule 9), then the actions run in order, then the view is published again (transport
-    /// health and history may have changed while they ran).
-    async fn step(&mut self, input: Input) -> Result<Result<Outcome, CommandError>, RuntimeError> {
-        let now = clock::now();
-        let result = self.node.handle(now, input);
-        self.publish_snapshot(now);
-        self.on_role(now);
-        self.execute().await?;
-        if let Some(changes) = &self.changes {
-            changes.role(&self.node.view(now));
-        }
-        self.publish_snapshot(clock::now());
-        Ok(result)
+    /// Ends the turn: its state on disk, then its messages on the wire.
+    async fn flush(&mut self) -> Result<(), RuntimeError> {
+        self.out
+            .flush(self.shared.transport.as_ref(), &self.shared.metrics)
+            .await
     }
 
-    async fn on_bytes(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
-        // Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
-        // The replay guard sits below membership on purpose: it tracks what each holder of the
-        // cluster key sent (a stray node with the key included), so that no recording of it can
-        // be played back; the election state of rule 1 is the core's, which a non-member never
-        // changes.
-        let checked = match &self.keys {
-            Some(keys) => keys
-                .verify(bytes)
-                .and_then(|m| self.replay.check(&m.from, m.seq).map(|_| m))
-                .inspect(|m| self.record_mark(&m.from)),
-            None => Message::parse(bytes).map_err(Rejection::from),
-        };
-        match checked {
-            Ok(msg) if msg.observer => {
-                // An observer's announcement: recorded, never a stray, never the core's. A
-                // member's id in one is a misconfigured observer; it changes nothing either.
-                if msg.group == self.group && !self.node.members().contains(&msg.from) {
-                    self.observers
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .heard(clock::now(), &msg.from);
-                }
-                self.metrics
-                    .received((&msg.body).into(), Received::Observer);
-            }
-            Ok(msg) => {
-                if msg.group == self.group && self.node.members().contains(&msg.from) {
-                    Arc::make_mut(&mut self.directory).record(
-                        &msg.from,
-                        msg.seq,
-                        msg.info.as_ref(),
-                    );
-                }
-                // Before the message itself: a resign that arrives with the pause that came
-                // first must find the core already holding its campaigns back.
-                if let Some(write) = &msg.maintenance {
-                    if msg.group == self.group && self.node.members().contains(&msg.from) {
-                        self.on_maintenance_heard(write).await?;
-                    }
-                }
-                let kind = MessageType::from(&msg.body);
-                let (from, members) = (msg.from.clone(), msg.members.clone());
-                let outcome = match self.step(Input::Message(msg)).await? {
-                    Ok(o) => o,
-                    Err(_) => Outcome::Ignored,
-                };
-                self.metrics.received(kind, (&outcome).into());
-                self.log_stray(&from, &members, &outcome);
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, reason = e.reason(), "dropped a message");
-                self.metrics.received(MessageType::Unknown, (&e).into());
+    /// Every election whose deadline has come (at least the one that set `deadline`), or that
+    /// has none, takes a tick.
+    async fn tick(&mut self, deadline: Instant) -> Result<(), RuntimeError> {
+        let due = clock::now().max(deadline);
+        for election in self.elections.values_mut() {
+            if election.deadline.is_none_or(|d| d <= due) {
+                let _ = election
+                    .step(&self.shared, &mut self.out, Input::Tick)
+                    .await?;
             }
         }
         Ok(())
     }
 
-    /// Names a sender that is not a member, or whose member set differs. An operator must see a
-    /// stray node at once, by name; a flood of made-up sender ids must cost neither a log line
-    /// nor memory each.
-    fn log_stray(&mut self, from: &str, fingerprint: &str, outcome: &Outcome) {
-        let why = match outcome {
-            Outcome::NotMember => "not_member",
-            Outcome::OtherMembers => "other_members",
-            _ => return,
+    async fn on_request(&mut self, group: &str, request: Request) -> Result<(), RuntimeError> {
+        let Some(election) = self.elections.get_mut(group) else {
+            // Requests come only through an election's handle: its election is still here.
+            return Ok(());
         };
-        let Some(left_out) = self.stray_log.admit(clock::now(), (from.to_string(), why)) else {
-            return;
-        };
-        if left_out > 0 {
-            tracing::warn!(
-                left_out,
-                "messages of more stray senders than are named each minute were not logged (the metrics count them all)"
-            );
+        match request {
+            Request::Command(cmd) => {
+                let result = election
+                    .step(&self.shared, &mut self.out, cmd.input)
+                    .await?;
+                // Answered once what the command did has left.
+                self.flush().await?;
+                let _ = cmd.reply.send(result);
+            }
+            Request::Maintenance(req) => {
+                election
+                    .on_maintenance_request(&self.shared, &mut self.out, req)
+                    .await?
+            }
         }
-        let members = self.node.members();
-        match outcome {
-            Outcome::NotMember => tracing::warn!(
-                sender = from,
-                members = %members,
-                "a node that is not a member sent election messages; ignored (add it with --member/--peer on every node, or stop it)"
-            ),
-            _ => tracing::warn!(
-                sender = from,
-                its_fingerprint = fingerprint,
-                ours = members.fingerprint(),
-                "a member has another member set; its votes and acks are not counted until every node lists the same members"
-            ),
+        Ok(())
+    }
+
+    async fn on_group_change(&mut self, change: GroupChange) -> Result<(), RuntimeError> {
+        match change {
+            GroupChange::Add {
+                parts,
+                report_changes,
+                reply,
+            } => {
+                let group = parts.group.clone();
+                let handle = self.add_election(*parts);
+                let changes = report_changes.then(|| self.report_changes(&group));
+                let election = (self.elections.get_mut(&group)).expect("just added");
+                let writer = election.history_writer(&self.flush_now);
+                election.publish_snapshot(&self.shared, clock::now());
+                self.writers.push(writer);
+                tracing::info!(group = %group, groups = self.elections.len(), "group added");
+                let _ = reply.send((handle, changes));
+            }
+            GroupChange::Guard {
+                group,
+                guard,
+                reply,
+            } => {
+                if let Some(election) = self.elections.get_mut(&group) {
+                    election.guard_releases(guard);
+                }
+                let _ = reply.send(());
+            }
+            GroupChange::Remove { group, reply } => {
+                let Some(mut election) = self.elections.remove(&group) else {
+                    let _ = reply.send(false);
+                    return Ok(());
+                };
+                let now = clock::now();
+                let was_leader = election.node.view(now).is_leader_at(now);
+                // As at shutdown: a leader resigns, naming its successor when it can, so the
+                // group elects at once rather than after `T`.
+                let _ = election
+                    .step(&self.shared, &mut self.out, Input::Shutdown)
+                    .await?;
+                self.flush().await?;
+                election.close_history();
+                tracing::info!(group = %group, was_leader, groups = self.elections.len(), "group removed");
+                let _ = reply.send(true);
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every election to shut down, and notes which of them lead and can hand over.
+    async fn shut_down(&mut self) -> Result<Stopping, RuntimeError> {
+        let now = clock::now();
+        let mut hand_over = BTreeMap::new();
+        for (group, election) in &mut self.elections {
+            let was_leader = election.node.view(now).is_leader_at(now);
+            // With no live candidate (a single node, or every peer silent or withdrawn)
+            // nobody can take over soon: waiting out the grace would only delay the exit.
+            let can_hand_over = election.node.has_successor(now);
+            tracing::info!(group = %group, was_leader, can_hand_over, "shutting down");
+            let _ = election
+                .step(&self.shared, &mut self.out, Input::Shutdown)
+                .await?;
+            hand_over.insert(group.clone(), was_leader && can_hand_over);
+        }
+        Ok(Stopping {
+            since: now,
+            hand_over,
+        })
+    }
+
+    /// Whether every election is done with its shutdown (the core's stop policy, per election).
+    fn may_exit(&self, s: &Stopping, now: Instant) -> bool {
+        let waited = now.saturating_duration_since(s.since);
+        let mut exits = Vec::with_capacity(self.elections.len());
+        for (group, election) in &self.elections {
+            let hand_over = s.hand_over.get(group).copied().unwrap_or(false);
+            match stop::exit_now(hand_over, &election.node.view(now), waited) {
+                None => return false,
+                Some(exit) => exits.push((group, election.node.term(), exit)),
+            }
+        }
+        for (group, term, exit) in exits {
+            match exit {
+                Exit::NothingToWaitFor => {}
+                Exit::HandedOver { successor } => tracing::info!(
+                    group = %group,
+                    successor = %successor,
+                    term,
+                    handover_ms = waited.as_millis() as u64,
+                    "handed leadership over; exiting"
+                ),
+                Exit::GraceOver => tracing::warn!(
+                    group = %group,
+                    grace_ms = SHUTDOWN_GRACE.as_millis() as u64,
+                    "no successor known within the grace period; exiting"
+                ),
+            }
+        }
+        true
+    }
+
+    /// One wire message: a message alone, or a batch of them (rule 18), each of which is
+    /// taken exactly as if it had come alone.
+    async fn on_bytes(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
+        match Batch::read(bytes) {
+            Ok(None) => self.on_message(bytes).await,
+            Ok(Some(batch)) => {
+                // The node's own batch, back from a transport that delivers to itself: none of
+                // its messages would change anything.
+                if batch.from == self.out.node_id() {
+                    return Ok(());
+                }
+                for message in batch.each() {
+                    self.on_message(message).await?;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "dropped a batch");
+                let e = Rejection::from(e);
+                self.shared
+                    .metrics
+                    .received(MessageType::Unknown, (&e).into());
+                Ok(())
+            }
+        }
+    }
+
+    async fn on_message(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
+        // Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
+        // The replay guard sits below membership on purpose: it tracks what each holder of the
+        // cluster key sent (a stray node with the key included), so that no recording of it can
+        // be played back; the election state of rule 1 is the core's, which a non-member never
+        // changes.
+        let checked = match &self.shared.keys {
+            Some(keys) => keys.verify(bytes).and_then(|m| {
+                let key = self.replay_key(&m);
+                self.replay.check(&key, m.seq)?;
+                self.record_mark(&key);
+                Ok(m)
+            }),
+            None => Message::parse(bytes).map_err(Rejection::from),
+        };
+        let msg = match checked {
+            Ok(msg) => msg,
+            Err(e) => {
+                tracing::debug!(error = %e, reason = e.reason(), "dropped a message");
+                self.shared
+                    .metrics
+                    .received(MessageType::Unknown, (&e).into());
+                return Ok(());
+            }
+        };
+        let kind = MessageType::from(&msg.body);
+        let Some(election) = self.elections.get_mut(&msg.group) else {
+            // A group this process takes no part in: nothing of it is read.
+            let received = if msg.observer {
+                Received::Observer
+            } else {
+                (&Outcome::Ignored).into()
+            };
+            self.shared.metrics.received(kind, received);
+            return Ok(());
+        };
+        let member = election.node.members().contains(&msg.from);
+        if msg.observer {
+            // An observer's announcement: recorded, never a stray, never the core's. A member's
+            // id in one is a misconfigured observer; it changes nothing either.
+            if !member {
+                election
+                    .observers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .heard(clock::now(), &msg.from);
+            }
+            self.shared.metrics.received(kind, Received::Observer);
+            return Ok(());
+        }
+        if member {
+            if (self.shared.directory).would_change(&msg.from, msg.seq, msg.info.as_ref()) {
+                Arc::make_mut(&mut self.shared.directory).record(
+                    &msg.from,
+                    msg.seq,
+                    msg.info.as_ref(),
+                );
+            }
+            self.out.heard(&msg.from, msg.batches);
+            // Before the message itself: a resign that arrives with the pause that came first
+            // must find the core already holding its campaigns back.
+            if let Some(write) = &msg.maintenance {
+                election
+                    .on_maintenance_heard(&self.shared, &mut self.out, write)
+                    .await?;
+            }
+            election.note_carried(&msg.from, msg.maintenance.as_ref());
+        }
+        let (from, members) = (msg.from.clone(), msg.members.clone());
+        let stepped = election
+            .step(&self.shared, &mut self.out, Input::Message(msg))
+            .await?;
+        let outcome = match stepped {
+            Ok(o) => o,
+            Err(_) => Outcome::Ignored,
+        };
+        self.shared.metrics.received(kind, (&outcome).into());
+        let ours = election.node.members();
+        log_stray(&mut self.stray_log, (&from, &members), &outcome, ours);
+        Ok(())
+    }
+
+    /// Whose sequence numbers `m`'s is checked against. Each election of a sender numbers its
+    /// messages on its own (its store's boot counter starts them), so a sender's groups are
+    /// separate senders here: the default group's under the sender's id, as a node of one
+    /// election keeps its marks, any other's under the id and the group, joined by a control
+    /// character no group name has.
+    fn replay_key(&self, m: &Message) -> String {
+        if self.default_group.as_deref() == Some(m.group.as_str()) {
+            m.from.clone()
+        } else {
+            format!("{}\u{1f}{}", m.from, m.group)
         }
     }
 
@@ -482,114 +691,121 @@ impl Runtime {
             true
         });
     }
+}
 
-    /// Carries out the core's actions in order.
-    async fn execute(&mut self) -> Result<(), RuntimeError> {
-        while let Some(action) = self.node.poll_action() {
-            match action {
-                Action::Persist(p) => {
-                    let store = self.store.clone();
-                    tokio::task::spawn_blocking(move || store.persist(&p))
-                        .await
-                        .expect("the persist task does not panic")?;
-                }
-                Action::Publish(mut msg) => {
-                    if matches!(msg.body, Body::Resign { .. }) && !self.release_guards.is_empty() {
-                        let all = self.release_guards.iter().map(|guard| guard(msg.term));
-                        futures_util::future::join_all(all).await;
+/// The command senders of every election of the node, for what concerns the node as a whole
+/// (the application's health): those it started with and those added since.
+#[derive(Clone, Default)]
+pub struct EveryElection {
+    senders: Arc<Mutex<Vec<mpsc::Sender<Command>>>>,
+}
+
+impl EveryElection {
+    pub fn new(senders: Vec<mpsc::Sender<Command>>) -> EveryElection {
+        EveryElection {
+            senders: Arc::new(Mutex::new(senders)),
+        }
+    }
+
+    pub fn add(&self, sender: mpsc::Sender<Command>) {
+        self.lock().push(sender);
+    }
+
+    /// Forgets the election `sender` commands (it was removed).
+    pub fn remove(&self, sender: &mpsc::Sender<Command>) {
+        self.lock().retain(|s| !s.same_channel(sender));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::Sender<Command>>> {
+        self.senders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One sender for all of them: each command goes to every election, and is answered with
+    /// the first one's answer once every election has answered.
+    pub fn sender(&self) -> mpsc::Sender<Command> {
+        let (tx, mut rx) = mpsc::channel::<Command>(8);
+        let every = self.clone();
+        tokio::spawn(async move {
+            while let Some(cmd) = rx.recv().await {
+                let senders = every.lock().clone();
+                let mut answers = Vec::with_capacity(senders.len());
+                for election in &senders {
+                    let (reply, answer) = oneshot::channel();
+                    let input = cmd.input.clone();
+                    if election.send(Command { input, reply }).await.is_ok() {
+                        answers.push(answer);
                     }
-                    msg.stamp(unix_ms_now());
-                    msg.info.clone_from(&self.info);
-                    msg.maintenance.clone_from(&self.maintenance);
-                    if let Some(keys) = &self.keys {
-                        keys.sign(&mut msg);
+                }
+                let mut first = None;
+                for answer in answers {
+                    if let Ok(result) = answer.await {
+                        first.get_or_insert(result);
                     }
-                    let bytes: Arc<[u8]> = msg.to_json().into_bytes().into();
-                    self.transport.publish(bytes);
                 }
-                Action::Transition(t) => self.on_transition(t),
-            }
-        }
-        Ok(())
-    }
-
-    fn on_transition(&mut self, t: Transition) {
-        let now = clock::now();
-        if let Some(changes) = &self.changes {
-            changes.transition(&t, &self.node.view(now));
-        }
-        let leaderless_ms = match (&t.leader, self.leaderless_since) {
-            (Some(_), Some(since)) => Some((now - since).as_millis() as u64),
-            _ => None,
-        };
-        match &t.leader {
-            Some(_) => {
-                if let Some(ms) = leaderless_ms {
-                    self.metrics.leaderless_seconds.inc_by(ms as f64 / 1000.0);
+                if let Some(result) = first {
+                    let _ = cmd.reply.send(result);
                 }
-                self.leaderless_since = None;
             }
-            None => self.leaderless_since = Some(now),
-        }
-        self.metrics.transition(t.reason.into());
-        let reason = t.reason.as_str();
-        tracing::info!(
-            term = t.term,
-            leader = t.leader.as_deref().unwrap_or(""),
-            previous = t.previous.as_deref().unwrap_or(""),
-            reason,
-            leaderless_ms,
-            "leader transition"
-        );
-        let entry = HistoryEntry {
-            term: t.term,
-            leader: t.leader,
-            previous: t.previous,
-            reason: reason.to_string(),
-            at: rfc3339(unix_ms_now()),
-            leaderless_ms,
-        };
-        let history = Arc::make_mut(&mut self.history);
-        history.push_back(entry);
-        while history.len() > HISTORY_LIMIT {
-            history.pop_front();
-        }
-        self.history_out
-            .send_replace(history.iter().cloned().collect());
+        });
+        tx
     }
+}
 
-    /// Metrics and a log line when the role changed in the last step.
-    fn on_role(&mut self, now: Instant) {
-        let view: View = self.node.view(now);
-        self.metrics.term.set(view.term as i64);
-        match (self.role, view.role) {
-            (Role::Follower, Role::PreCandidate | Role::Candidate) => {
-                self.metrics.election(ElectionResult::Started)
-            }
-            (Role::PreCandidate | Role::Candidate, Role::Leader) => {
-                self.metrics.election(ElectionResult::Won)
-            }
-            (Role::PreCandidate | Role::Candidate, Role::Follower) => {
-                self.metrics.election(ElectionResult::Lost)
-            }
-            _ => {}
-        }
-        if self.role != view.role {
-            tracing::info!(term = view.term, role = ?view.role, "role changed");
-        }
-        self.role = view.role;
+/// Names a sender that is not a member, or whose member set differs from `members`, the
+/// election's own. An operator must see a stray node at once, by name; a flood of made-up sender
+/// ids must cost neither a log line nor memory each (`stray_log`).
+fn log_stray(
+    stray_log: &mut KeyedLogLimit<(String, &'static str)>,
+    (from, fingerprint): (&str, &str),
+    outcome: &Outcome,
+    members: &MemberSet,
+) {
+    let why = match outcome {
+        Outcome::NotMember => "not_member",
+        Outcome::OtherMembers => "other_members",
+        _ => return,
+    };
+    let Some(left_out) = stray_log.admit(clock::now(), (from.to_string(), why)) else {
+        return;
+    };
+    if left_out > 0 {
+        tracing::warn!(
+                left_out,
+                "messages of more stray senders than are named each minute were not logged (the metrics count them all)"
+            );
     }
+    match outcome {
+            Outcome::NotMember => tracing::warn!(
+                sender = from,
+                members = %members,
+                "a node that is not a member sent election messages; ignored (add it with --member/--peer on every node, or stop it)"
+            ),
+            _ => tracing::warn!(
+                sender = from,
+                its_fingerprint = fingerprint,
+                ours = members.fingerprint(),
+                "a member has another member set; its votes and acks are not counted until every node lists the same members"
+            ),
+        }
+}
 
-    fn publish_snapshot(&self, now: Instant) {
-        let snap = snapshot_of(
-            &self.node,
-            self.transport.health(),
-            self.history.clone(),
-            (&self.info, &self.directory, &self.maintenance),
-            now,
-        );
-        self.snapshot.send_replace(snap);
-    }
+/// A shutdown under way: since when, and which elections wait for a successor.
+struct Stopping {
+    since: Instant,
+    hand_over: BTreeMap<String, bool>,
+}
+
+/// `rx` as a stream of requests of `group`.
+fn tagged<T: Send + 'static>(
+    group: Arc<str>,
+    rx: mpsc::Receiver<T>,
+    wrap: fn(T) -> Request,
+) -> BoxStream<'static, (Arc<str>, Request)> {
+    futures_util::stream::unfold(rx, move |mut rx| {
+        let group = group.clone();
+        async move { rx.recv().await.map(|t| ((group, wrap(t)), rx)) }
+    })
+    .boxed()
 }
 
 /// Writes one file off the election loop, one write at a time and always the latest content,
@@ -620,25 +836,5 @@ async fn file_writer<T, F>(
             _ = tokio::time::sleep(pace) => {}
             _ = flush_now.cancelled() => {}
         }
-    }
-}
-
-fn snapshot_of(
-    node: &Node,
-    transport: Health,
-    history: Arc<VecDeque<HistoryEntry>>,
-    (info, directory, maintenance): (&Option<NodeInfo>, &Arc<Directory>, &Option<Maintenance>),
-    now: Instant,
-) -> Snapshot {
-    Snapshot {
-        view: node.view(now),
-        members: node.peers(now),
-        member_set: node.members().clone(),
-        transport,
-        history,
-        timings: *node.timings(),
-        info: info.clone(),
-        directory: directory.clone(),
-        maintenance: maintenance.clone(),
     }
 }

@@ -119,7 +119,10 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Starts the task that fires operations through `commands` (the API's command path).
-    pub fn start(snapshot: watch::Receiver<Snapshot>, commands: mpsc::Sender<Command>) -> Self {
+    pub fn start(
+        snapshot: watch::Receiver<Arc<Snapshot>>,
+        commands: mpsc::Sender<Command>,
+    ) -> Self {
         let s = Scheduler {
             book: Arc::new(Mutex::new(Book::default())),
             changed: Arc::new(Notify::new()),
@@ -193,7 +196,7 @@ fn still_leads(snap: &Snapshot, term: u64) -> Result<(), String> {
 
 async fn run(
     s: Scheduler,
-    mut snapshot: watch::Receiver<Snapshot>,
+    mut snapshot: watch::Receiver<Arc<Snapshot>>,
     commands: mpsc::Sender<Command>,
 ) {
     loop {

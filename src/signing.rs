@@ -353,35 +353,30 @@ mod tests {
 
     fn msg() -> Message {
         Message {
-            v: crate::election::PROTOCOL_VERSION,
-            group: "g".into(),
-            from: "a".into(),
             term: 4,
             seq: 7,
             ts: 1,
             members: "0a1b2c3d".into(),
-            speaks: Some(crate::election::Versions::OURS),
             timings: Some(crate::election::Announced::of(
                 &crate::election::Timings::default(),
             )),
-            body: Body::Heartbeat {
-                leader: "a".into(),
-                timestamp: 1,
-                lease_ms: 2000,
-                advert: crate::election::Advert {
-                    priority: 1,
-                    candidacy: crate::election::Candidacy::Eligible,
-                    hears: vec!["b".into()],
-                    member_ids: vec!["a".into(), "b".into()],
-                    flapped: false,
-                    unhealthy: false,
+            ..Message::new(
+                "g".into(),
+                "a".into(),
+                Body::Heartbeat {
+                    leader: "a".into(),
+                    timestamp: 1,
+                    lease_ms: 2000,
+                    advert: crate::election::Advert {
+                        priority: 1,
+                        candidacy: crate::election::Candidacy::Eligible,
+                        hears: vec!["b".into()],
+                        member_ids: vec!["a".into(), "b".into()],
+                        flapped: false,
+                        unhealthy: false,
+                    },
                 },
-            },
-            info: None,
-            maintenance: None,
-            observer: false,
-            kid: None,
-            sig: None,
+            )
         }
     }
 

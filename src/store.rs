@@ -22,6 +22,9 @@ pub const HISTORY_FILE: &str = "history.json";
 pub const REPLAY_FILE: &str = "replay.json";
 /// The member set this data directory last ran with (see [`Store::last_members`]).
 pub const MEMBERS_FILE: &str = "members.json";
+/// The groups an operator added while the node ran (`POST /groups`), kept in the default
+/// group's directory so that a restart takes part in them again.
+pub const GROUPS_FILE: &str = "groups.json";
 /// The longest promise beyond `T` that may still hold (docs/protocol.md, rule 8).
 pub const PROMISE_FILE: &str = "promise.json";
 /// The newest write of the operator's maintenance this node has seen (rule 16).
@@ -41,6 +44,12 @@ struct StateFile {
 
 /// Its own file, not a field of the state file, so that an older binary started on this
 /// directory (a rolled-back upgrade) still reads its state file.
+/// `groups.json`: the groups added at run time, in the order they were added.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct GroupsFile {
+    added: Vec<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MembersFile {
@@ -98,6 +107,12 @@ pub enum StoreError {
          in the cluster"
     )]
     CorruptPromise { path: PathBuf, reason: String },
+    #[error(
+        "cannot use {path}: {reason}; it lists the groups an operator added while the node ran \
+         (POST /groups), and a node that forgot them would stop voting in them. Repair it, or \
+         remove it and add those groups again"
+    )]
+    CorruptGroups { path: PathBuf, reason: String },
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -109,6 +124,9 @@ pub enum StoreError {
         source: std::io::Error,
     },
 }
+
+mod book;
+pub use book::{Book, BOOK_FILE};
 
 /// The data directory of one node.
 #[derive(Debug, Clone)]
@@ -125,7 +143,7 @@ struct Written {
     promised_ms: Option<u64>,
 }
 
-fn ceil_ms(d: Duration) -> u64 {
+pub(crate) fn ceil_ms(d: Duration) -> u64 {
     d.as_nanos().div_ceil(1_000_000) as u64
 }
 
@@ -183,11 +201,7 @@ impl Store {
             })),
         };
         store.write_state(&state)?;
-        // History is informational: a damaged file costs the list, never start-up.
-        let history = fs::read(dir.join(HISTORY_FILE))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Vec<HistoryEntry>>(&b).ok())
-            .unwrap_or_default();
+        let history = read_history(dir);
         Ok(Loaded {
             persistent: Persistent {
                 term: state.term,
@@ -196,6 +210,27 @@ impl Store {
             },
             boot: state.boot,
             store,
+            history,
+        })
+    }
+
+    /// The directory of a group beside the default one (`<data-dir>/groups/<group>/`): its
+    /// history and maintenance setting. Its term, vote and promise are in the [`Book`], and its
+    /// sequence numbers start at the book's boot counter, `boot`.
+    pub fn for_group(dir: &Path, boot: u64) -> Result<Loaded, StoreError> {
+        fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let history = read_history(dir);
+        Ok(Loaded {
+            store: Store {
+                dir: dir.to_path_buf(),
+                boot,
+                written: Arc::new(Mutex::new(Written::default())),
+            },
+            persistent: Persistent::default(),
+            boot,
             history,
         })
     }
@@ -253,6 +288,34 @@ impl Store {
         };
         let bytes = serde_json::to_vec_pretty(&file).expect("members serialize");
         write_atomic(&self.dir, MEMBERS_FILE, &bytes)
+    }
+
+    /// The groups added while the node ran, as the last `save_added_groups` left them (none
+    /// when the file is absent). A damaged file stops start-up: see
+    /// [`StoreError::CorruptGroups`].
+    pub fn added_groups(&self) -> Result<Vec<String>, StoreError> {
+        let path = self.dir.join(GROUPS_FILE);
+        let corrupt = |reason: String| StoreError::CorruptGroups {
+            path: path.clone(),
+            reason,
+        };
+        match fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<GroupsFile>(&bytes)
+                .map(|f| f.added)
+                .map_err(|e| corrupt(e.to_string())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(corrupt(e.to_string())),
+        }
+    }
+
+    /// Keeps `added` (atomic and fsynced) before the operator is told a group was added or
+    /// removed.
+    pub fn save_added_groups(&self, added: &[String]) -> Result<(), StoreError> {
+        let file = GroupsFile {
+            added: added.to_vec(),
+        };
+        let bytes = serde_json::to_vec_pretty(&file).expect("groups serialize");
+        write_atomic(&self.dir, GROUPS_FILE, &bytes)
     }
 
     pub fn save_history(&self, h: &[HistoryEntry]) -> Result<(), StoreError> {
@@ -315,6 +378,15 @@ impl Store {
     }
 }
 
+/// The history a previous run left in `dir`. Informational: a damaged file costs the list,
+/// never start-up.
+fn read_history(dir: &Path) -> Vec<HistoryEntry> {
+    fs::read(dir.join(HISTORY_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Vec<HistoryEntry>>(&b).ok())
+        .unwrap_or_default()
+}
+
 fn read_promise(path: &Path) -> Result<Option<u64>, StoreError> {
     let corrupt = |reason: String| StoreError::CorruptPromise {
         path: path.to_path_buf(),
@@ -339,7 +411,7 @@ fn warn_unreadable(path: &Path, e: &dyn std::fmt::Display) {
 
 /// Temp file, fsync, rename, fsync the directory: after a crash the file is either the old one
 /// or the new one, and once this returns the new one survives a power cut.
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp"));
     let err = |source| StoreError::Write {

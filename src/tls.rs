@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
@@ -244,6 +245,26 @@ pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// The rustls error in `e` or anywhere among its causes: a handshake that failed on a server's
+/// stream (tokio-rustls hands it over as an `io::Error` wrapping it) or in a client's connect
+/// (reqwest's error, wrapping hyper's, wrapping `io::Error`s). An `io::Error` reports its inner
+/// error's source rather than the inner error itself, so the walk steps into it instead.
+pub fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(tls) = c.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        cause = match c.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => c.source(),
+        };
+    }
+    None
+}
+
 fn read(path: &Path, flag: &str) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display()))
 }
@@ -251,7 +272,7 @@ fn read(path: &Path, flag: &str) -> Result<Vec<u8>, String> {
 /// The certificates of a PEM file, at least one.
 pub fn read_certs(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let bytes = read(path, flag)?;
-    let certs = rustls_pemfile::certs(&mut bytes.as_slice())
+    let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{flag} {}: not a PEM file: {e}", path.display()))?;
     if certs.is_empty() {
@@ -266,14 +287,13 @@ pub fn read_certs(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>
 /// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
 pub fn read_key(path: &Path, flag: &str) -> Result<PrivateKeyDer<'static>, String> {
     let bytes = read(path, flag)?;
-    rustls_pemfile::private_key(&mut bytes.as_slice())
-        .map_err(|e| format!("{flag} {}: not a PEM file: {e}", path.display()))?
-        .ok_or_else(|| {
-            format!(
-                "{flag} {}: no private key in it (a PEM \"BEGIN PRIVATE KEY\" block)",
-                path.display()
-            )
-        })
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
+        pem::Error::NoItemsFound => format!(
+            "{flag} {}: no private key in it (a PEM \"BEGIN PRIVATE KEY\" block)",
+            path.display()
+        ),
+        e => format!("{flag} {}: not a PEM file: {e}", path.display()),
+    })
 }
 
 fn roots(path: &Path, flag: &str) -> Result<RootCertStore, String> {

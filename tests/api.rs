@@ -5,6 +5,8 @@
 //! `tests/it/`.
 #![allow(clippy::disallowed_methods)] // test deadlines on tokio's clock
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -25,7 +27,10 @@ use support::contract::Spec;
 /// One in-process node: its router and what its loop publishes.
 struct Node {
     router: Router,
-    snapshot: watch::Receiver<Snapshot>,
+    /// The default group's.
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// Every group's, the default one's included.
+    groups: BTreeMap<String, watch::Receiver<Arc<Snapshot>>>,
     _dir: TempDir,
 }
 
@@ -37,6 +42,11 @@ struct Cluster {
 
 impl Cluster {
     fn start(ids: &[&str], auth: Auth) -> Cluster {
+        Cluster::start_groups(ids, auth, &[])
+    }
+
+    /// As [`Cluster::start`], every node also in the elections of `groups`, ranked per group.
+    fn start_groups(ids: &[&str], auth: Auth, groups: &[&str]) -> Cluster {
         let bus = Bus::new();
         let stop = CancellationToken::new();
         let nodes = ids
@@ -46,10 +56,22 @@ impl Cluster {
                 let dir = TempDir::new(id);
                 let mut config = node_config(id, ids, &dir.0, &auth);
                 config.priority = 10 + i as u32;
+                config.extra_groups = groups.iter().map(|g| g.to_string()).collect();
+                config.spread_priorities = true;
+                // No preemption: a group whose first leader is not its best-ranked node would
+                // hand over by itself after P (5 s), which a loaded machine reaches mid-test,
+                // and the test checks that each group moves only when it is told to.
+                config.timings.preempt_after = Duration::ZERO;
+                // Room for two groups added at run time.
+                config.max_groups = groups.len() + 3;
                 let built = memory_node(config, i as u64, &bus);
+                let elections = &built.state.elections;
                 let node = Node {
                     router: built.router(),
-                    snapshot: built.state.snapshot.clone(),
+                    snapshot: elections.default().snapshot.clone(),
+                    groups: (elections.all().iter())
+                        .map(|e| (e.group.clone(), e.snapshot.clone()))
+                        .collect(),
                     _dir: dir,
                 };
                 tokio::spawn(built.runtime.run(stop.clone()));
@@ -61,12 +83,17 @@ impl Cluster {
 
     /// `(leader index, term)` once every node names the same leader and it holds its lease.
     async fn agreed(&self) -> (usize, u64) {
+        self.agreed_in("in-process").await
+    }
+
+    /// As [`Cluster::agreed`], in the election of `group`.
+    async fn agreed_in(&self, group: &str) -> (usize, u64) {
         wait_for(Duration::from_secs(20), || async {
             let now = pilot_election::clock::now();
             let views: Vec<_> = self
                 .nodes
                 .iter()
-                .map(|n| n.snapshot.borrow().view.clone())
+                .map(|n| n.groups[group].borrow().view.clone())
                 .collect();
             let leader = views.iter().position(|v| v.is_leader_at(now))?;
             let (name, term) = (&views[leader].node_id, views[leader].term);
@@ -418,6 +445,13 @@ async fn every_answer_follows_the_spec_bad_requests_get_json_errors_and_leadersh
     // The maintenance pause: on, shown everywhere, off.
     let (got, paused) = post(follower, "/pause", json!({"reason": "restoring a backup"})).await;
     assert_eq!((got, &paused["paused"]), (200, &json!(true)), "{paused}");
+    // Answered once a quorum holds it, this node first.
+    assert_eq!(
+        (&paused["confirmed"], &paused["quorum"]),
+        (&json!(true), &json!(2)),
+        "{paused}"
+    );
+    assert!(paused["held_by"].as_array().is_some_and(|h| h.len() >= 2));
     spec.check("post", "/pause", got, &paused);
     let follower_id = c.nodes[fi].snapshot.borrow().view.node_id.clone();
     assert_eq!(paused["setting"]["by"].as_str(), Some(follower_id.as_str()));
@@ -438,6 +472,320 @@ async fn every_answer_follows_the_spec_bad_requests_get_json_errors_and_leadersh
 
     // Nothing of the above moved leadership.
     assert_eq!(c.agreed().await, (li, term));
+}
+
+/// Several elections in one process: each group elects on its own and its leaders spread over
+/// the nodes, the routes of a named group answer for it alone (a step-down or a pause in one
+/// group moves nothing in another), and every bad or unknown group is a 4xx that changes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_group_elects_on_its_own_and_answers_on_its_own_routes() {
+    let spec = Spec::load();
+    let auth = Auth {
+        token: Some(TOKEN.into()),
+        allow_unauthenticated: false,
+    };
+    let groups = ["g1", "g2", "g3", "g4", "g5", "g6"];
+    let c = Cluster::start_groups(&["a1", "a2", "a3"], auth, &groups);
+    let default = c.agreed().await;
+    let mut leaders = BTreeMap::new();
+    for g in groups {
+        leaders.insert(g, c.agreed_in(g).await);
+    }
+    let spread: BTreeSet<usize> = leaders.values().map(|(li, _)| *li).collect();
+    assert!(
+        spread.len() >= 2,
+        "every group led by one node: {leaders:?}"
+    );
+    let name = |i: usize| format!("a{}", i + 1);
+
+    for n in &c.nodes {
+        let (status, body) = get(&n.router, "/groups").await;
+        spec.check("get", "/groups", status, &body);
+        assert_eq!((status, &body["count"]), (200, &json!(7)), "{body}");
+        assert_eq!(body["default"], "in-process", "{body}");
+        let listed: BTreeMap<&str, &Value> = (body["groups"].as_array().unwrap().iter())
+            .map(|g| (g["group"].as_str().unwrap(), g))
+            .collect();
+        for (g, (li, term)) in &leaders {
+            assert_eq!(listed[g]["leader"], json!(name(*li)), "{g}: {body}");
+            assert_eq!(listed[g]["term"], json!(term), "{g}: {body}");
+        }
+        assert_eq!(listed["in-process"]["leader"], json!(name(default.0)));
+    }
+    let leading: u64 =
+        futures_util::future::join_all(c.nodes.iter().map(|n| get(&n.router, "/groups")))
+            .await
+            .iter()
+            .map(|(_, b)| b["leading"].as_u64().unwrap())
+            .sum();
+    assert_eq!(leading, 7, "each group has one leader among the nodes");
+
+    for (g, (li, term)) in &leaders {
+        let (leader, follower) = (&c.nodes[*li].router, &c.nodes[(li + 1) % 3].router);
+        for router in [leader, follower] {
+            for p in [
+                "/leader",
+                "/term",
+                "/status",
+                "/history",
+                "/role/leader",
+                "/role/follower",
+                "/pause",
+                "/step-down",
+            ] {
+                let (status, body) = get(router, &format!("/groups/{g}{p}")).await;
+                spec.check("get", &format!("/groups/{{group}}{p}"), status, &body);
+            }
+        }
+        let (status, body) = get(leader, &format!("/groups/{g}/leader")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            (&body["term"], &body["is_self"]),
+            (&json!(term), &json!(true))
+        );
+        let (status, body) = get(follower, &format!("/groups/{g}/term")).await;
+        assert_eq!((status, &body["term"]), (200, &json!(term)), "{body}");
+        assert_eq!(
+            get(leader, &format!("/groups/{g}/role/leader")).await.0,
+            200
+        );
+        assert_eq!(
+            get(follower, &format!("/groups/{g}/role/leader")).await.0,
+            503
+        );
+        assert_eq!(
+            get(follower, &format!("/groups/{g}/role/follower")).await.0,
+            200
+        );
+    }
+
+    // Bad and unknown groups, read or written: a 4xx, and nothing moves.
+    const J: Option<&str> = Some("application/json");
+    let router = &c.nodes[0].router;
+    for (method, path, token, status, code) in [
+        ("get", "/groups/nope/leader", None, 404, "unknown_group"),
+        ("get", "/groups/nope/events", None, 404, "unknown_group"),
+        ("get", "/groups/a%2Fb/leader", None, 400, "invalid_group"),
+        ("get", "/groups/-x/term", None, 400, "invalid_group"),
+        ("get", "/groups/%C3%BC/status", None, 400, "invalid_group"),
+        (
+            "post",
+            "/groups/nope/step-down",
+            Some(TOKEN),
+            404,
+            "unknown_group",
+        ),
+        (
+            "post",
+            "/groups/nope/pause",
+            Some(TOKEN),
+            404,
+            "unknown_group",
+        ),
+        (
+            "post",
+            "/groups/x..y!/candidacy",
+            Some(TOKEN),
+            400,
+            "invalid_group",
+        ),
+        (
+            "delete",
+            "/groups/nope/pause",
+            Some(TOKEN),
+            404,
+            "unknown_group",
+        ),
+        ("post", "/groups/g1/step-down", None, 401, "unauthorized"),
+        ("post", "/groups/nope/step-down", None, 401, "unauthorized"),
+    ] {
+        let (s, body) = call(router, method, path, token, J, b"{}".to_vec()).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (status, Some(code)),
+            "{method} {path}: {body}"
+        );
+        let template = if path.starts_with("/groups/") {
+            let rest = path.splitn(4, '/').nth(3).unwrap_or_default();
+            format!("/groups/{{group}}/{rest}")
+        } else {
+            path.to_string()
+        };
+        spec.check(method, &template, s, &body);
+    }
+    for (g, led) in &leaders {
+        assert_eq!(c.agreed_in(g).await, *led, "{g} moved");
+    }
+
+    // A step-down in one group hands over that group only.
+    let (g, (li, term)) = leaders.iter().next().map(|(g, l)| (*g, *l)).unwrap();
+    let (status, body) = call(
+        &c.nodes[li].router,
+        "post",
+        &format!("/groups/{g}/step-down"),
+        Some(TOKEN),
+        J,
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    spec.check("post", "/groups/{group}/step-down", status, &body);
+    let (after, new_term) = wait_for(Duration::from_secs(20), || async {
+        let (i, t) = c.agreed_in(g).await;
+        (t > term).then_some((i, t))
+    })
+    .await
+    .expect("a new leader in the group that stepped down");
+    assert!(
+        new_term > term && after != li,
+        "{g}: {li} in {term} -> {after} in {new_term}"
+    );
+    for (other, led) in leaders.iter().filter(|(o, _)| **o != g) {
+        assert_eq!(c.agreed_in(other).await, *led, "{other} moved with {g}");
+    }
+    assert_eq!(
+        c.agreed().await,
+        default,
+        "the default group moved with {g}"
+    );
+
+    // A pause in one group holds there only.
+    let (status, body) = call(
+        router,
+        "post",
+        "/groups/g2/pause",
+        Some(TOKEN),
+        J,
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!((status, &body["paused"]), (200, &json!(true)), "{body}");
+    spec.check("post", "/groups/{group}/pause", status, &body);
+    let paused = wait_for(Duration::from_secs(20), || async {
+        let all = futures_util::future::join_all(
+            c.nodes.iter().map(|n| get(&n.router, "/groups/g2/pause")),
+        )
+        .await;
+        all.iter()
+            .all(|(_, b)| b["paused"] == json!(true))
+            .then_some(())
+    })
+    .await;
+    assert!(paused.is_some(), "the pause of g2 reached every member");
+    for path in ["/pause", "/groups/g3/pause", "/groups/in-process/pause"] {
+        for n in &c.nodes {
+            let (status, body) = get(&n.router, path).await;
+            assert_eq!(
+                (status, &body["paused"]),
+                (200, &json!(false)),
+                "{path}: {body}"
+            );
+        }
+    }
+
+    // Groups added while the nodes run elect like the others, up to --max-groups.
+    for n in &c.nodes {
+        for g in ["added-1", "added-2"] {
+            let body = json!({ "group": g }).to_string().into_bytes();
+            let (status, answer) = call(&n.router, "post", "/groups", Some(TOKEN), J, body).await;
+            assert_eq!((status, &answer["group"]), (201, &json!(g)), "{answer}");
+            spec.check("post", "/groups", status, &answer);
+        }
+    }
+    let elected = wait_for(Duration::from_secs(20), || async {
+        let mut named = BTreeSet::new();
+        for n in &c.nodes {
+            let (_, body) = get(&n.router, "/groups/added-1/leader").await;
+            named.insert(body["leader"].as_str()?.to_string());
+        }
+        (named.len() == 1).then_some(named)
+    })
+    .await;
+    assert!(elected.is_some(), "added-1 elected one leader");
+    let body = |g: &str| json!({ "group": g }).to_string().into_bytes();
+    for (g, token, status, code) in [
+        ("added-1", Some(TOKEN), 409, "group_exists"),
+        ("g1", Some(TOKEN), 409, "group_exists"),
+        ("added-3", Some(TOKEN), 409, "too_many_groups"),
+        ("a/b", Some(TOKEN), 400, "invalid_group"),
+        ("", Some(TOKEN), 400, "invalid_group"),
+        ("added-3", None, 401, "unauthorized"),
+        ("added-3", Some("wrong"), 403, "forbidden"),
+    ] {
+        let (s, answer) = call(router, "post", "/groups", token, J, body(g)).await;
+        assert_eq!(
+            (s, answer["error"].as_str()),
+            (status, Some(code)),
+            "{g}: {answer}"
+        );
+        spec.check("post", "/groups", s, &answer);
+    }
+    let (s, answer) = call(
+        router,
+        "post",
+        "/groups",
+        Some(TOKEN),
+        J,
+        br#"{"group": 5}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(
+        (s, answer["error"].as_str()),
+        (422, Some("invalid_body")),
+        "{answer}"
+    );
+    assert_eq!(
+        get(router, "/groups").await.1["count"],
+        json!(9),
+        "nothing refused was added"
+    );
+
+    // Removing: only what was added at run time, and then its routes are gone.
+    for (path, status, code) in [
+        ("/groups/g1", 409, "configured_group"),
+        ("/groups/in-process", 409, "configured_group"),
+        ("/groups/nope", 404, "unknown_group"),
+        ("/groups/-x", 400, "invalid_group"),
+    ] {
+        let (s, answer) = call(router, "delete", path, Some(TOKEN), None, Vec::new()).await;
+        assert_eq!(
+            (s, answer["error"].as_str()),
+            (status, Some(code)),
+            "{path}: {answer}"
+        );
+        spec.check("delete", "/groups/{group}", s, &answer);
+    }
+    for n in &c.nodes {
+        let (s, answer) = call(
+            &n.router,
+            "delete",
+            "/groups/added-1",
+            Some(TOKEN),
+            None,
+            Vec::new(),
+        )
+        .await;
+        assert_eq!((s, &answer["group"]), (200, &json!("added-1")), "{answer}");
+        spec.check("delete", "/groups/{group}", s, &answer);
+        let (s, answer) = get(&n.router, "/groups/added-1/leader").await;
+        assert_eq!(
+            (s, answer["error"].as_str()),
+            (404, Some("unknown_group")),
+            "{answer}"
+        );
+    }
+    let (_, list) = get(router, "/groups").await;
+    assert_eq!(list["count"], json!(8), "{list}");
+    for (g, led) in &leaders {
+        if *g != "g1" {
+            assert_eq!(
+                c.agreed_in(g).await,
+                *led,
+                "{g} moved when groups came and went"
+            );
+        }
+    }
 }
 
 #[tokio::test]
@@ -474,7 +822,8 @@ async fn without_a_token_mutations_are_refused_unless_explicitly_allowed() {
     }
 }
 
-/// Readiness means "this node's vote counts again" (README, "Rolling restarts"): a node inside
+/// Readiness means "this node's vote counts again" (docs/guide/operations.md, "Rolling restarts"):
+/// a node inside
 /// its start-up guard answers 503 naming the guard, and once the guard is over it still answers
 /// 503 while it hears no quorum, now for that reason. One of three members runs, at the default
 /// timings, so the guard lasts `T` = 3 s and nothing can end it early.
@@ -485,7 +834,7 @@ async fn readyz_is_503_while_the_node_cannot_vote_and_says_why() {
     config.timings = pilot_election::election::Timings::default();
     let built = memory_node(config, 1, &Bus::new());
     let router = built.router();
-    let mut snapshot = built.state.snapshot.clone();
+    let mut snapshot = built.state.elections.default().snapshot.clone();
     let stop = CancellationToken::new();
     let _stop = stop.clone().drop_guard();
     tokio::spawn(built.runtime.run(stop));
@@ -553,9 +902,10 @@ fn the_checker_rejects_what_breaks_a_schema() {
         "get",
         "/pause",
         200,
-        &json!({"paused": false, "setting": null}),
+        &json!({"paused": false, "setting": null, "held_by": [], "quorum": 2, "confirmed": false}),
     );
-    let neither = json!({"paused": false, "setting": 5});
+    let neither =
+        json!({"paused": false, "setting": 5, "held_by": [], "quorum": 2, "confirmed": false});
     let r = std::panic::catch_unwind(|| spec.check("get", "/pause", 200, &neither));
     assert!(r.is_err(), "a value matching no oneOf branch must fail");
 }

@@ -3,8 +3,8 @@
 //! A renamed metric or label fails here instead of leaving an empty panel or a silent alert.
 //! PromQL syntax and the rules' behaviour are checked by promtool (`scripts/check-deploy.sh`).
 //!
-//! The systemd unit and the Kubernetes manifests keep the settings the README explains, with
-//! values derived from the binary's own timings (the exit budget, the heartbeat interval), and
+//! The systemd unit and the Kubernetes manifests keep the settings docs/guide/deploy.md explains,
+//! with values derived from the binary's own timings (the exit budget, the heartbeat interval), and
 //! name only flags and environment variables the binary accepts (clap's own parsing). Their
 //! syntax is checked by systemd-analyze and kubectl (`scripts/check-deploy.sh`);
 //! tests/it/systemd.rs and tests/it/kubernetes.rs run them with real nodes.
@@ -211,7 +211,7 @@ fn the_dashboard_queries_only_exported_metrics_and_labels() {
 #[test]
 fn the_alert_rules_query_only_exported_metrics_and_labels() {
     let exported = exported();
-    let rules: serde_yaml::Value = serde_yaml::from_str(ALERTS).expect("alerts.yml is YAML");
+    let rules: serde_norway::Value = serde_norway::from_str(ALERTS).expect("alerts.yml is YAML");
     let mut queries = Vec::new();
     let mut names = Vec::new();
     for group in rules["groups"].as_sequence().expect("groups") {
@@ -376,7 +376,7 @@ fn the_systemd_unit_keeps_its_settings_and_execstart_parses() {
 
 fn yaml_documents(text: &str) -> Vec<Value> {
     use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
+    serde_norway::Deserializer::from_str(text)
         .map(|d| Value::deserialize(d).expect("YAML"))
         .filter(|v| !v.is_null())
         .collect()
@@ -492,7 +492,7 @@ fn client_env_twins() -> BTreeSet<String> {
 
 /// A Compose file with its `<<` merge keys applied, as docker-compose reads it.
 fn compose_file(text: &str) -> Value {
-    let mut v: serde_yaml::Value = serde_yaml::from_str(text).expect("YAML");
+    let mut v: serde_norway::Value = serde_norway::from_str(text).expect("YAML");
     v.apply_merge().expect("merge keys");
     serde_json::to_value(v).expect("JSON")
 }

@@ -866,11 +866,11 @@ impl Curl {
 }
 
 /// `compose.yaml` with `compose.tls.yaml` on top and the certificates made by
-/// `scripts/make-tls-certs.sh` in the test's directory, as the README's steps do: all three
-/// agree on one leader over https with the operator's certificate and turn healthy (their
-/// healthcheck speaks TLS), curl without a client certificate and plain HTTP get no answer,
-/// the CLI inside a container reaches its node over TLS from the environment alone, and after
-/// `docker kill` of the leader the other two elect another over their TLS peer links. The
+/// `scripts/make-tls-certs.sh` in the test's directory, as the steps of docs/guide/deploy.md ("Run
+/// with Docker") do: all three agree on one leader over https with the operator's certificate and
+/// turn healthy (their healthcheck speaks TLS), curl without a client certificate and plain HTTP
+/// get no answer, the CLI inside a container reaches its node over TLS from the environment alone,
+/// and after `docker kill` of the leader the other two elect another over their TLS peer links. The
 /// failover's time is only logged: curl's process and handshake per sample make it too coarse a
 /// clock for the T + 2 s bound, which the plain test above and tests/it/tls.rs assert.
 #[test]

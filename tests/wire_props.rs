@@ -214,20 +214,12 @@ fn message(from: String, term: u64, seq: u64, body: Body, v: u32, timings: Annou
     };
     Message {
         v,
-        group: "g".into(),
-        from,
         term,
         seq,
-        ts: 0,
         members: "0a1b2c3d".into(),
         speaks: (v >= 3).then_some(Versions::OURS),
         timings: (v >= 3).then_some(timings),
-        body,
-        info: None,
-        maintenance: None,
-        observer: false,
-        kid: None,
-        sig: None,
+        ..Message::new("g".into(), from, body)
     }
 }
 

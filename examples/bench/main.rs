@@ -22,6 +22,7 @@
 //! cargo run --release --example bench -- watchers  --watchers 100 --changes 10
 //! cargo run --release --example bench -- observers --transport http  --secs 20
 //! cargo run --release --example bench -- observers --transport pilot --secs 20
+//! cargo run --release --example bench -- groups    --groups 1,10,100,1000 --secs 20
 //! ```
 //!
 //! Nodes run at default timings (h 500 ms, L 2 s, T 3 s) with `--preempt-after 0s`, so that a
@@ -32,6 +33,7 @@
 use support::app;
 mod attack;
 mod faults;
+mod groups;
 mod observers;
 mod tls;
 mod watchers;
@@ -77,6 +79,8 @@ struct Opts {
     changes: usize,
     /// observers: the counts measured one after the other.
     observers: Vec<usize>,
+    /// groups: the numbers of groups measured one after the other.
+    groups: Vec<usize>,
 }
 
 fn parse() -> Opts {
@@ -95,6 +99,7 @@ fn parse() -> Opts {
         watchers: 100,
         changes: 10,
         observers: vec![0, 50, 200],
+        groups: vec![1, 10, 100, 1000],
     };
     while let Some(flag) = a.next() {
         let v = a.next().unwrap_or_else(|| usage("flag without value"));
@@ -118,6 +123,12 @@ fn parse() -> Opts {
                 o.observers = v
                     .split(',')
                     .map(|n| n.trim().parse().unwrap_or_else(|_| usage("--observers")))
+                    .collect()
+            }
+            "--groups" => {
+                o.groups = v
+                    .split(',')
+                    .map(|n| n.trim().parse().unwrap_or_else(|_| usage("--groups")))
                     .collect()
             }
             _ => usage(&flag),
@@ -954,6 +965,7 @@ async fn main() {
         "kernel-deaf" => kernel_deaf(&o).await,
         "watchers" => watchers::watchers(&o).await,
         "observers" => observers::observers(&o).await,
+        "groups" => groups::groups(&o).await,
         "tls" => tls::tls(&o).await,
         "faults" => {
             let runs = if o.runs_given { o.runs } else { 1 };

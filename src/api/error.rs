@@ -57,6 +57,18 @@ pub enum ApiError {
     #[error("the setting could not be kept on disk, so it was not made: {0}")]
     StorageFailed(String),
     #[error(
+        "the setting is on this node's disk and travels on its messages, but {} of {members} members hold it ({held_by:?}), fewer than the quorum of {quorum}, after {after_ms} ms: until a quorum holds it a failover can still happen; GET /pause shows who holds it",
+        held_by.len()
+    )]
+    NotConfirmed {
+        held_by: Vec<String>,
+        quorum: usize,
+        members: usize,
+        after_ms: u64,
+    },
+    #[error("a newer maintenance setting (version {version}, made on {by}) replaced this one before a quorum held it; GET /pause shows it")]
+    MaintenanceSuperseded { by: String, version: u64 },
+    #[error(
         "step-down {operation} is already scheduled for {at}; cancel it first (DELETE /step-down)"
     )]
     AlreadyScheduled { operation: String, at: String },
@@ -68,6 +80,18 @@ pub enum ApiError {
     ClientCertificateRequired,
     #[error("this node is an observer (run --observe): it neither votes nor leads, so it takes no command; send it to a member")]
     Observer,
+    #[error("{0}")]
+    InvalidGroup(String),
+    #[error(
+        "this node takes no part in the election of group {0:?} (GET /groups lists those it does)"
+    )]
+    UnknownGroup(String),
+    #[error("this node takes part in the election of group {0:?} already")]
+    GroupExists(String),
+    #[error("this node takes part in {max} groups, its --max-groups; remove one first")]
+    TooManyGroups { max: usize },
+    #[error("group {0:?} is the default group or given by --group: change the node's configuration and restart it to leave it")]
+    ConfiguredGroup(String),
 }
 
 impl ApiError {
@@ -79,20 +103,27 @@ impl ApiError {
             | Overloaded
             | TooManyConnections
             | TooManySubscribers { .. }
-            | StorageFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            | StorageFailed(_)
+            | NotConfirmed { .. } => StatusCode::SERVICE_UNAVAILABLE,
             RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             NotLeader { .. }
             | TermMismatch { .. }
             | NoSuccessorInMaintenance(_)
             | AlreadyScheduled { .. }
-            | Observer => StatusCode::CONFLICT,
+            | MaintenanceSuperseded { .. }
+            | Observer
+            | GroupExists(_)
+            | TooManyGroups { .. }
+            | ConfiguredGroup(_) => StatusCode::CONFLICT,
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Unauthorized | ClientCertificateRequired => StatusCode::UNAUTHORIZED,
             Forbidden | AdminTokenNotConfigured | WrongCertificate { .. } => StatusCode::FORBIDDEN,
-            InvalidJson(_) | BadRequest(_) | MalformedMessage(_) => StatusCode::BAD_REQUEST,
+            InvalidJson(_) | BadRequest(_) | MalformedMessage(_) | InvalidGroup(_) => {
+                StatusCode::BAD_REQUEST
+            }
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            NotFound(_) | NothingScheduled => StatusCode::NOT_FOUND,
+            NotFound(_) | NothingScheduled | UnknownGroup(_) => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -122,11 +153,18 @@ impl ApiError {
             RequestTimeout { .. } => "request_timeout",
             NoSuccessorInMaintenance(_) => "no_successor_in_maintenance",
             StorageFailed(_) => "storage_failed",
+            NotConfirmed { .. } => "not_confirmed",
+            MaintenanceSuperseded { .. } => "maintenance_superseded",
             AlreadyScheduled { .. } => "already_scheduled",
             NothingScheduled => "nothing_scheduled",
             WrongCertificate { .. } => "wrong_certificate",
             ClientCertificateRequired => "client_certificate_required",
             Observer => "observer",
+            InvalidGroup(_) => "invalid_group",
+            UnknownGroup(_) => "unknown_group",
+            GroupExists(_) => "group_exists",
+            TooManyGroups { .. } => "too_many_groups",
+            ConfiguredGroup(_) => "configured_group",
         }
     }
 
@@ -148,6 +186,24 @@ impl ApiError {
             ApiError::SuccessorIneligible { successor, reason } => {
                 m.insert("successor".into(), json!(successor));
                 m.insert("reason".into(), json!(reason));
+            }
+            ApiError::NotConfirmed {
+                held_by,
+                quorum,
+                members,
+                after_ms,
+            } => {
+                m.insert("held_by".into(), json!(held_by));
+                m.insert("quorum".into(), json!(quorum));
+                m.insert("members".into(), json!(members));
+                m.insert("after_ms".into(), json!(after_ms));
+            }
+            ApiError::MaintenanceSuperseded { by, version } => {
+                m.insert("by".into(), json!(by));
+                m.insert("version".into(), json!(version));
+            }
+            ApiError::TooManyGroups { max } => {
+                m.insert("max".into(), json!(max));
             }
             ApiError::AlreadyScheduled { operation, at } => {
                 m.insert("operation".into(), json!(operation));
@@ -193,6 +249,7 @@ impl From<Refusal> for ApiError {
     fn from(r: Refusal) -> ApiError {
         match r {
             Refusal::Body { error, limit } => super::extract::body_error(&error, limit),
+            Refusal::TooLarge { limit } => ApiError::PayloadTooLarge { limit },
             Refusal::Malformed(e) => ApiError::MalformedMessage(e),
             Refusal::WrongCertificate { from, names } => ApiError::WrongCertificate { from, names },
             Refusal::Overloaded => ApiError::Overloaded,

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
 
-use super::AppState;
+use super::{AppState, Group};
 use crate::clock;
 use crate::election::Readiness;
 use crate::runtime::Snapshot;
@@ -21,11 +21,11 @@ pub struct HealthBody {
 
 /// Fails once the loop has not run for longer than the lease: by then a leader on this node
 /// would have lost its lease without noticing.
-pub async fn get_healthz(State(s): State<AppState>) -> (StatusCode, Json<HealthBody>) {
+pub async fn get_healthz(State(s): State<AppState>, e: Group) -> (StatusCode, Json<HealthBody>) {
     let last = *s.last_turn.lock().unwrap_or_else(|e| e.into_inner());
-    let lease = s.snapshot.borrow().timings.lease;
+    let lease = e.snapshot.borrow().timings.lease;
     let age = clock::now().saturating_duration_since(last);
-    let ok = age <= lease && s.snapshot.has_changed().is_ok();
+    let ok = age <= lease && e.snapshot.has_changed().is_ok();
     let code = if ok {
         StatusCode::OK
     } else {
@@ -128,7 +128,7 @@ pub fn readiness(snap: &Snapshot) -> ReadyBody {
         quorum,
         mismatched_members: mismatched,
         reasons,
-        transport: snap.transport.clone(),
+        transport: Health::clone(&snap.transport),
     }
 }
 
@@ -157,12 +157,12 @@ pub fn observer_readiness(snap: &Snapshot) -> ReadyBody {
         quorum: snap.member_set.quorum(),
         mismatched_members: Vec::new(),
         reasons,
-        transport: snap.transport.clone(),
+        transport: Health::clone(&snap.transport),
     }
 }
 
-pub async fn get_readyz(State(s): State<AppState>) -> (StatusCode, Json<ReadyBody>) {
-    let snap = s.snapshot();
+pub async fn get_readyz(State(s): State<AppState>, e: Group) -> (StatusCode, Json<ReadyBody>) {
+    let snap = e.snapshot();
     let body = match s.observing {
         Some(_) => observer_readiness(&snap),
         None => readiness(&snap),

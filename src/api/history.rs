@@ -1,10 +1,9 @@
 //! `GET /history`: recent leader transitions, kept across restarts.
 
-use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 
-use super::AppState;
+use super::Group;
 use crate::store::HistoryEntry;
 
 #[derive(Serialize)]
@@ -13,7 +12,7 @@ pub struct HistoryBody {
     transitions: Vec<HistoryEntry>,
 }
 
-pub async fn get_history(State(s): State<AppState>) -> Json<HistoryBody> {
+pub async fn get_history(s: Group) -> Json<HistoryBody> {
     let snap = s.snapshot();
     Json(HistoryBody {
         node: snap.view.node_id.clone(),

@@ -2,12 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
-use super::{age_ms, current_leader, wall_clock, ApiError, AppState};
+use super::{age_ms, current_leader, wall_clock, ApiError, Group};
 
 /// Borrowed from the snapshot and written out while it is borrowed: the answer copies no
 /// string of the snapshot.
@@ -29,9 +28,11 @@ pub struct LeaderBody<'a> {
 
 static NO_META: BTreeMap<String, String> = BTreeMap::new();
 
-pub async fn get_leader(State(s): State<AppState>) -> Result<Response, ApiError> {
-    // Borrowed, not cloned: the hottest read of the API copies only what it answers.
-    let snap = s.snapshot.borrow();
+pub async fn get_leader(s: Group) -> Result<Response, ApiError> {
+    // The snapshot's `Arc`, taken out of the channel at once: the answer is written without
+    // holding the channel's lock (the loop publishes while it is written) and copies only what
+    // it answers.
+    let snap = s.snapshot();
     let now = crate::clock::now();
     let v = &snap.view;
     let Some(leader) = v.leader_at(now) else {
@@ -64,9 +65,8 @@ pub struct TermBody {
     voted_for: Option<String>,
 }
 
-pub async fn get_term(State(s): State<AppState>) -> Json<TermBody> {
-    // Borrowed, not cloned: the hottest read of the API copies only what it answers.
-    let snap = s.snapshot.borrow();
+pub async fn get_term(s: Group) -> Json<TermBody> {
+    let snap = s.snapshot();
     let now = crate::clock::now();
     Json(TermBody {
         term: snap.view.term,

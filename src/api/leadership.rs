@@ -1,13 +1,12 @@
 //! `POST /candidacy` and `/step-down` (now, or scheduled for later: `GET` and `DELETE` show and
 //! cancel the scheduled one): the operator commands that move leadership.
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::extract::{Admin, JsonBody};
-use super::{ApiError, AppState};
+use super::{ApiError, ElectionApi, Group};
 use crate::clock;
 use crate::clock::wall::{parse_rfc3339, rfc3339, unix_ms_now};
 use crate::election::{CommandError, Input, Outcome};
@@ -28,8 +27,8 @@ pub struct CandidacyBody {
 }
 
 pub async fn post_candidacy(
-    State(s): State<AppState>,
     admin: Admin,
+    s: Group,
     JsonBody(req): JsonBody<CandidacyRequest>,
 ) -> Result<Json<CandidacyBody>, ApiError> {
     s.command(Input::SetCandidacy {
@@ -38,7 +37,7 @@ pub async fn post_candidacy(
     })
     .await?
     .map_err(from_command)?;
-    let v = s.snapshot().view;
+    let v = s.snapshot().view.clone();
     tracing::info!(source = %admin.source, eligible = req.eligible, priority = req.priority, "candidacy changed");
     Ok(Json(CandidacyBody {
         eligible: req.eligible,
@@ -94,17 +93,14 @@ pub fn scheduled_body(op: Operation) -> ScheduledBody {
     }
 }
 
-pub async fn get_step_down(State(s): State<AppState>) -> Json<ScheduleBody> {
+pub async fn get_step_down(s: Group) -> Json<ScheduleBody> {
     Json(ScheduleBody {
         pending: s.scheduler.pending().map(scheduled_body),
         finished: s.scheduler.finished(),
     })
 }
 
-pub async fn delete_step_down(
-    State(s): State<AppState>,
-    admin: Admin,
-) -> Result<Json<Finished>, ApiError> {
+pub async fn delete_step_down(admin: Admin, s: Group) -> Result<Json<Finished>, ApiError> {
     let f = s
         .scheduler
         .cancel()
@@ -116,7 +112,7 @@ pub async fn delete_step_down(
 /// `POST /step-down {"at": ...}`: checked now as far as it can be (this node leads, the term is
 /// the expected one, the successor is a member, the hour lies ahead), carried out at its hour.
 async fn schedule_step_down(
-    s: &AppState,
+    s: &ElectionApi,
     admin: &Admin,
     at: &str,
     req: StepDownRequest,
@@ -183,8 +179,8 @@ async fn schedule_step_down(
 }
 
 pub async fn post_step_down(
-    State(s): State<AppState>,
     admin: Admin,
+    s: Group,
     JsonBody(req): JsonBody<StepDownRequest>,
 ) -> Result<(StatusCode, Json<StepDownBody>), ApiError> {
     if let Some(at) = req.at.clone() {
@@ -209,7 +205,7 @@ pub async fn post_step_down(
             ))
         }
         Ok(_) => {
-            let v = s.snapshot().view;
+            let v = s.snapshot().view.clone();
             Ok((
                 StatusCode::ACCEPTED,
                 Json(StepDownBody {

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use super::AppState;
+use super::{AppState, Group};
 use crate::metrics::ObserverVia;
 use crate::observer_table::Via;
 
@@ -17,8 +17,8 @@ impl From<Via> for ObserverVia {
     }
 }
 
-pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
-    let snap = s.snapshot();
+pub async fn get_metrics(State(s): State<AppState>, e: Group) -> impl IntoResponse {
+    let snap = e.snapshot();
     let now = crate::clock::now();
     let m = &s.metrics;
     m.is_leader.set(i64::from(snap.view.is_leader_at(now)));
@@ -30,7 +30,7 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
     m.last_heartbeat_age.set(hb_age);
     m.event_subscribers.set(s.subscribers.open() as i64);
     {
-        let table = s.observers.lock().unwrap_or_else(|e| e.into_inner());
+        let table = e.observers.lock().unwrap_or_else(|e| e.into_inner());
         for via in [Via::Topic, Via::Events] {
             m.set_observers(via.into(), table.count(now, via));
         }
@@ -43,7 +43,7 @@ pub async fn get_metrics(State(s): State<AppState>) -> impl IntoResponse {
         }
     }
     m.step_down_scheduled
-        .set(i64::from(s.scheduler.pending().is_some()));
+        .set(i64::from(e.scheduler.pending().is_some()));
     let ready = match s.observing {
         Some(_) => super::health::observer_readiness(&snap).ready,
         None => super::health::readiness(&snap).ready,

@@ -1,13 +1,16 @@
 //! The HTTP API (its contract: openapi/openapi.yaml; its place among the layers:
 //! docs/architecture.md): one file per resource, all errors as [`ApiError`].
 //!
-//! Handlers only read the latest [`Snapshot`] or send a [`Command`] to the election loop; none of
+//! Handlers only read the latest [`crate::runtime::Snapshot`] of their election ([`Group`]
+//! resolves which) or send a [`crate::runtime::Command`] to the election loop; none of
 //! them can block it. Leadership is judged against the current time, not the snapshot's, so a
 //! stuck loop stops claiming leadership once its lease is over.
 
+mod election;
 mod error;
 mod events;
 mod extract;
+mod groups;
 mod health;
 mod history;
 mod leader;
@@ -20,14 +23,17 @@ mod role;
 mod status;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::http::{Method, Uri};
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub use election::{
+    ElectionApi, Elections, EventSource, Group, GroupControl, GroupFuture, GroupRefusal,
+    GROUP_PREFIX,
+};
 pub use error::ApiError;
 pub use events::{start_log as start_event_log, EventLog, Subscribers};
 pub use extract::{Auth, BodyTimedOut, BODY_LIMIT};
@@ -35,9 +41,9 @@ pub use openapi::OPENAPI_YAML;
 pub use page::PAGE_HTML;
 
 use crate::clock::wall::unix_ms_now;
-use crate::election::{CommandError, Input, Outcome, View};
+use crate::election::View;
 use crate::metrics::Metrics;
-use crate::runtime::{Command, LastTurn, MaintenanceRequest, Snapshot};
+use crate::runtime::LastTurn;
 
 /// What every handler may use. axum clones the state for every request (the route's handler
 /// and the `State` extractor each take one), so it is one `Arc`: a clone of the parts would be
@@ -59,16 +65,14 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// The handles an [`AppState`] shares.
+/// The handles an [`AppState`] shares: the node's, and each election's ([`ElectionApi`]).
 pub struct AppParts {
-    pub snapshot: watch::Receiver<Snapshot>,
-    pub commands: mpsc::Sender<Command>,
+    /// The elections this node answers for, by group.
+    pub elections: Elections,
+    /// Adds and removes groups while the node runs; `None` on an observer.
+    pub groups: Option<Arc<dyn GroupControl>>,
     /// The TLS configuration in use, for the certificate expiry metric.
     pub tls: Option<Arc<crate::tls::Tls>>,
-    /// Step-downs scheduled for later.
-    pub scheduler: crate::scheduled::Scheduler,
-    /// `POST /pause` and `DELETE /pause` to the election loop.
-    pub maintenance: mpsc::Sender<MaintenanceRequest>,
     /// The routes the node's transport serves for its peers (the http transport's
     /// `POST /peer/messages`), merged into the API's; `None` when it serves none.
     pub ingress: Option<Router>,
@@ -77,37 +81,9 @@ pub struct AppParts {
     pub auth: Arc<Auth>,
     /// The `/events` streams and their cap.
     pub subscribers: Subscribers,
-    /// The log the `/events` streams send from.
-    pub events: watch::Receiver<Arc<EventLog>>,
-    /// The `--on-change` hook, for `/status`; `None` without one.
-    pub hooks: Option<crate::hooks::HooksHandle>,
-    /// The `--health-cmd`/`--health-url` checks, for `/status`; `None` without them.
-    pub health: Option<crate::health_check::HealthHandle>,
-    /// The observers this member knows of (`/status`, the metric); an `/events` stream that
-    /// names its observer is recorded here while it is open.
-    pub observers: crate::observer_table::Observers,
     /// On an observer (`run --observe`): how it follows, for `/status`. `Some` makes this an
     /// observer's API: it refuses every command, and never answers 200 on `/role/leader`.
     pub observing: Option<watch::Receiver<crate::observer::Observing>>,
-}
-
-impl AppParts {
-    fn snapshot(&self) -> Snapshot {
-        self.snapshot.borrow().clone()
-    }
-
-    /// Sends a command and waits for the loop's answer.
-    async fn command(&self, input: Input) -> Result<Result<Outcome, CommandError>, ApiError> {
-        let (reply, rx) = oneshot::channel();
-        self.commands
-            .send(Command { input, reply })
-            .await
-            .map_err(|_| ApiError::LoopStopped)?;
-        tokio::time::timeout(Duration::from_secs(5), rx)
-            .await
-            .map_err(|_| ApiError::LoopStopped)?
-            .map_err(|_| ApiError::LoopStopped)
-    }
 }
 
 /// Every route of the service: the API's and the transport's ingress. Pure: building it starts
@@ -117,30 +93,21 @@ pub fn router(state: AppState) -> Router {
         return observer_router(state);
     }
     let ingress = state.ingress.clone().unwrap_or_default();
-    reads(Router::new())
-        .route("/candidacy", post(leadership::post_candidacy))
-        .route(
-            "/step-down",
-            post(leadership::post_step_down)
-                .get(leadership::get_step_down)
-                .delete(leadership::delete_step_down),
-        )
-        .route(
-            "/pause",
-            get(pause::get_pause)
-                .post(pause::post_pause)
-                .delete(pause::delete_pause),
-        )
-        .with_state(state)
+    let mut r = node_reads(Router::new());
+    for prefix in ["", GROUP_PREFIX] {
+        r = commands(election_reads(r, prefix), prefix);
+    }
+    r.with_state(state)
         .merge(ingress)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-/// An observer's routes: the same reads, and every command refused with `409 observer` (it
-/// neither votes nor leads, so there is nothing to step down from or pause).
+/// An observer's routes (it follows one group, the default one): the same reads, and every
+/// command refused with `409 observer` (it neither votes nor leads, so there is nothing to step
+/// down from or pause).
 fn observer_router(state: AppState) -> Router {
-    reads(Router::new())
+    election_reads(node_reads(Router::new()), "")
         .route("/candidacy", post(refuse_observer))
         .route(
             "/step-down",
@@ -159,22 +126,49 @@ fn observer_router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
 }
 
-/// The routes that only read, the same on a member and an observer.
-fn reads(r: Router<AppState>) -> Router<AppState> {
-    r.route("/", get(page::get_page))
-        .route("/leader", get(leader::get_leader))
-        .route("/term", get(leader::get_term))
-        .route("/status", get(status::get_status))
-        .route("/events", get(events::get_events))
-        .route("/history", get(history::get_history))
+/// The operator commands of one election, under `prefix` (`""` for the default group's,
+/// [`GROUP_PREFIX`] for a named group's).
+fn commands(r: Router<AppState>, prefix: &str) -> Router<AppState> {
+    r.route(
+        &format!("{prefix}/candidacy"),
+        post(leadership::post_candidacy),
+    )
+    .route(
+        &format!("{prefix}/step-down"),
+        post(leadership::post_step_down)
+            .get(leadership::get_step_down)
+            .delete(leadership::delete_step_down),
+    )
+    .route(
+        &format!("{prefix}/pause"),
+        get(pause::get_pause)
+            .post(pause::post_pause)
+            .delete(pause::delete_pause),
+    )
+}
+
+/// The reads of one election under `prefix`, the same on a member and an observer.
+fn election_reads(r: Router<AppState>, prefix: &str) -> Router<AppState> {
+    r.route(&format!("{prefix}/leader"), get(leader::get_leader))
+        .route(&format!("{prefix}/term"), get(leader::get_term))
+        .route(&format!("{prefix}/status"), get(status::get_status))
+        .route(&format!("{prefix}/events"), get(events::get_events))
+        .route(&format!("{prefix}/history"), get(history::get_history))
         .route(
-            "/role/leader",
+            &format!("{prefix}/role/leader"),
             get(role::get_role_leader).options(role::options_role_leader),
         )
         .route(
-            "/role/follower",
+            &format!("{prefix}/role/follower"),
             get(role::get_role_follower).options(role::options_role_follower),
         )
+}
+
+/// The reads of the node as a whole, the same on a member and an observer.
+fn node_reads(r: Router<AppState>) -> Router<AppState> {
+    r.route("/", get(page::get_page))
+        .route("/groups", get(groups::get_groups).post(groups::post_groups))
+        .route(GROUP_PREFIX, axum::routing::delete(groups::delete_group))
         .route("/healthz", get(health::get_healthz))
         .route("/readyz", get(health::get_readyz))
         .route("/metrics", get(metrics::get_metrics))
@@ -211,6 +205,27 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/openapi.yaml"),
+    ("get", "/groups"),
+    ("post", "/groups"),
+    ("delete", "/groups/{group}"),
+    ("get", "/groups/{group}/leader"),
+    ("get", "/groups/{group}/term"),
+    ("get", "/groups/{group}/status"),
+    ("post", "/groups/{group}/candidacy"),
+    ("post", "/groups/{group}/step-down"),
+    ("get", "/groups/{group}/step-down"),
+    ("delete", "/groups/{group}/step-down"),
+    ("get", "/groups/{group}/pause"),
+    ("post", "/groups/{group}/pause"),
+    ("delete", "/groups/{group}/pause"),
+    ("get", "/groups/{group}/events"),
+    ("get", "/groups/{group}/history"),
+    ("get", "/groups/{group}/role/leader"),
+    ("head", "/groups/{group}/role/leader"),
+    ("options", "/groups/{group}/role/leader"),
+    ("get", "/groups/{group}/role/follower"),
+    ("head", "/groups/{group}/role/follower"),
+    ("options", "/groups/{group}/role/follower"),
     ("post", crate::transport::http::PEER_MESSAGES),
 ];
 

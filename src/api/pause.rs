@@ -2,16 +2,17 @@
 //! rule 16). The write is made on this node, kept on its disk, and reaches every member on the
 //! next messages; while it holds, no member starts a campaign of its own and no leader preempts.
 
-use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::extract::{Admin, JsonBody};
-use super::{ApiError, AppState};
+use std::sync::Arc;
+
+use super::{ApiError, ElectionApi, Group};
 use crate::clock::wall::{parse_rfc3339, rfc3339, unix_ms_now};
 use crate::election::Maintenance;
-use crate::runtime::MaintenanceRequest;
+use crate::runtime::{MaintenanceRequest, Snapshot};
 
 /// The longest `reason` kept: it travels on every message.
 pub const MAX_REASON_BYTES: usize = 256;
@@ -32,6 +33,27 @@ pub struct PauseBody {
     paused: bool,
     /// The newest write this node has seen; `null` if none was ever made.
     setting: Option<SettingBody>,
+    /// The members that hold that write (this node first): those whose latest message carried
+    /// it, which a member sends only once it is on its disk.
+    held_by: Vec<String>,
+    /// How many members must hold a write before it is answered as made: a majority.
+    quorum: usize,
+    /// Whether a quorum holds it: from then on it outlives any minority, and a leader that dies
+    /// is not replaced while the pause holds.
+    confirmed: bool,
+}
+
+impl PauseBody {
+    fn of(snap: &Snapshot) -> PauseBody {
+        let quorum = snap.member_set.quorum();
+        PauseBody {
+            paused: snap.view.maintenance,
+            setting: snap.maintenance.as_ref().map(SettingBody::of),
+            held_by: snap.maintenance_held_by.clone(),
+            quorum,
+            confirmed: snap.maintenance.is_some() && snap.maintenance_held_by.len() >= quorum,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -57,17 +79,13 @@ impl SettingBody {
     }
 }
 
-pub async fn get_pause(State(s): State<AppState>) -> Json<PauseBody> {
-    let snap = s.snapshot();
-    Json(PauseBody {
-        paused: snap.view.maintenance,
-        setting: snap.maintenance.as_ref().map(SettingBody::of),
-    })
+pub async fn get_pause(s: Group) -> Json<PauseBody> {
+    Json(PauseBody::of(&s.snapshot()))
 }
 
 pub async fn post_pause(
-    State(s): State<AppState>,
     admin: Admin,
+    s: Group,
     JsonBody(req): JsonBody<PauseRequest>,
 ) -> Result<Json<PauseBody>, ApiError> {
     let until = match &req.until {
@@ -92,26 +110,71 @@ pub async fn post_pause(
     }
     let write = change(&s, true, until, req.reason).await?;
     tracing::info!(source = %admin.source, until = until.map(rfc3339).unwrap_or_default(), "paused: no automatic failover");
-    Ok(Json(PauseBody {
-        paused: write.in_force(unix_ms_now()),
-        setting: Some(SettingBody::of(&write)),
-    }))
+    let snap = confirmed(&s, &write).await?;
+    tracing::info!(held_by = ?snap.maintenance_held_by, "the pause is held by a quorum");
+    Ok(Json(PauseBody::of(&snap)))
 }
 
-pub async fn delete_pause(
-    State(s): State<AppState>,
-    admin: Admin,
-) -> Result<Json<PauseBody>, ApiError> {
+pub async fn delete_pause(admin: Admin, s: Group) -> Result<Json<PauseBody>, ApiError> {
     let write = change(&s, false, None, None).await?;
     tracing::info!(source = %admin.source, "resumed: automatic failover is back");
-    Ok(Json(PauseBody {
-        paused: false,
-        setting: Some(SettingBody::of(&write)),
-    }))
+    let snap = confirmed(&s, &write).await?;
+    Ok(Json(PauseBody::of(&snap)))
+}
+
+/// Waits, for at most the election timeout `T`, until a quorum of members holds `write`: the
+/// snapshot in which it does. An answered write is then one that a restart of any minority
+/// cannot lose and that a leader's death right after the answer cannot outrun (every member
+/// that holds it passes it on with its next message, well within the `T` the others wait
+/// before they campaign). `T` is several heartbeat intervals: a quorum that has not taken it by
+/// then is one that cannot be reached now, and the answer says who holds it.
+async fn confirmed(s: &ElectionApi, write: &Maintenance) -> Result<Arc<Snapshot>, ApiError> {
+    let mut snapshots = s.snapshot.clone();
+    let wait = snapshots.borrow().timings.election_timeout;
+    let deadline = crate::clock::now() + wait;
+    loop {
+        let snap = snapshots.borrow_and_update().clone();
+        if let Some(newest) = &snap.maintenance {
+            let ours = newest.version == write.version && newest.by == write.by;
+            if ours && snap.maintenance_held_by.len() >= snap.member_set.quorum() {
+                return Ok(snap);
+            }
+            if newest.supersedes(write) {
+                return Err(ApiError::MaintenanceSuperseded {
+                    by: newest.by.clone(),
+                    version: newest.version,
+                });
+            }
+        }
+        let changed = tokio::select! {
+            changed = snapshots.changed() => Some(changed),
+            () = crate::clock::sleep_until(deadline) => None,
+        };
+        match changed {
+            Some(Ok(())) => {}
+            Some(Err(_)) => return Err(ApiError::LoopStopped),
+            None => {
+                let ours = snap
+                    .maintenance
+                    .as_ref()
+                    .is_some_and(|m| m.version == write.version && m.by == write.by);
+                return Err(ApiError::NotConfirmed {
+                    held_by: if ours {
+                        snap.maintenance_held_by.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    quorum: snap.member_set.quorum(),
+                    members: snap.member_set.len(),
+                    after_ms: wait.as_millis() as u64,
+                });
+            }
+        }
+    }
 }
 
 async fn change(
-    s: &AppState,
+    s: &ElectionApi,
     on: bool,
     until: Option<u64>,
     reason: Option<String>,

@@ -4,12 +4,11 @@
 //! 200 on `/role/leader` when its lease runs out, which is what keeps two backends from being
 //! "leader" at once.
 
-use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::Json;
 use serde::Serialize;
 
-use super::{current_leader, AppState};
+use super::{current_leader, ElectionApi, Group};
 
 #[derive(Serialize)]
 pub struct RoleBody {
@@ -20,9 +19,8 @@ pub struct RoleBody {
 }
 
 /// 200 when this node's role (judged now) is the one asked for, 503 otherwise.
-fn answer(s: &AppState, want_leader: bool) -> (StatusCode, Json<RoleBody>) {
-    // Borrowed, not cloned: the hottest read of the API copies only what it answers.
-    let snap = s.snapshot.borrow();
+fn answer(s: &ElectionApi, want_leader: bool) -> (StatusCode, Json<RoleBody>) {
+    let snap = s.snapshot();
     let now = crate::clock::now();
     let leading = snap.view.is_leader_at(now);
     let code = if leading == want_leader {
@@ -39,18 +37,18 @@ fn answer(s: &AppState, want_leader: bool) -> (StatusCode, Json<RoleBody>) {
     (code, Json(body))
 }
 
-pub async fn get_role_leader(State(s): State<AppState>) -> (StatusCode, Json<RoleBody>) {
+pub async fn get_role_leader(s: Group) -> (StatusCode, Json<RoleBody>) {
     answer(&s, true)
 }
 
-pub async fn get_role_follower(State(s): State<AppState>) -> (StatusCode, Json<RoleBody>) {
+pub async fn get_role_follower(s: Group) -> (StatusCode, Json<RoleBody>) {
     answer(&s, false)
 }
 
 /// `OPTIONS` answers as `HEAD` does (the status, no body): HAProxy's bare `option httpchk` and
 /// Patroni-style checks send it.
 fn options(
-    s: &AppState,
+    s: &ElectionApi,
     want_leader: bool,
 ) -> (StatusCode, [(header::HeaderName, &'static str); 1]) {
     let (code, _) = answer(s, want_leader);
@@ -58,13 +56,13 @@ fn options(
 }
 
 pub async fn options_role_leader(
-    State(s): State<AppState>,
+    s: Group,
 ) -> (StatusCode, [(header::HeaderName, &'static str); 1]) {
     options(&s, true)
 }
 
 pub async fn options_role_follower(
-    State(s): State<AppState>,
+    s: Group,
 ) -> (StatusCode, [(header::HeaderName, &'static str); 1]) {
     options(&s, false)
 }

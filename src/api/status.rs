@@ -7,7 +7,7 @@ use axum::Json;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{age_ms, current_leader, AppState};
+use super::{age_ms, current_leader, AppState, ElectionApi, Group};
 use crate::clock;
 use crate::election::{rank, Announced, Candidacy, Rank, Role, Versions};
 use crate::transport::Health;
@@ -267,8 +267,8 @@ pub struct TimingsBody {
     max_drift: f64,
 }
 
-pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
-    let snap = s.snapshot();
+pub async fn get_status(State(s): State<AppState>, e: Group) -> Json<StatusBody> {
+    let snap = e.snapshot();
     let now: Instant = clock::now();
     let v = &snap.view;
     let own = snap.member_set.fingerprint().to_string();
@@ -349,14 +349,14 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
             preempt_after_ms: t.preempt_after.as_millis() as u64,
             max_drift: t.max_drift,
         },
-        transport: snap.transport.clone(),
+        transport: Health::clone(&snap.transport),
         paused: v.maintenance,
         maintenance: snap.maintenance.as_ref().map(super::pause::SettingBody::of),
-        scheduled_step_down: s.scheduler.pending().map(super::leadership::scheduled_body),
-        on_change: s.hooks.as_ref().map(|h| OnChangeBody::of(&h.status())),
+        scheduled_step_down: e.scheduler.pending().map(super::leadership::scheduled_body),
+        on_change: e.hooks.as_ref().map(|h| OnChangeBody::of(&h.status())),
         healthy: v.healthy,
-        health_check: s.health.as_ref().map(|h| HealthCheckBody::of(&h.status())),
-        observers: observers_body(&s, now),
+        health_check: e.health.as_ref().map(|h| HealthCheckBody::of(&h.status())),
+        observers: observers_body(&e, now),
         observer: s.observing.as_ref().map(|o| {
             let o = o.borrow();
             ObserverBody {
@@ -374,7 +374,7 @@ pub async fn get_status(State(s): State<AppState>) -> Json<StatusBody> {
     })
 }
 
-fn observers_body(s: &AppState, now: Instant) -> ObserversBody {
+fn observers_body(s: &ElectionApi, now: Instant) -> ObserversBody {
     use crate::observer_table::Via;
     let table = s.observers.lock().unwrap_or_else(|e| e.into_inner());
     let all = table.list(now);

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::config::read_token;
 use super::{
-    error_line, CandidacyArgs, ClientArgs, LeaderArgs, PauseArgs, StepDownArgs, EXIT_OK,
-    EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE,
+    error_line, CandidacyArgs, ClientArgs, GroupsArgs, LeaderArgs, PauseArgs, StepDownArgs,
+    EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE,
 };
 use crate::clock::wall::{rfc3339, unix_ms_now};
 
@@ -19,16 +19,23 @@ enum Reply {
     Usage(String),
 }
 
+/// How long the client waits for a write that the node answers once a quorum holds it.
+const CONFIRMED_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
 async fn call(
     args: &ClientArgs,
     method: reqwest::Method,
     path: &str,
     body: Option<Value>,
 ) -> Reply {
-    let builder = match args
-        .tls
-        .apply(reqwest::Client::builder().timeout(Duration::from_secs(5)))
-    {
+    // A pause or a resume is answered once a quorum holds it, which the node waits for up to
+    // its election timeout.
+    let timeout = if path == "/pause" && method != reqwest::Method::GET {
+        CONFIRMED_WRITE_TIMEOUT
+    } else {
+        Duration::from_secs(5)
+    };
+    let builder = match args.tls.apply(reqwest::Client::builder().timeout(timeout)) {
         Ok(b) => b,
         Err(e) => return Reply::Usage(e),
     };
@@ -36,7 +43,14 @@ async fn call(
         Ok(c) => c,
         Err(e) => return Reply::Unreachable(e.to_string()),
     };
-    let url = format!("{}{path}", args.url.trim_end_matches('/'));
+    if let Some(Err(e)) = args.group.as_deref().map(crate::group::GroupName::new) {
+        return Reply::Usage(format!("--group: {e}"));
+    }
+    let base = args.url.trim_end_matches('/');
+    let url = match &args.group {
+        Some(group) if path != "/healthz" => format!("{base}/groups/{group}{path}"),
+        _ => format!("{base}{path}"),
+    };
     // Everything but a read is an operator's command.
     let mutates = method != reqwest::Method::GET;
     let mut req = client.request(method, &url);
@@ -167,8 +181,8 @@ pub async fn status(args: &ClientArgs) -> i32 {
                 s(&op, "successor")
             ));
         }
-        // A member change is complete when every member shows our fingerprint (README,
-        // "Changing the members"), so each line says whether it does.
+        // A member change is complete when every member shows our fingerprint
+        // (docs/guide/operations.md, "Changing the members"), so each line says whether it does.
         for m in b["members"].as_array().into_iter().flatten() {
             out.push_str(&format!(
                 "\n  member {} rank {} priority {} eligible {} last seen {} ms ago; fingerprint {} matches {}",
@@ -181,8 +195,8 @@ pub async fn status(args: &ClientArgs) -> i32 {
                 s(m, "matches"),
             ));
         }
-        // A timing change or an upgrade in progress shows here (README, "Changing the timings"
-        // and "Upgrading").
+        // A timing change or an upgrade in progress shows here (docs/guide/operations.md,
+        // "Changing the timings" and "Upgrading").
         let t = &b["timings"];
         out.push_str(&format!(
             "\n  protocol: writes version {} (speaks {} to {}); timings h {} ms, L {} ms, T {} ms; mixed timings {}",
@@ -292,13 +306,35 @@ fn pause_line(b: &Value) -> String {
             None => "until `pilot-election resume`".into(),
         };
         format!(
-            "paused: no automatic failover on any member {until} (written on {}, version {})",
+            "paused: no automatic failover on any member {until} (written on {}, version {}; {})",
             s(setting, "by"),
-            s(setting, "version")
+            s(setting, "version"),
+            held_line(b)
         )
+    } else if setting.is_object() {
+        format!("not paused: automatic failover is on ({})", held_line(b))
     } else {
         "not paused: automatic failover is on".into()
     }
+}
+
+/// Who holds the setting of a `/pause` answer.
+fn held_line(b: &Value) -> String {
+    let held: Vec<&str> = b["held_by"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let confirmed = if b["confirmed"] == json!(true) {
+        "a quorum"
+    } else {
+        "not yet a quorum"
+    };
+    format!(
+        "held by {} ({}), {confirmed} of {}",
+        held.len(),
+        held.join(", "),
+        s(b, "quorum")
+    )
 }
 
 pub async fn pause(a: &PauseArgs) -> i32 {
@@ -330,6 +366,62 @@ pub async fn resume(args: &ClientArgs) -> i32 {
     }
     let reply = call(args, reqwest::Method::DELETE, "/pause", None).await;
     finish(args, reply, pause_line)
+}
+
+fn group_line(b: &Value) -> String {
+    let leader = match b.get("leader").and_then(Value::as_str) {
+        Some(l) if b["is_self"] == json!(true) => format!("led by {l} (this node)"),
+        Some(l) => format!("led by {l}"),
+        None => "no leader known".to_string(),
+    };
+    format!("{}: term {}, {leader}", s(b, "group"), b["term"])
+}
+
+pub async fn groups(a: &GroupsArgs) -> i32 {
+    if a.client.group.is_some() {
+        eprintln!("pilot-election: groups takes --add or --remove, not --group");
+        return EXIT_USAGE;
+    }
+    let named = a.add.as_deref().or(a.remove.as_deref());
+    if let Some(Err(e)) = named.map(crate::group::GroupName::new) {
+        eprintln!("pilot-election: {e}");
+        return EXIT_USAGE;
+    }
+    if named.is_some() {
+        if let Err(e) = read_token(&a.client.admin_token_file, &a.client.admin_token) {
+            eprintln!("pilot-election: {e}");
+            return EXIT_USAGE;
+        }
+    }
+    let reply = match (&a.add, &a.remove) {
+        (Some(g), _) => {
+            let body = json!({ "group": g });
+            call(&a.client, reqwest::Method::POST, "/groups", Some(body)).await
+        }
+        (None, Some(g)) => {
+            let path = format!("/groups/{g}");
+            call(&a.client, reqwest::Method::DELETE, &path, None).await
+        }
+        (None, None) => call(&a.client, reqwest::Method::GET, "/groups", None).await,
+    };
+    let (added, removed) = (a.add.is_some(), a.remove.is_some());
+    finish(&a.client, reply, |b| {
+        if added {
+            format!("added {}", group_line(b))
+        } else if removed {
+            format!("removed {} (was {})", s(b, "group"), group_line(b))
+        } else {
+            let list = b["groups"].as_array().cloned().unwrap_or_default();
+            let lines: Vec<String> = list.iter().map(group_line).collect();
+            format!(
+                "{} groups, {} led by this node (default: {})\n{}",
+                b["count"],
+                b["leading"],
+                s(b, "default"),
+                lines.join("\n")
+            )
+        }
+    })
 }
 
 pub async fn candidacy(a: &CandidacyArgs) -> i32 {

@@ -9,6 +9,7 @@ use super::{RunArgs, TransportKind, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::directory;
 use crate::election::{default_priority, MemberSet, NodeInfo, Timings};
 use crate::exec::ExecConfig;
+use crate::group::GroupSelection;
 use crate::health_check::{HealthCheckConfig, HealthFlags};
 use crate::hooks::HookConfig;
 use crate::observer::{ObserverConfig, Source as ObserverSource};
@@ -68,6 +69,11 @@ impl RunArgs {
             .clone()
             .filter(|s| !s.is_empty())
             .ok_or("--node-id is required with the http transport")?;
+        let mut groups = self.groups()?;
+        let exec_groups = GroupSelection::parse("--exec-groups", &self.exec_groups, &groups)?;
+        let on_change_groups =
+            GroupSelection::parse("--on-change-groups", &self.on_change_groups, &groups)?;
+        let group = groups.remove(0);
         let pilot = self.pilot_settings()?;
         self.check_listeners(pilot.is_some())?;
         if node_id.len() > crate::election::MAX_ID_BYTES {
@@ -81,6 +87,12 @@ impl RunArgs {
         let cluster_keys = self.cluster_keys()?;
         let exec = ExecConfig::from_flags(self.exec.as_deref(), self.exec_step_down_on_failure)?;
         let on_change = HookConfig::from_flags(self.on_change.as_deref(), self.on_change_timeout)?;
+        if exec.is_none() && exec_groups != GroupSelection::Default {
+            return Err("--exec-groups needs --exec".into());
+        }
+        if on_change.is_none() && on_change_groups != GroupSelection::Default {
+            return Err("--on-change-groups needs --on-change".into());
+        }
         let health_check = HealthCheckConfig::from_flags(HealthFlags {
             command: self.health_cmd.as_deref(),
             url: self.health_url.as_deref(),
@@ -96,15 +108,20 @@ impl RunArgs {
         Ok(NodeConfig {
             info: Some(info),
             exec,
+            exec_groups,
             on_change,
+            on_change_groups,
             health_check,
             priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
             data_dir: self
                 .data_dir
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("pilot-election-data").join(&node_id)),
+            spread_priorities: self.priority.is_none(),
+            max_groups: self.max_groups,
             node_id,
-            group: self.group.clone(),
+            group,
+            extra_groups: groups,
             members,
             eligible: !self.no_candidate,
             timings,
@@ -190,6 +207,12 @@ impl RunArgs {
                 self.exec_step_down_on_failure,
                 "--exec-step-down-on-failure",
             ),
+            (self.exec_groups.trim() != "default", "--exec-groups"),
+            (
+                self.on_change_groups.trim() != "default",
+                "--on-change-groups",
+            ),
+            (self.groups_file.is_some(), "--groups-file"),
             (self.health_cmd.is_some(), "--health-cmd"),
             (self.health_url.is_some(), "--health-url"),
             (self.no_candidate, "--no-candidate"),
@@ -272,7 +295,7 @@ impl RunArgs {
         };
         let observer = ObserverConfig {
             node_id,
-            group: self.group.clone(),
+            group: self.group()?,
             members,
             source: match pilot {
                 Some(pilot) => ObserverSource::Pilot(pilot),
@@ -362,6 +385,50 @@ impl RunArgs {
         Ok(Some(pilot))
     }
 
+    /// The `--group`s, checked: a name goes into every message, the Pilot topic, URLs and
+    /// directories (src/group.rs). The first is the default group.
+    fn groups(&self) -> Result<Vec<String>, ConfigError> {
+        let mut groups: Vec<String> = Vec::with_capacity(self.groups.len());
+        for name in &self.groups {
+            let name = crate::group::GroupName::new(name).map_err(|e| format!("--group: {e}"))?;
+            if groups.iter().any(|g| g == name.as_str()) {
+                return Err(format!("--group {name} is given twice").into());
+            }
+            groups.push(name.to_string());
+        }
+        if let Some(file) = &self.groups_file {
+            for name in crate::group::read_groups_file(file)? {
+                if groups.contains(&name) {
+                    return Err(
+                        format!("--groups-file {}: {name} is given twice", file.display()).into(),
+                    );
+                }
+                groups.push(name);
+            }
+        }
+        if groups.is_empty() {
+            return Err("--group: give at least one group".into());
+        }
+        if groups.len() > self.max_groups {
+            return Err(format!(
+                "{} groups given, more than --max-groups {}",
+                groups.len(),
+                self.max_groups
+            )
+            .into());
+        }
+        Ok(groups)
+    }
+
+    /// The one group of a node that can follow only one (an observer).
+    fn group(&self) -> Result<String, ConfigError> {
+        let mut groups = self.groups()?;
+        if groups.len() > 1 {
+            return Err("an observer follows one --group".into());
+        }
+        Ok(groups.remove(0))
+    }
+
     /// The brokers and the pilotctl binary; the binary is checked later, with exit 69.
     fn pilot_config(&self) -> Result<PilotConfig, ConfigError> {
         let brokers: Vec<String> = self
@@ -382,10 +449,8 @@ impl RunArgs {
         {
             return Err(format!("--broker `{b}` is not a hostname or address").into());
         }
-        let topic = format!("election:{}", self.group);
-        if topic.len() > 1024 {
-            return Err("--group is too long: the topic may be at most 1024 bytes".into());
-        }
+        // A checked group name is far shorter than the broker's 1024-byte topic limit.
+        let topic = format!("election:{}", self.groups()?[0]);
         let pilotctl = self.pilotctl()?;
         Ok(PilotConfig {
             pilotctl,

@@ -19,7 +19,7 @@ pub(super) async fn gate(
     mut from_api: mpsc::Receiver<Command>,
     to_loop: mpsc::Sender<Command>,
     exec: ExecHandle,
-    snapshot: watch::Receiver<Snapshot>,
+    snapshot: watch::Receiver<Arc<Snapshot>>,
 ) {
     while let Some(cmd) = from_api.recv().await {
         let view = snapshot.borrow().view.clone();

@@ -63,7 +63,7 @@ impl Drop for Job {
 /// Runs the command while this node leads; see the module documentation.
 pub(super) struct Supervisor {
     config: ExecConfig,
-    snapshot: watch::Receiver<Snapshot>,
+    snapshot: watch::Receiver<Arc<Snapshot>>,
     commands: mpsc::Sender<Command>,
     metrics: Arc<Metrics>,
     control: mpsc::Receiver<Control>,
@@ -80,7 +80,7 @@ impl Supervisor {
     /// step-down after a failure).
     pub(super) fn new(
         config: ExecConfig,
-        snapshot: watch::Receiver<Snapshot>,
+        snapshot: watch::Receiver<Arc<Snapshot>>,
         commands: mpsc::Sender<Command>,
         metrics: Arc<Metrics>,
         (control_tx, control): (mpsc::Sender<Control>, mpsc::Receiver<Control>),
@@ -258,7 +258,8 @@ impl Supervisor {
         let mut cmd = super::shell(&self.config.command);
         cmd.env("PILOT_ELECTION_TERM", view.term.to_string())
             .env("PILOT_ELECTION_LEADER", &leader)
-            .env("PILOT_ELECTION_NODE_ID", &view.node_id);
+            .env("PILOT_ELECTION_NODE_ID", &view.node_id)
+            .env("PILOT_ELECTION_GROUP", &self.config.group);
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -278,7 +279,7 @@ impl Supervisor {
             }
         };
         tracing::info!(term = view.term, pid, "exec child started");
-        self.metrics.exec_running.set(1);
+        self.metrics.exec_running.inc();
         self.job = Some(Job {
             child,
             pgid,
@@ -306,7 +307,7 @@ impl Supervisor {
         if let Some(w) = job.watcher.take() {
             w.dismiss().await;
         }
-        self.metrics.exec_running.set(0);
+        self.metrics.exec_running.dec();
         let (status, on_its_own) = match &job.exited {
             Some(e) => (e.status, e.on_its_own),
             None => (ExitStatus::default(), false),

@@ -330,7 +330,7 @@ impl Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::{Advert, Announced, Timings, PROTOCOL_VERSION};
+    use crate::election::{Advert, Announced, Timings};
 
     const T: Duration = Duration::from_secs(3);
 
@@ -359,21 +359,11 @@ mod tests {
         fn msg(&mut self, from: &str, term: u64, body: Body) -> Message {
             self.seq += 1;
             Message {
-                v: PROTOCOL_VERSION,
-                group: "g".into(),
-                from: from.into(),
                 term,
                 seq: self.seq,
-                ts: 0,
                 members: self.set.fingerprint().to_string(),
-                speaks: Some(Versions::OURS),
                 timings: Some(Announced::of(&Timings::default())),
-                body,
-                info: None,
-                maintenance: None,
-                observer: false,
-                kid: None,
-                sig: None,
+                ..Message::new("g".into(), from.into(), body)
             }
         }
 

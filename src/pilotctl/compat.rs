@@ -12,7 +12,7 @@
 
 use super::{Pilotctl, PilotctlError};
 
-/// The tested range, as README.md states it.
+/// The tested range, as docs/guide/pilot-network.md ("pilotctl versions") states it.
 pub const TESTED_RANGE: &str = "1.18.x";
 const TESTED: (u64, u64) = (1, 18);
 

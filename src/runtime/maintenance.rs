@@ -16,12 +16,14 @@ pub struct MaintenanceRequest {
     pub reply: oneshot::Sender<Result<Maintenance, StoreError>>,
 }
 
-impl Runtime {
+impl Election {
     /// An operator's write: a version above every one this node has seen, so it wins over all of
     /// them. Refused if it cannot be kept on disk, since a pause that a restart forgets is not
     /// the pause the operator was promised.
     pub(super) async fn on_maintenance_request(
         &mut self,
+        shared: &Shared,
+        out: &mut Outbox,
         req: MaintenanceRequest,
     ) -> Result<(), RuntimeError> {
         let write = Maintenance {
@@ -39,7 +41,10 @@ impl Runtime {
         let answer = match self.save_maintenance(&write).await {
             Ok(()) => {
                 self.take_maintenance(write.clone(), "operator");
-                self.sync_maintenance().await?;
+                self.sync_maintenance(shared, out).await?;
+                // The answer waits for the others on the snapshots: this one must show the
+                // write even when it changed nothing in the core.
+                self.publish_snapshot(shared, clock::now());
                 Ok(write)
             }
             Err(e) => Err(e),
@@ -52,6 +57,8 @@ impl Runtime {
     /// logs here: the setting still holds in memory, and every member keeps sending it.
     pub(super) async fn on_maintenance_heard(
         &mut self,
+        shared: &Shared,
+        out: &mut Outbox,
         write: &Maintenance,
     ) -> Result<(), RuntimeError> {
         if self
@@ -65,12 +72,36 @@ impl Runtime {
             tracing::warn!(error = %e, "could not keep the maintenance setting on disk");
         }
         self.take_maintenance(write.clone(), "member");
-        self.sync_maintenance().await
+        self.sync_maintenance(shared, out).await
+    }
+
+    /// Which write member `from` holds: the one its latest message carried (none if it
+    /// carried none). A member sends a write only after it tried to keep it on disk.
+    pub(super) fn note_carried(&mut self, from: &str, write: Option<&Maintenance>) {
+        match write {
+            Some(w) => {
+                let same = self
+                    .carried
+                    .get(from)
+                    .is_some_and(|(version, by)| *version == w.version && *by == w.by);
+                if !same {
+                    self.carried
+                        .insert(from.to_string(), (w.version, w.by.clone()));
+                }
+            }
+            None => {
+                self.carried.remove(from);
+            }
+        }
     }
 
     /// Hands the core "on" or "off" when that changed: a new write, or a pause that reached its
     /// end (checked every loop turn, which is at least every heartbeat interval).
-    pub(super) async fn sync_maintenance(&mut self) -> Result<(), RuntimeError> {
+    pub(super) async fn sync_maintenance(
+        &mut self,
+        shared: &Shared,
+        out: &mut Outbox,
+    ) -> Result<(), RuntimeError> {
         let in_force = self
             .maintenance
             .as_ref()
@@ -80,7 +111,9 @@ impl Runtime {
             if !in_force {
                 tracing::info!("maintenance over: automatic failover is back");
             }
-            let _ = self.step(Input::SetMaintenance { on: in_force }).await?;
+            let _ = self
+                .step(shared, out, Input::SetMaintenance { on: in_force })
+                .await?;
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -30,18 +31,40 @@ pub struct Deadline {
     timeout: Duration,
     metrics: Arc<Metrics>,
     fired: bool,
+    read: ReadToEnd,
 }
 
 impl Deadline {
-    pub fn new(inner: Body, timeout: Duration, metrics: Arc<Metrics>) -> Deadline {
-        Deadline {
+    pub fn new(inner: Body, timeout: Duration, metrics: Arc<Metrics>) -> (Deadline, ReadToEnd) {
+        let read = ReadToEnd::default();
+        let body = Deadline {
             inner,
             deadline: Instant::now() + timeout,
             sleep: None,
             timeout,
             metrics,
             fired: false,
-        }
+            read: read.clone(),
+        };
+        (body, read)
+    }
+}
+
+/// Whether a request body was read to its end. hyper closes a connection after a response
+/// given before the body was read (it cannot tell where the next request starts) but does not
+/// say so in the response; a client that reuses the connection then fails on its next
+/// request (over TLS, "EOF in violation of protocol"). The server says `connection: close`
+/// instead.
+#[derive(Debug, Clone, Default)]
+pub struct ReadToEnd(Arc<AtomicBool>);
+
+impl ReadToEnd {
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -68,9 +91,11 @@ impl http_body::Body for Deadline {
         if this.fired {
             return Poll::Ready(Some(Err(BodyTimedOut(this.timeout).into())));
         }
-        Pin::new(&mut this.inner)
-            .poll_frame(cx)
-            .map(|frame| frame.map(|f| f.map_err(Into::into)))
+        let frame = Pin::new(&mut this.inner).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) || this.inner.is_end_stream() {
+            this.read.set();
+        }
+        frame.map(|frame| frame.map(|f| f.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

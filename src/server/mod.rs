@@ -18,6 +18,9 @@
 //!   head, within the header timeout of the accept. A failed handshake (plain HTTP, garbage,
 //!   a client certificate the CA did not sign or that has expired) closes the connection and
 //!   is logged, at most [`HANDSHAKE_LOGS_PER_SECOND`] lines a second.
+//! - An answer given before the request's body was read (a refusal by the token check, an
+//!   unknown group, a body too large) says `connection: close`: hyper closes such a connection
+//!   after the answer, and a client must not send its next request on it.
 //! - On shutdown, the listeners close, waiting connections are closed at once and requests in
 //!   progress are finished (event streams end with the election loop).
 //!
@@ -307,8 +310,14 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .admit(Instant::now());
         if let Some(left_out) = admitted {
-            // rustls names a plain-text first byte this way: say what it usually is.
-            let hint = if error.to_string().contains("InvalidContentType") {
+            // A first record of no TLS content type: what it usually is.
+            let plain = matches!(
+                crate::tls::rustls_error(error),
+                Some(rustls::Error::InvalidMessage(
+                    rustls::InvalidMessage::InvalidContentType
+                ))
+            );
+            let hint = if plain {
                 "not TLS (plain HTTP to the TLS port?)"
             } else {
                 ""
@@ -650,28 +659,40 @@ async fn answer(
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(ConnectInfo(remote));
     // A request without a body (every GET) has nothing to put a deadline on.
-    let body = if http_body::Body::is_end_stream(&body) {
-        Body::new(body)
+    let (body, read) = if http_body::Body::is_end_stream(&body) {
+        (Body::new(body), None)
     } else {
-        Body::new(Deadline::new(
+        let (body, read) = Deadline::new(
             Body::new(body),
             shared.limits.body_timeout,
             shared.metrics.clone(),
-        ))
+        );
+        (Body::new(body), Some(read))
     };
     let req = Request::from_parts(parts, body);
-    match shared.router.clone().oneshot(req).await {
+    let mut resp = match shared.router.clone().oneshot(req).await {
         Ok(resp) => resp,
         Err(never) => match never {},
+    };
+    // Refused before its body was read (401, an unknown group, a body too large): hyper closes
+    // the connection after this answer, so the answer says so.
+    if read.is_some_and(|r| !r.get()) {
+        close_after(&mut resp);
     }
+    resp
 }
 
 /// An error answer after which the connection closes.
 fn closing(e: ApiError) -> Response<Body> {
     let mut resp = e.into_response();
+    close_after(&mut resp);
+    resp
+}
+
+/// Tells the client that the connection closes after this answer.
+fn close_after(resp: &mut Response<Body>) {
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    resp
 }
 
 /// Answers `503 too_many_connections` to the connection's first request and closes it; past

@@ -14,7 +14,7 @@ pub const MEMBER_URN: &str = "urn:pilot-election:member:";
 
 /// The names a verified client certificate presents, put on each of its connection's requests
 /// by the server. `POST /peer/messages` accepts a message only from a member the certificate
-/// names (README, "TLS").
+/// names (docs/guide/tls.md, "What TLS covers").
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClientNames(pub Arc<[String]>);
 

@@ -255,13 +255,8 @@ fn without_url(e: &reqwest::Error) -> String {
         "timed out"
     } else if e.is_connect() {
         // A TLS failure (an unknown CA, a wrong name) is a connect error too: say which.
-        let mut cause: &dyn std::error::Error = e;
-        while let Some(next) = cause.source() {
-            cause = next;
-        }
-        let cause = cause.to_string();
-        if cause.contains("certificate") || cause.contains("TLS") || cause.contains("tls") {
-            return format!("TLS handshake failed: {cause}");
+        if let Some(tls) = crate::tls::rustls_error(e) {
+            return format!("TLS handshake failed: {tls}");
         }
         "connection refused or unreachable"
     } else if let Some(s) = e.status() {
@@ -290,6 +285,55 @@ impl Transport for HttpTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a peer's last error says is read from the error's type, not its text: a server
+    /// whose certificate this client cannot check is a failed TLS handshake, a closed port is
+    /// not, and neither repeats the URL.
+    #[tokio::test]
+    async fn a_failed_handshake_is_told_apart_from_a_refused_connection() {
+        use tokio::net::TcpListener;
+        // A TLS server on a self-signed certificate that no client here trusts.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(crate::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tls_port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let _ = acceptor.accept(tcp).await;
+            }
+        });
+        // A port nobody listens on (bound, then closed).
+        let closed_port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let client = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let get = |url: String| {
+            let client = client.clone();
+            async move { client.get(url).send().await.expect_err("no answer") }
+        };
+        let tls = without_url(&get(format!("https://127.0.0.1:{tls_port}/")).await);
+        assert!(tls.starts_with("TLS handshake failed: "), "{tls}");
+        assert!(!tls.contains("127.0.0.1"), "{tls}");
+        let refused = without_url(&get(format!("https://127.0.0.1:{closed_port}/")).await);
+        assert_eq!(refused, "connection refused or unreachable");
+    }
 
     #[test]
     fn each_peer_shows_its_latest_request_and_a_quorum_of_answers_is_healthy() {

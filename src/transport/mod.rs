@@ -206,6 +206,11 @@ pub trait Transport: Send + Sync + 'static {
     /// Fire and forget: must return without waiting on the network or a child process.
     fn publish(&self, bytes: Arc<[u8]>);
     fn health(&self) -> Health;
+    /// The largest wire message the node may hand `publish` (a batch of many groups' messages
+    /// is split to fit, docs/protocol.md rule 18).
+    fn max_batch_bytes(&self) -> usize {
+        crate::election::batch::MAX_BATCH_BYTES
+    }
     /// Resolves once every message handed to `publish` so far has left or failed. The exit
     /// waits for it (bounded), so that a stopping node's last message, typically its resign,
     /// is not killed with the process. Transports that send before `publish` returns, or whose

@@ -254,7 +254,16 @@ impl PilotTransport {
     }
 }
 
+/// The largest wire message published: one `--data=` argument of a `pilotctl` command line
+/// (Linux caps one argument at 128 KiB) that still fits a subscription's line (256 KiB) once
+/// pilotctl has escaped it into a JSON string.
+pub const MAX_PUBLISH_BYTES: usize = 96 * 1024;
+
 impl Transport for PilotTransport {
+    fn max_batch_bytes(&self) -> usize {
+        MAX_PUBLISH_BYTES
+    }
+
     fn publish(&self, bytes: Arc<[u8]>) {
         let Ok(text) = std::str::from_utf8(&bytes) else {
             self.metrics.publish_failed();

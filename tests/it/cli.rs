@@ -40,10 +40,34 @@ fn invalid_configuration_exits_64_with_one_line() {
         &["--member", "a,b,c", "--peer-listen", "127.0.0.1:7071"],
     ]
     .concat();
+    let pilot_no_group = [&pilot[..], &["--member", "a,b,c", "--group", ""]].concat();
     let cases: &[(&[&str], &str)] = &[
         (
             &["run", "--node-id", "a", "--lease", "3s"],
             "unsafe timings",
+        ),
+        (
+            // Announced as 1000 ms beside a lease of 1000 ms, every message of this node would
+            // be refused by the others (issue 39).
+            &[
+                "run",
+                "--node-id",
+                "a",
+                "--heartbeat-interval",
+                "999.5ms",
+                "--lease",
+                "1s",
+            ],
+            "heartbeat interval (999.5ms) must be a whole number of milliseconds",
+        ),
+        (
+            &["run", "--node-id", "a", "--group", "a/b"],
+            "--group: the group name \"a/b\" has '/' at byte 1: a group name is ASCII letters, digits",
+        ),
+        (
+            // Checked before the pilot settings: the topic is made from it.
+            &pilot_no_group,
+            "--group: a group name may not be empty",
         ),
         (
             &["run", "--node-id", "a", "--transport", "pilot"],

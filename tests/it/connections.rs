@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 use crate::app::{
     app, free_port, get_json, leader_of, metrics_text, post_raw, serial, wait_for, wait_up,
-    Cluster, TempDir,
+    Cluster, TempDir, TOKEN,
 };
 use crate::cluster::{hand_over, Events};
 use crate::flood::{
@@ -520,4 +520,63 @@ async fn a_slow_body_gets_408_and_an_idle_connection_is_closed_after_the_idle_ti
         1.0,
         "idle",
     );
+}
+
+/// A request refused before its body was read (401 before the token check reads nothing, an
+/// unknown group) is answered with `connection: close`, and the connection does close: hyper
+/// cannot tell where the next request would start. A client that took the connection for
+/// kept alive failed on its next request (over TLS: "EOF occurred in violation of protocol",
+/// seen by schemathesis). A refusal after the body was read keeps the connection.
+#[tokio::test]
+async fn an_answer_given_before_the_body_was_read_says_the_connection_closes() {
+    let _serial = serial().await;
+    let c = Cluster::start(1, &[]);
+    wait_up(&c.nodes[0]).await;
+    let a = addr(&c, 0);
+    let head = |path: &str, bearer: Option<&str>| {
+        let auth = bearer
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n\
+             Content-Length: 2\r\n\r\n"
+        )
+    };
+    for (path, bearer, status) in [
+        ("/pause", None, 401),
+        ("/groups/no-such-group/pause", Some(TOKEN), 404),
+    ] {
+        let mut s = TcpStream::connect(a).await.expect("connected");
+        // The head alone: the body is not there when the node answers.
+        s.write_all(head(path, bearer).as_bytes()).await.unwrap();
+        let answer = tokio::time::timeout(MARGIN, read_answer(&mut s))
+            .await
+            .expect("an answer before the body")
+            .expect("an HTTP answer");
+        assert_eq!(
+            answer.status, status,
+            "{path}: {}{}",
+            answer.head, answer.body
+        );
+        assert_eq!(
+            answer.header("connection").as_deref(),
+            Some("close"),
+            "{path}: {}",
+            answer.head
+        );
+        let closed = closing_times(vec![(s, pilot_election::clock::now())], MARGIN).await;
+        assert!(closed[0].is_some(), "{path}: the connection closes");
+    }
+    // The body read, then refused: the connection stays for the next request.
+    let mut s = TcpStream::connect(a).await.expect("connected");
+    let bad = format!("{}{{}}", head("/candidacy", Some(TOKEN)));
+    s.write_all(bad.as_bytes()).await.unwrap();
+    let answer = read_answer(&mut s).await.expect("an answer");
+    assert!(answer.status >= 400, "{}{}", answer.head, answer.body);
+    assert_eq!(answer.header("connection"), None, "{}", answer.head);
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_answer(&mut s).await.expect("kept alive");
+    assert_eq!(answer.status, 200);
 }

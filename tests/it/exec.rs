@@ -327,7 +327,8 @@ async fn exactly_one_child_runs_across_kill_freeze_step_down_and_sigterm() {
     let w = Watch::start();
     let script = w.script();
     // The command comes through the environment, next to a token the child must not see.
-    // Preemption is off: it is the one handover the core makes by itself (see the README).
+    // Preemption is off: it is the one handover the core makes by itself (see
+    // docs/guide/hooks-and-health.md, "Run a job only on the leader").
     let env = [
         ("PILOT_ELECTION_EXEC", script.as_str()),
         ("PILOT_ELECTION_ADMIN_TOKEN", "must-not-reach-the-child"),

@@ -397,9 +397,10 @@ async fn haproxy_routes_to_the_leader_only() {
     );
     poller.wait_answers(25, &proxy).await;
 
-    // 3. A planned step-down, drained first as README's "Behind HAProxy" says: the leader's
-    //    server is drained, the leader hands over, the successor is UP at its first check, and
-    //    the old server is undrained once its check has marked it DOWN (it follows now).
+    // 3. A planned step-down, drained first as docs/guide/deploy.md, "Behind HAProxy", says: the
+    //    leader's server is drained, the leader hands over, the successor is UP at its first
+    //    check, and the old server is undrained once its check has marked it DOWN (it follows
+    //    now).
     let successor = |c: &Cluster, leader: &str| {
         c.nodes
             .iter()

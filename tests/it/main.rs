@@ -22,6 +22,7 @@ mod exec;
 mod faults;
 use support::flood;
 mod fuzz;
+mod groups;
 mod haproxy;
 mod health;
 mod hooks;

@@ -1,4 +1,5 @@
-//! Changing the members (README "Changing the members", docs/protocol.md rule 1): nodes whose
+//! Changing the members (docs/guide/operations.md "Changing the members", docs/protocol.md rule
+//! 1): nodes whose
 //! member sets are two ids apart under a network split, and a cluster grown from three members
 //! to five, shrunk back and then one original member replaced by a new id, one member at a time,
 //! each watched every 20 ms for two leaders.
@@ -36,8 +37,8 @@ pub(crate) fn token_file() -> (TempDir, String) {
 }
 
 /// `run` arguments for an http node whose members are `members` (itself included), as the
-/// README's procedure writes them: `--member` with the whole list and a `--peer ID=URL` for
-/// every other member, the URL's port given by `port_of(member)`.
+/// procedure of docs/guide/operations.md writes them: `--member` with the whole list and a
+/// `--peer ID=URL` for every other member, the URL's port given by `port_of(member)`.
 pub(crate) fn member_args(
     id: &str,
     port: u16,
@@ -86,7 +87,8 @@ pub(crate) async fn leading<'a>(nodes: impl IntoIterator<Item = &'a App>) -> Opt
     None
 }
 
-/// Whether `node`'s `/status` shows `can_vote` within `within` (README, "Changing the members").
+/// Whether `node`'s `/status` shows `can_vote` within `within` (docs/guide/operations.md,
+/// "Changing the members").
 async fn can_vote_within(node: &App, within: Duration) -> bool {
     let url = format!("{}/status", node.url());
     wait_for(within, || {
@@ -134,8 +136,8 @@ pub(crate) async fn restart_as(
 }
 
 /// Waits until every node in `nodes` shows the same `/status` fingerprint, lists every other
-/// one with `matches: true`, and its `/readyz` names no mismatched member (the README's "done"
-/// condition for one change). The fingerprint, or what was seen last.
+/// one with `matches: true`, and its `/readyz` names no mismatched member (the "done" condition
+/// of docs/guide/operations.md for one change). The fingerprint, or what was seen last.
 pub(crate) async fn fingerprints_agree(nodes: &[&App], within: Duration) -> Result<String, String> {
     let urls: Vec<(String, String)> = nodes.iter().map(|n| (n.id.clone(), n.url())).collect();
     let last = std::sync::Mutex::new(String::new());
@@ -497,8 +499,9 @@ impl Members<'_> {
         logs(self.nodes.values())
     }
 
-    /// Restarts `id` with the list `members` and waits as the README's step 2 says: until its
-    /// `/status` shows `can_vote` and some live node answers `GET /role/leader` 200 again.
+    /// Restarts `id` with the list `members` and waits as step 2 of docs/guide/operations.md
+    /// says: until its `/status` shows `can_vote` and some live node answers `GET /role/leader`
+    /// 200 again.
     async fn restart(&mut self, id: &str, members: &[&str], w: &Watcher) {
         w.mark(format!("restart {id} with {{{}}}", members.join(",")));
         let args = self.args(id, members);
@@ -553,8 +556,8 @@ impl Members<'_> {
         }
     }
 
-    /// The README's "done" check (also as `pilot-election status` prints it), then a leader
-    /// agreed by all within the failover bound.
+    /// The "done" check of docs/guide/operations.md (also as `pilot-election status` prints it),
+    /// then a leader agreed by all within the failover bound.
     async fn settle(&mut self, members: &[&str], label: &str) -> (String, u64) {
         let nodes: Vec<&App> = members.iter().map(|m| &self.nodes[*m]).collect();
         match fingerprints_agree(&nodes, T * 2).await {
@@ -574,7 +577,8 @@ impl Members<'_> {
 }
 
 /// `pilot-election status` of `node` names fingerprint `fp` in its first line and on each of its
-/// `others` member lines, each with `matches true` (the README's check between two changes).
+/// `others` member lines, each with `matches true` (the check of docs/guide/operations.md
+/// between two changes).
 async fn status_command_shows_agreement(node: &App, fp: &str, others: usize) {
     let url = node.url();
     let out = tokio::task::spawn_blocking(move || crate::cli::run(&["status", "--url", &url]))
@@ -597,7 +601,8 @@ async fn status_command_shows_agreement(node: &App, fp: &str, others: usize) {
 }
 
 /// Three members grown to five and shrunk back to three, then the original member n1 replaced
-/// by a new id n6 (a removal, then an addition), one member at a time, following the README:
+/// by a new id n6 (a removal, then an addition), one member at a time, following
+/// docs/guide/operations.md:
 /// start the new node with the new list, restart the others one at a time with it (followers
 /// first, the leader last), each time waiting until the restarted node can vote and some node
 /// leads again; check that every fingerprint agrees (in `/status`, `/readyz` and the `status`
@@ -670,7 +675,8 @@ async fn grow_and_shrink(pilot: Option<&Devnet>) {
                 node.start();
                 wait_up(node).await;
                 w.add(x, &node.url());
-                // README step 1: the new node can vote before the first restart.
+                // Step 1 of docs/guide/operations.md: the new node can vote before the first
+                // restart.
                 assert!(
                     can_vote_within(node, READY_WITHIN).await,
                     "{x} never could vote\n{}",

@@ -1,7 +1,8 @@
 //! The status page at `GET /` in a real browser (headless Chromium over the DevTools protocol)
 //! against a live 3-node cluster: it shows the leader, follows a `kill -9` of the leader live,
 //! and moves leadership with the admin token (and refuses, readably, without it). Every node
-//! runs an `--on-change` hook that fails, which the page shows with the last run's outcome.
+//! runs an `--on-change` hook that fails, which the page shows with the last run's outcome. A
+//! node of many groups shows a summary of them, a bounded list and a filter.
 
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use crate::browser::Browser;
 
 /// Start-up takes `T` plus staggers; generous for a loaded machine.
 const FIRST_LEADER: Duration = Duration::from_secs(20);
-/// The failover bound the README states: the survivors elect within `T` + 2 s.
+/// The failover bound docs/guide/deploy.md states ("Run with Docker"): the survivors elect within
+/// `T` + 2 s.
 const FAILOVER: Duration = Duration::from_secs(5);
 
 /// The leader the page shows, as `"<id> <term>"` once it shows one.
@@ -377,4 +379,85 @@ async fn the_status_page_follows_a_failover_live_and_steps_down_only_with_the_to
         b.exceptions
     );
     b.close().await;
+}
+
+/// Many groups on one page: a node of 61 groups shows their summary, at most 50 rows, and a
+/// filter that narrows them; a node of one group shows no groups section at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_keeps_many_groups_usable() {
+    let _serial = serial().await;
+    let names: Vec<String> = (1..=60).map(|i| format!("g-{i:02}")).collect();
+    let mut extra: Vec<&str> = Vec::new();
+    for n in &names {
+        extra.extend(["--group", n.as_str()]);
+    }
+    let mut node = crate::app::app("solo", crate::app::free_port(), &[], &extra);
+    node.start();
+    // One member: it elects itself in every group.
+    let url = node.url();
+    let all = crate::app::wait_for(FIRST_LEADER, || async {
+        let (_, body) = get_json(&format!("{url}/groups")).await;
+        (body["leading"] == json!(61)).then_some(())
+    })
+    .await;
+    assert!(all.is_some(), "solo leads all 61 groups\n{}", node.log());
+    let mut b = Browser::launch(1200, 900).await;
+    b.navigate(&format!("{url}/")).await;
+    let summary = b
+        .wait_for(
+            "the groups summary",
+            "(() => { const s = document.getElementById('groups-section'); \
+             return s.hidden ? null : document.getElementById('groups-summary').textContent; })()",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(
+        summary,
+        json!("61 groups, 61 led by this node (routes without a group: it)")
+    );
+    let rows = b
+        .eval("document.querySelectorAll('#groups-body tr').length")
+        .await;
+    assert_eq!(rows, json!(50), "at most 50 rows");
+    let note = b
+        .eval("document.getElementById('groups-note').textContent")
+        .await;
+    assert!(
+        note.as_str()
+            .unwrap_or_default()
+            .starts_with("Showing 50 of 61"),
+        "{note}"
+    );
+    let shown = b
+        .eval(
+            "(() => { const f = document.getElementById('group-filter'); f.value = 'g-1'; \
+             f.dispatchEvent(new Event('input')); \
+             return [...document.querySelectorAll('#groups-body tr')].map(r => r.cells[0].textContent); })()",
+        )
+        .await;
+    let expected: Vec<String> = (10..=19).map(|i| format!("g-{i}")).collect();
+    assert_eq!(shown, json!(expected), "the filter narrows the rows");
+    b.close().await;
+    node.kill9();
+
+    // One group: nothing about groups on the page.
+    let mut single = crate::app::app("one", crate::app::free_port(), &[], &[]);
+    single.start();
+    let url = single.url();
+    let led = crate::app::wait_for(FIRST_LEADER, || async {
+        leader_of(&url).await.filter(|(l, _)| l == "one")
+    })
+    .await;
+    assert!(led.is_some(), "one leads\n{}", single.log());
+    let mut b = Browser::launch(1200, 900).await;
+    b.navigate(&format!("{url}/")).await;
+    b.wait_for("the leader", SHOWN, Duration::from_secs(10))
+        .await;
+    assert_eq!(
+        b.eval("document.getElementById('groups-section').hidden")
+            .await,
+        json!(true)
+    );
+    b.close().await;
+    single.kill9();
 }

@@ -271,7 +271,8 @@ async fn forged_and_replayed_messages_on_the_topic_change_nothing() {
     );
 }
 
-/// The shell observer, `pilotctl subscribe | jq`, exactly as README.md shows it (plus
+/// The shell observer, `pilotctl subscribe | jq`, exactly as docs/guide/running.md ("Watch the
+/// election from a shell") shows it (plus
 /// `--unbuffered`, since jq's output here is a pipe, not a terminal); docs/pilot.md says why its
 /// field names still work.
 fn shell_observer_sees_heartbeats(net: &Devnet, leader: &str, term: u64) {
@@ -439,7 +440,8 @@ async fn a_node_the_broker_does_not_trust_never_leads_says_why_and_joins_once_tr
         ),
         0.0
     );
-    // `pilot-election status`, the README's check, says the same.
+    // `pilot-election status`, the check of docs/guide/pilot-network.md ("When it does not
+    // work"), says the same.
     let out = crate::cli::run(&["status", "--url", &n3]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("broker n4 rejected since"), "{text}");

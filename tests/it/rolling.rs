@@ -1,8 +1,8 @@
-//! Rolling restarts (README "Rolling restarts"): every node in turn gets SIGTERM (a leader hands
-//! over first), starts again with the same arguments and data dir, and the next goes only once
-//! the restarted node's `/readyz` answers 200 (or, in one test, as soon as it answers at all,
-//! still inside its start-up guard). Watched every 20 ms: never two leaders, and every leaderless
-//! gap under a second.
+//! Rolling restarts (docs/guide/operations.md "Rolling restarts"): every node in turn gets SIGTERM
+//! (a leader hands over first), starts again with the same arguments and data dir, and the next
+//! goes only once the restarted node's `/readyz` answers 200 (or, in one test, as soon as it
+//! answers at all, still inside its start-up guard). Watched every 20 ms: never two leaders, and
+//! every leaderless gap under a second.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +28,7 @@ const PASSES: usize = 2;
 /// What the roll waits for before it takes the next node down.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Gate {
-    /// `/readyz` 200: the restarted node can vote again (what the README asks for).
+    /// `/readyz` 200: the restarted node can vote again (what docs/guide/operations.md asks for).
     Ready,
     /// Only that the restarted node answers HTTP and that some node leads (no handover is
     /// still in flight): the restarted node may still be inside its start-up guard, so the next

@@ -274,6 +274,14 @@ async fn a_mutual_tls_cluster_elects_refuses_strangers_and_fails_over() {
         "refusals logged:\n{}",
         c.nodes[0].log()
     );
+    // The plain HTTP one is told for what it usually is (from the type of rustls's error).
+    assert!(
+        c.nodes[0]
+            .log()
+            .contains("not TLS (plain HTTP to the TLS port?)"),
+        "plain HTTP named:\n{}",
+        c.nodes[0].log()
+    );
 
     // The CLI and the healthcheck, with --ca and a client certificate; without one it cannot.
     let dir = TempDir::new("tls-cli");
@@ -468,34 +476,26 @@ async fn a_peer_whose_certificate_names_another_member_is_refused() {
         .expect("n3 listed");
     assert_eq!(n3["last_seen_ms"], Value::Null, "n3 was heard: {n3}");
     // The operator's certificate names "operator": it cannot post as n2.
-    use pilot_election::election::{
-        Advert, Announced, Body, Candidacy, Message, Timings, Versions, PROTOCOL_VERSION,
-    };
+    use pilot_election::election::{Advert, Announced, Body, Candidacy, Message, Timings};
     let forged = Message {
-        v: PROTOCOL_VERSION,
-        group: "it".into(),
-        from: "n2".into(),
         term: 99,
         seq: 1,
-        ts: 0,
         members: "00000000".into(),
-        speaks: Some(Versions::OURS),
         timings: Some(Announced::of(&Timings::default())),
-        body: Body::Presence {
-            advert: Advert {
-                priority: 1,
-                candidacy: Candidacy::Eligible,
-                hears: Vec::new(),
-                member_ids: Vec::new(),
-                flapped: false,
-                unhealthy: false,
+        ..Message::new(
+            "it".into(),
+            "n2".into(),
+            Body::Presence {
+                advert: Advert {
+                    priority: 1,
+                    candidacy: Candidacy::Eligible,
+                    hears: Vec::new(),
+                    member_ids: Vec::new(),
+                    flapped: false,
+                    unhealthy: false,
+                },
             },
-        },
-        info: None,
-        maintenance: None,
-        observer: false,
-        kid: None,
-        sig: None,
+        )
     }
     .to_json();
     let resp = good

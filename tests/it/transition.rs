@@ -1,8 +1,8 @@
-//! A cluster in transition (docs/protocol.md, rules 5, 6, 8 and 15; README "Changing the
-//! timings" and "Upgrading"): nodes with different timings, a rolling timing change there and
-//! back, and a rolling upgrade from the previous release (built from git history by
-//! `scripts/build-previous.sh`) and back, over http and over pilot. Every node's `/role/leader`
-//! is polled every 20 ms throughout: never two 200s.
+//! A cluster in transition (docs/protocol.md, rules 5, 6, 8 and 15; docs/guide/operations.md
+//! "Changing the timings" and "Upgrading"): nodes with different timings, a rolling timing change
+//! there and back, and a rolling upgrade from the previous release (built from git history by
+//! `scripts/build-previous.sh`) and back, over http and over pilot. Every node's `/role/leader` is
+//! polled every 20 ms throughout: never two 200s.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -129,8 +129,8 @@ async fn a_long_lease_leader_cut_off_from_short_timed_peers_never_leads_beside_t
     .await;
 }
 
-/// The rolling timing change of README "Changing the timings": 2 s / 3 s to 10 s / 16 s on
-/// every node, one at a time, and back; each restart waits for `/readyz`.
+/// The rolling timing change of docs/guide/operations.md "Changing the timings": 2 s / 3 s to
+/// 10 s / 16 s on every node, one at a time, and back; each restart waits for `/readyz`.
 async fn timing_change(nodes: &mut [App], label: &str) {
     // The roll asserts one leader at most and every gap under a second.
     roll_changing(nodes, label, Gate::Ready, READY_WITHIN, &|pass, n| {
@@ -157,9 +157,9 @@ async fn a_rolling_timing_change_there_and_back_over_pilot_never_shows_two_leade
     timing_change(&mut c.nodes, "timing change pilot, 3 nodes").await;
 }
 
-/// README "Upgrading": every node starts on the previous release (wire protocol version 2
-/// only), is upgraded to this build one at a time, then rolled back the same way. Each restart
-/// waits for `/readyz`; the previous build's `/readyz` answers the same way.
+/// docs/guide/operations.md "Upgrading": every node starts on the previous release (wire protocol
+/// version 2 only), is upgraded to this build one at a time, then rolled back the same way. Each
+/// restart waits for `/readyz`; the previous build's `/readyz` answers the same way.
 async fn upgrade(mut nodes: Vec<App>, label: &str) {
     let previous = previous_bin();
     for n in &mut nodes {

@@ -55,6 +55,17 @@ def test_urls_are_normalised_and_a_single_string_is_one_member() -> None:
         Client(["http://a"], timeout=0)
 
 
+def test_a_group_prefixes_every_request_and_a_bad_one_is_refused(members: List[FakeMember]) -> None:
+    members[0].routes["/groups/shard-1/leader"] = lambda r: r.reply(200, leader_body())
+    c = Client([members[0].url], group="shard-1")
+    assert c.members == (members[0].url,) and c.group == "shard-1"
+    got = c.leader()
+    assert got is not None and got.id == "b"
+    for bad in ["", "a/b", "-a", "a b", "\u00fc", "a" * 129, 5]:
+        with pytest.raises(ValueError, match="group must be"):
+            Client([members[0].url], group=bad)  # type: ignore[arg-type]
+
+
 def test_leader_parses_the_answer(members: List[FakeMember]) -> None:
     members[0].routes["/leader"] = lambda r: r.reply(200, leader_body())
     before = time.monotonic()

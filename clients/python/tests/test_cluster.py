@@ -11,7 +11,7 @@ import pytest
 
 from pilot_election_client import Client, Fence, LeaderChange, StaleTerm, Tenure, Unavailable, Watch
 
-from cluster import Cluster, Node, Proxy, wait_until
+from cluster import Cluster, Node, Proxy, get_json, post_json, wait_until
 
 
 class Collector:
@@ -273,3 +273,35 @@ def test_lead_cancels_its_work_before_another_node_leads(tmp_path: Path) -> None
     for (s1, e1, a), (s2, e2, b) in zip(spans, spans[1:]):
         assert e1 < s2, f"{a} ran until {e1}, {b} started at {s2}"
     assert len(runs) >= 3
+
+
+def test_a_client_of_a_group_follows_that_groups_election(tmp_path: Path) -> None:
+    """Each node is in the default group and in g2: a client given ``group`` reads that
+    group's leader and watches its changes, while the default group's leader stays put."""
+    extra = {n: ["--group", "g2"] for n in ("a", "b", "c")}
+    cluster = Cluster(tmp_path, extra)
+    cluster.start()
+    try:
+        default = cluster.agreed_leader()
+        client = Client(cluster.urls, timeout=1.0, group="g2")
+        assert client.group == "g2"
+
+        def g2_leader() -> Optional[Tuple[str, int]]:
+            got = client.leader()
+            return (got.id, got.term) if got is not None else None
+
+        leader, term = wait_until("g2 to elect", g2_leader)
+        status, body = get_json(cluster[leader].url + "/groups/g2/leader")
+        assert status == 200 and (body["leader"], body["term"]) == (leader, term), body
+
+        col = Collector(client.watch())
+        wait_until("the g2 watch to see its leader", lambda: col.has((term, leader)))
+        status, body = post_json(cluster[leader].url + "/groups/g2/step-down", {})
+        assert status == 202, body
+        wait_until("the g2 watch to see a new leader", lambda: any(t > term for t, _ in col.keys()))
+        col.close()
+        assert cluster.agreed_leader() == default, "the default group moved with g2"
+        with pytest.raises(ValueError, match="group must be"):
+            Client(cluster.urls, group="a/b")
+    finally:
+        cluster.stop()

@@ -79,6 +79,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     http: Option<reqwest::Client>,
     observer: Option<String>,
+    group: Option<String>,
     start_at: usize,
     opts: Options,
 }
@@ -161,6 +162,17 @@ impl ClientBuilder {
         self
     }
 
+    /// Follow the election of `group` rather than the members' default group: every request
+    /// and stream goes to `/groups/<group>/...` (a node takes part in many groups: `--group`,
+    /// `POST /groups`). `group` is 1 to 128 bytes of ASCII letters, digits, `-`, `_` and `.`,
+    /// starting with a letter or a digit, as the nodes require; anything else is refused by
+    /// [`ClientBuilder::build`] with [`ConfigError::InvalidOption`]. One client follows one
+    /// group: build one per group to watch several.
+    pub fn group(mut self, group: impl Into<String>) -> ClientBuilder {
+        self.group = Some(group.into());
+        self
+    }
+
     /// The member asked first: `index` into the member list as given, taken modulo the number
     /// of members (default 0, the first). After that, each request and each stream goes first
     /// to the member that answered last, as always.
@@ -179,9 +191,18 @@ impl ClientBuilder {
         if self.urls.is_empty() {
             return Err(ConfigError::NoMembers);
         }
+        let group = self.group.as_deref().map(group_path).transpose()?;
         let mut members: Vec<Member> = Vec::with_capacity(self.urls.len());
         for url in &self.urls {
-            let m = parse_member(url)?;
+            let mut m = parse_member(url)?;
+            if let Some(path) = &group {
+                // Every endpoint is a group's ("leader", "events", "history"), so the group's
+                // prefix goes on the base once.
+                m.base = m.base.join(path).map_err(|e| ConfigError::InvalidUrl {
+                    url: url.clone(),
+                    reason: e.to_string(),
+                })?;
+            }
             if members.iter().any(|o| o.base == m.base) {
                 return Err(ConfigError::InvalidUrl {
                     url: url.clone(),
@@ -234,6 +255,27 @@ impl ClientBuilder {
             }),
         })
     }
+}
+
+/// Checks a group name ([`ClientBuilder::group`]) and makes it the relative path of the group's
+/// endpoints.
+fn group_path(group: &str) -> Result<String, ConfigError> {
+    let refuse = |reason: String| ConfigError::InvalidOption {
+        option: "group",
+        reason,
+    };
+    if group.is_empty() || group.len() > 128 {
+        return Err(refuse(format!("{} bytes; give 1 to 128", group.len())));
+    }
+    let bad = group
+        .char_indices()
+        .find(|(at, c)| !(c.is_ascii_alphanumeric() || (*at > 0 && matches!(c, '-' | '_' | '.'))));
+    if let Some((at, c)) = bad {
+        return Err(refuse(format!(
+            "{c:?} at byte {at}: a group is ASCII letters, digits, '-', '_' and '.', starting with a letter or a digit"
+        )));
+    }
+    Ok(format!("groups/{group}/"))
 }
 
 /// Checks an observer id ([`ClientBuilder::observer`]) and makes it a header value.
@@ -448,6 +490,7 @@ impl Client {
             connect_timeout: Duration::from_secs(1),
             http: None,
             observer: None,
+            group: None,
             start_at: 0,
             opts: Options {
                 request_timeout: Duration::from_secs(2),
@@ -677,6 +720,38 @@ mod tests {
         match parse_member(url) {
             Err(ConfigError::InvalidUrl { reason, .. }) => reason,
             other => panic!("{url} should be refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_group_prefixes_every_endpoint_and_a_bad_one_is_refused() {
+        let c = Client::builder(["http://10.0.0.1:7070", "https://b.example/api"])
+            .group("shard-01")
+            .build()
+            .unwrap();
+        let at: Vec<String> = (c.inner.members.iter())
+            .map(|m| m.endpoint("leader").to_string())
+            .collect();
+        assert_eq!(
+            at,
+            [
+                "http://10.0.0.1:7070/groups/shard-01/leader",
+                "https://b.example/api/groups/shard-01/leader"
+            ]
+        );
+        assert_eq!(c.inner.members[0].name, "http://10.0.0.1:7070");
+        for bad in ["", "a/b", "-a", "a b", "ü", &"a".repeat(129)] {
+            let r = Client::builder(["http://10.0.0.1:7070"]).group(bad).build();
+            assert!(
+                matches!(
+                    r,
+                    Err(ConfigError::InvalidOption {
+                        option: "group",
+                        ..
+                    })
+                ),
+                "{bad:?}: {r:?}"
+            );
         }
     }
 

@@ -38,6 +38,12 @@ pub struct Config {
     /// `h`, `L`, `T`, `P`, `r`: the shell checks them with [`Timings::validate`] (rule 7); the
     /// core trusts them.
     pub timings: Timings,
+    /// The node's beat (rule 18): with `Some(epoch)`, heartbeats and presences fall on the
+    /// instants `epoch + k·h` (a quarter of that while a lease is at risk), never further
+    /// apart than without it, so that the elections of many groups in one process, given one
+    /// epoch, send on the same instants and their messages can travel in one wire message.
+    /// `None`: every `h` after the last one sent, as a process of one election did.
+    pub beat: Option<Instant>,
 }
 
 /// What must survive a restart: without it a node could vote twice in one term (rule 3).
@@ -424,7 +430,7 @@ pub enum SuccessorRefused {
     #[error("it is this node, which is stepping down; name another member")]
     Itself,
     /// It is not in the member set.
-    #[error("it is not a member ({members}); name a member, or add it first (README, \"Changing the members\")")]
+    #[error("it is not a member ({members}); name a member, or add it first (docs/guide/operations.md, \"Changing the members\")")]
     NotMember {
         /// The member set, as [`MemberSet`] displays it.
         members: String,

@@ -13,10 +13,12 @@
 //!
 //! Layout: [`interface`] (the types that cross the boundary), [`membership`] (who votes),
 //! [`rank`] (who leads first), `peers` (what this node knows of the others), `node` (the state
-//! machine), [`message`] (the wire), `timings` (durations and the safety inequality).
+//! machine), [`message`] (the wire), [`batch`] (many messages in one), `timings` (durations and
+//! the safety inequality).
 #![forbid(unsafe_code)]
 #![deny(missing_docs, unreachable_pub)]
 
+pub mod batch;
 pub mod interface;
 pub mod membership;
 mod message;
@@ -42,7 +44,7 @@ pub use node::Node;
 pub use priority::{cksum, default_priority};
 pub use rank::Rank;
 pub use rng::Rng;
-pub use timings::{Timings, TimingsError};
+pub use timings::{whole_ms, Timings, TimingsError};
 
 #[cfg(test)]
 mod tests;

@@ -166,6 +166,14 @@ impl Peers {
     pub(crate) fn heard(&mut self, now: Instant, m: &Message) {
         let own_timeout = self.timeout;
         let difference = m.body.advert().map(|a| {
+            // Nearly always the same set as ours, in the same (sorted) order: nothing to build.
+            if a.member_ids
+                .iter()
+                .map(String::as_str)
+                .eq(self.members.ids())
+            {
+                return Vec::new();
+            }
             let theirs: BTreeSet<String> = a.member_ids.iter().cloned().collect();
             self.members
                 .difference(&theirs)
@@ -186,7 +194,9 @@ impl Peers {
         // `booting` advert.
         let silent = p.last_seen.is_none_or(|s| now >= s + timeout * 2);
         p.last_seen = Some(now);
-        p.fingerprint = Some(m.members.clone());
+        if p.fingerprint.as_deref() != Some(m.members.as_str()) {
+            p.fingerprint = Some(m.members.clone());
+        }
         // What it speaks and runs on goes with the process: any message says it, and one from a
         // restarted node may say something else (an upgrade, a timing change).
         if p.about_seq.is_none_or(|s| m.seq > s) {
@@ -220,7 +230,10 @@ impl Peers {
             p.advert_seq = Some(m.seq);
             p.priority = *priority;
             p.candidacy = Some(*candidacy);
-            p.hears = hears.iter().cloned().collect();
+            // The same list as last time (sorted, as a set is sent) is the same set.
+            if !p.hears.iter().eq(hears.iter()) {
+                p.hears = hears.iter().cloned().collect();
+            }
             p.difference = difference.unwrap_or_default();
         } else if let super::message::Body::Election { priority, .. } = &m.body {
             p.priority = *priority;
@@ -370,7 +383,7 @@ impl Peers {
 
 #[cfg(test)]
 mod tests {
-    use super::super::message::{Body, Message, PROTOCOL_VERSION};
+    use super::super::message::{Body, Message};
     use super::super::timings::Timings;
     use super::*;
 
@@ -387,30 +400,24 @@ mod tests {
     /// `hears`.
     fn presence(set: &MemberSet, from: &str, seq: u64, hears: &[&str]) -> Message {
         Message {
-            v: PROTOCOL_VERSION,
-            group: "g".into(),
-            from: from.into(),
             term: 1,
             seq,
-            ts: 0,
             members: set.fingerprint().to_string(),
-            speaks: Some(Versions::OURS),
             timings: Some(Announced::of(&Timings::default())),
-            body: Body::Presence {
-                advert: Advert {
-                    priority: 9,
-                    candidacy: Candidacy::Eligible,
-                    hears: hears.iter().map(|s| s.to_string()).collect(),
-                    member_ids: IDS.iter().map(|s| s.to_string()).collect(),
-                    flapped: false,
-                    unhealthy: false,
+            ..Message::new(
+                "g".into(),
+                from.into(),
+                Body::Presence {
+                    advert: Advert {
+                        priority: 9,
+                        candidacy: Candidacy::Eligible,
+                        hears: hears.iter().map(|s| s.to_string()).collect(),
+                        member_ids: IDS.iter().map(|s| s.to_string()).collect(),
+                        flapped: false,
+                        unhealthy: false,
+                    },
                 },
-            },
-            info: None,
-            maintenance: None,
-            observer: false,
-            kid: None,
-            sig: None,
+            )
         }
     }
 

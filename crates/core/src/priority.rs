@@ -61,7 +61,8 @@ mod tests {
         }
     }
 
-    /// The default priority is what `printf %s ID | cksum` prints first (README, `--priority`).
+    /// The default priority is what `printf %s ID | cksum` prints first (docs/guide/running.md,
+    /// `--priority`).
     #[test]
     fn the_default_priority_is_the_cksum_of_the_id() {
         let (tx, rx) = mpsc::channel();

@@ -25,6 +25,7 @@ fn node_at(id: &str, eligible: bool, persisted: Persistent, now: Instant) -> Nod
             priority: 1,
             eligible,
             timings: Timings::default(),
+            beat: None,
         },
         persisted,
         now,
@@ -58,21 +59,11 @@ impl Bench {
     fn msg(&mut self, from: &str, term: u64, body: Body) -> Input {
         self.seq += 1;
         Input::Message(Message {
-            v: PROTOCOL_VERSION,
-            group: "g".into(),
-            from: from.into(),
             term,
             seq: self.seq,
-            ts: 0,
             members: self.fingerprint.clone(),
-            speaks: Some(Versions::OURS),
             timings: Some(Announced::of(&Timings::default())),
-            body,
-            info: None,
-            maintenance: None,
-            observer: false,
-            kid: None,
-            sig: None,
+            ..Message::new("g".into(), from.into(), body)
         })
     }
 
@@ -994,6 +985,7 @@ fn node_with(id: &str, eligible: bool, persisted: Persistent, now: Instant, t: T
             priority: 1,
             eligible,
             timings: t,
+            beat: None,
         },
         persisted,
         now,
@@ -1493,6 +1485,7 @@ fn a_member_slow_to_announce_itself_has_not_flapped() {
     assert!(!grants_pre_vote(&drain(&mut a), "b"), "b flapped");
 }
 
+mod beat;
 mod handlers;
 mod health;
 mod maintenance;

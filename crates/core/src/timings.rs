@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::message::{Announced, MAX_ANNOUNCED_MS};
+use super::message::{ceil_ms, Announced, MAX_ANNOUNCED_MS, MAX_DRIFT_PPM};
 
 /// The durations the protocol runs on. All are measured on each node's monotonic clock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,6 +58,18 @@ pub enum TimingsError {
         /// Which one, as the operator's option calls it.
         name: &'static str,
     },
+    /// A duration (which one, as the operator's option calls it, and its value) with a part
+    /// below a millisecond: messages announce timings in whole milliseconds, and the others
+    /// must read the values this node runs on, not a rounding of them.
+    #[error(
+        "{name} ({value:?}) must be a whole number of milliseconds: timings are announced to the other nodes in milliseconds"
+    )]
+    NotWholeMilliseconds {
+        /// Which one, as the operator's option calls it.
+        name: &'static str,
+        /// The value given.
+        value: Duration,
+    },
     /// `h >= L`: a lease would run out before the next heartbeat could renew it (rule 6).
     #[error("heartbeat interval ({heartbeat:?}) must be shorter than the lease ({lease:?})")]
     HeartbeatNotBelowLease {
@@ -87,12 +99,18 @@ pub enum TimingsError {
     },
 }
 
+/// `d` rounded up to the whole milliseconds that messages carry, which [`Timings::validate`]
+/// asks of `h`, `L` and `T`.
+pub fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(ceil_ms(d))
+}
+
 impl Timings {
     /// The smallest election timeout that keeps an old lease from overlapping a new leader:
-    /// `L*(1+r)/(1-r) + h`.
+    /// `L*(1+r)/(1-r) + h`, rounded up to the whole millisecond that a node can announce.
     pub fn min_election_timeout(&self) -> Duration {
         let r = self.max_drift;
-        self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat
+        whole_ms(self.lease.mul_f64((1.0 + r) / (1.0 - r)) + self.heartbeat)
     }
 
     /// Refuses timings under which two leaders could hold a lease at the same true time.
@@ -109,10 +127,27 @@ impl Timings {
                 return Err(TimingsError::TooLong { name });
             }
         }
-        if !(0.0..0.5).contains(&self.max_drift) || self.max_drift.is_nan() {
+        // What the other nodes read, by the rounding the messages use: they refuse `h >= L` and
+        // a drift of 50 % or more as announced, so validation judges the announced values.
+        let announced = Announced::of(self);
+        for (name, d, ms) in [
+            ("heartbeat interval", self.heartbeat, announced.heartbeat_ms),
+            ("lease", self.lease, announced.lease_ms),
+            (
+                "election timeout",
+                self.election_timeout,
+                announced.election_timeout_ms,
+            ),
+        ] {
+            if Duration::from_millis(ms) != d {
+                return Err(TimingsError::NotWholeMilliseconds { name, value: d });
+            }
+        }
+        // A NaN is in no range, so it is refused here too.
+        if !(0.0..0.5).contains(&self.max_drift) || announced.max_drift_ppm >= MAX_DRIFT_PPM {
             return Err(TimingsError::Drift(self.max_drift));
         }
-        if self.heartbeat >= self.lease {
+        if announced.heartbeat_ms >= announced.lease_ms {
             return Err(TimingsError::HeartbeatNotBelowLease {
                 heartbeat: self.heartbeat,
                 lease: self.lease,
@@ -210,9 +245,69 @@ mod tests {
     fn boundary_is_accepted() {
         let mut t = Timings::default();
         t.election_timeout = t.min_election_timeout();
+        assert_eq!(
+            t.election_timeout,
+            Duration::from_millis(2711),
+            "2.7105 s rounded up"
+        );
         t.validate().unwrap();
-        t.election_timeout -= Duration::from_nanos(1);
-        assert!(t.validate().is_err());
+        t.election_timeout -= Duration::from_millis(1);
+        assert!(matches!(t.validate(), Err(TimingsError::Unsafe { .. })));
+    }
+
+    /// Messages announce `h`, `L` and `T` in whole milliseconds and receivers refuse `h >= L`
+    /// as announced: `h` = 999.5 ms beside `L` = 1 s would be announced as 1 s and 1 s, and
+    /// every message of that node dropped. A part of a millisecond is refused at start, and a
+    /// drift that the announcement rounds up to 50 % too.
+    #[test]
+    fn a_timing_the_messages_cannot_carry_exactly_is_refused() {
+        let t = Timings {
+            heartbeat: Duration::from_micros(999_500),
+            lease: Duration::from_secs(1),
+            election_timeout: Duration::from_secs(3),
+            ..Timings::default()
+        };
+        let err = t.validate().unwrap_err();
+        assert_eq!(
+            err,
+            TimingsError::NotWholeMilliseconds {
+                name: "heartbeat interval",
+                value: Duration::from_micros(999_500)
+            }
+        );
+        assert!(err.to_string().contains("999.5ms"), "{err}");
+        let lease = Timings {
+            lease: Duration::from_micros(2_000_001),
+            election_timeout: Duration::from_secs(4),
+            ..Timings::default()
+        };
+        assert!(matches!(
+            lease.validate(),
+            Err(TimingsError::NotWholeMilliseconds { name: "lease", .. })
+        ));
+        let timeout = Timings {
+            election_timeout: Duration::from_nanos(3_000_000_001),
+            ..Timings::default()
+        };
+        assert!(matches!(
+            timeout.validate(),
+            Err(TimingsError::NotWholeMilliseconds {
+                name: "election timeout",
+                ..
+            })
+        ));
+        let drift = Timings {
+            max_drift: 0.499_999_9,
+            election_timeout: Duration::from_secs(60),
+            ..Timings::default()
+        };
+        assert_eq!(Announced::of(&drift).max_drift_ppm, MAX_DRIFT_PPM);
+        assert_eq!(drift.validate(), Err(TimingsError::Drift(0.499_999_9)));
+        let below = Timings {
+            max_drift: 0.499_999,
+            ..drift
+        };
+        below.validate().unwrap();
     }
 
     #[test]
@@ -232,6 +327,17 @@ mod tests {
             ..Timings::default()
         };
         assert_eq!(drift.validate(), Err(TimingsError::Drift(0.7)));
+        // Below zero, which the announcement would carry as 0 ppm, and NaN.
+        let negative = Timings {
+            max_drift: -0.1,
+            ..Timings::default()
+        };
+        assert_eq!(negative.validate(), Err(TimingsError::Drift(-0.1)));
+        let nan = Timings {
+            max_drift: f64::NAN,
+            ..Timings::default()
+        };
+        assert!(matches!(nan.validate(), Err(TimingsError::Drift(_))));
         let hb = Timings {
             heartbeat: Duration::from_secs(2),
             ..Timings::default()
@@ -273,7 +379,7 @@ mod tests {
                     let h = Duration::from_millis(h_ms);
                     let mut t = Timings {
                         heartbeat: h,
-                        lease: h.mul_f64(ratio),
+                        lease: whole_ms(h.mul_f64(ratio)),
                         max_drift: r,
                         ..Timings::default()
                     };
@@ -287,7 +393,7 @@ mod tests {
                         "{t:?}: lease ends {lease_end} s, promise {promise_end} s"
                     );
                     let below = Timings {
-                        election_timeout: t.election_timeout - Duration::from_nanos(1),
+                        election_timeout: t.election_timeout - Duration::from_millis(1),
                         ..t
                     };
                     assert!(below.validate().is_err(), "{below:?}");

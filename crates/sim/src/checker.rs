@@ -83,6 +83,21 @@ impl Checker {
             );
             self.violate(now, what);
         }
+        // Messages carry h, L and T in whole milliseconds and receivers refuse h >= L as
+        // carried: timings they cannot carry exactly would round, perhaps to h = L, and every
+        // message of the node would be dropped (a silent member).
+        let whole = |d: Duration| d.subsec_nanos() % 1_000_000 == 0;
+        if ![t.heartbeat, t.lease, t.election_timeout]
+            .into_iter()
+            .all(whole)
+            || t.heartbeat >= t.lease
+        {
+            let what = format!(
+                "rule 7: {id} started with timings the messages cannot carry exactly (h {:?}, L {:?}, T {:?})",
+                t.heartbeat, t.lease, t.election_timeout
+            );
+            self.violate(now, what);
+        }
     }
 
     /// Terms never decrease on disk; at most one real vote per node per term.

@@ -163,4 +163,8 @@ impl Protocol for Filtered {
     fn digest(&self) -> String {
         self.inner.digest()
     }
+
+    fn beat_check(&self) -> Option<(Instant, Instant, std::time::Duration)> {
+        self.inner.beat_check()
+    }
 }

@@ -44,6 +44,10 @@ pub trait Protocol {
     fn digest(&self) -> String {
         String::new()
     }
+    /// Rule 18's figures (see `Node::beat_check`); `None` for a protocol without them.
+    fn beat_check(&self) -> Option<(Instant, Instant, Duration)> {
+        None
+    }
 }
 
 impl Protocol for Node {
@@ -70,6 +74,9 @@ impl Protocol for Node {
     }
     fn digest(&self) -> String {
         format!("{self:?}")
+    }
+    fn beat_check(&self) -> Option<(Instant, Instant, Duration)> {
+        Node::beat_check(self)
     }
 }
 
@@ -137,6 +144,9 @@ pub struct WorldConfig {
     pub nodes: Vec<NodeSpec>,
     /// Clock rate per node; 1.0 is true time.
     pub rates: Vec<f64>,
+    /// Whether the nodes heartbeat on a beat (rule 18), as the service's nodes do: each node's
+    /// epoch is drawn from the seed, within a second of the world's start (before or after).
+    pub beat: bool,
 }
 
 /// A node's clock: piecewise linear in true time, so its rate can change mid-run.
@@ -368,6 +378,16 @@ pub fn slowest<'a>(all: impl IntoIterator<Item = &'a Timings>) -> Timings {
     t
 }
 
+/// Node `i`'s beat epoch after the world's base: under a second, from the seed (splitmix64), so
+/// that the nodes' beats differ and drawing them leaves the scenario's own draws alone.
+fn beat_offset(seed: u64, i: usize) -> Duration {
+    let mut z = seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    Duration::from_nanos(z % 1_000_000_000)
+}
+
 fn member_set(id: &str, members: &[String]) -> MemberSet {
     MemberSet::new(id, members.iter().cloned()).expect("simulated member sets are valid")
 }
@@ -392,6 +412,7 @@ impl World {
                     eligible: spec.eligible,
                     healthy: true,
                     timings: spec.timings.unwrap_or(config.timings),
+                    beat: config.beat.then(|| base + beat_offset(config.seed, i)),
                 },
                 build: spec.build,
                 running_build: spec.build,
@@ -699,8 +720,13 @@ impl World {
         // previous build had no checks.
         slot.config.healthy = slot.healthy || slot.build != Build::Current;
         slot.core_healthy = slot.config.healthy;
+        let mut config = slot.config.clone();
+        if slot.build != Build::Current {
+            // The previous build had no beat (rule 18).
+            config.beat = None;
+        }
         let node = (self.factory)(
-            slot.config.clone(),
+            config,
             slot.persisted.clone(),
             now,
             seed,
@@ -1096,6 +1122,17 @@ impl World {
         };
         let view = node.view(now);
         let timeout = node.poll_timeout();
+        // Rule 18: on the beat or not, nothing a node sends on it comes later than its bound.
+        if let Some((last, next, most)) = node.beat_check() {
+            if next > last + most {
+                let what = format!(
+                    "rule 18: {} sends next {:?} after its last message, more than {most:?}",
+                    self.slots[i].config.node_id,
+                    next - last
+                );
+                self.checker.violate(self.now, what);
+            }
+        }
         self.slots[i].api = Some(view);
         match timeout {
             Some(at) => {

@@ -23,6 +23,7 @@ fn world(seed: u64, size: usize) -> World {
                 .map(|i| NodeSpec::new(format!("n{i}"), 100 + i as u32))
                 .collect(),
             rates: (0..size).map(|i| 1.0 + 0.01 * i as f64).collect(),
+            beat: true,
         },
         core_factory(),
     )
@@ -579,7 +580,10 @@ fn a_node_healthy_again_takes_leadership_back_only_after_its_flap_window() {
         let mut w = world(seed, 3);
         elect(&mut w);
         w.set_health(2, false);
-        run_until_cond(&mut w, Duration::from_secs(3), |w| w.claims_leadership(1));
+        // A leader elected a moment ago hands over once it has led for T, at its next
+        // heartbeat, which falls on its beat (rule 18): up to h later than without one.
+        let handover = t().election_timeout + t().heartbeat * 2 + Duration::from_secs(2);
+        run_until_cond(&mut w, handover, |w| w.claims_leadership(1));
         w.run_until(w.now() + Duration::from_secs(5));
         w.set_health(2, true);
         let back = w.now();

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use pilot_election_core::{
-    Action, Advert, Body, Candidacy, CommandError, Config, Input, MemberSet, Message, Node,
-    Outcome, Persistent, Role, Timings, View, PROTOCOL_VERSION,
+    whole_ms, Action, Advert, Body, Candidacy, CommandError, Config, Input, MemberSet, Message,
+    Node, Outcome, Persistent, Role, Timings, View, PROTOCOL_VERSION,
 };
 use pilot_election_sim::previous::Filtered;
 use pilot_election_sim::scenario::{observer_noise, run_chaos, run_scenario, Change, Scenario};
@@ -62,20 +62,10 @@ impl NaiveBully {
         self.seq += 1;
         self.out.push(Action::Publish(Message {
             v: PROTOCOL_VERSION - 1,
-            group: self.group.clone(),
-            from: self.id.clone(),
-            term: 0,
             seq: self.seq,
-            ts: 0,
             members: "bully".into(),
             speaks: None,
-            timings: None,
-            body,
-            info: None,
-            maintenance: None,
-            observer: false,
-            kid: None,
-            sig: None,
+            ..Message::new(self.group.clone(), self.id.clone(), body)
         }));
     }
 
@@ -508,6 +498,7 @@ fn four_nodes_split(seed: u64, factory: Factory, members: Option<[Vec<String>; 4
             timings: Timings::default(),
             nodes,
             rates: vec![1.0, 1.02, 0.98, 1.01],
+            beat: true,
         },
         factory,
     );
@@ -589,6 +580,7 @@ fn the_old_runtime_order_is_caught_at_the_first_handover() {
                 timings: Timings::default(),
                 nodes,
                 rates: vec![1.0; 3],
+                beat: true,
             },
             core_factory(),
         );
@@ -703,6 +695,7 @@ fn stale_message_after_restart(seed: u64, factory: Factory, heartbeat: bool) -> 
             timings,
             nodes,
             rates: vec![1.0; 3],
+            beat: true,
         },
         factory,
     );
@@ -787,31 +780,62 @@ fn timings_below_rule_7_are_reported_at_start() {
             election_timeout: t,
             ..at_floor
         };
-        let s = Scenario {
-            timings,
-            node_timings: Vec::new(),
-            ..(0..)
-                .map(Scenario::from_seed)
-                .find(|s| s.family == Family::Chaos && s.size >= 3)
-                .expect("a chaos seed")
-        };
-        run_chaos(s, core_factory())
-            .violations
-            .into_iter()
-            .filter(|v| v.what.starts_with("rule 7"))
-            .count()
+        reports_at_start(timings, "rule 7")
     };
-    assert_eq!(
-        run(floor + Duration::from_millis(1)),
-        0,
-        "at the floor: valid"
-    );
+    assert_eq!(run(whole_ms(floor)), 0, "at the floor: valid");
     // Without the drift factor, or without h: each is what a weakened check would accept.
     assert!(
         run(at_floor.lease + at_floor.heartbeat) > 0,
         "drift left out"
     );
-    assert!(run(at_floor.lease.mul_f64(1.05 / 0.95)) > 0, "h left out");
+    assert!(
+        run(whole_ms(at_floor.lease.mul_f64(1.05 / 0.95))) > 0,
+        "h left out"
+    );
+    // Safe, but not in whole milliseconds: the messages would carry a rounding of it.
+    assert!(
+        run(whole_ms(floor) + Duration::from_micros(500)) > 0,
+        "a part of a millisecond"
+    );
+}
+
+/// The violations whose text contains `what` in the first chaos seed of three nodes or more,
+/// run on `timings`.
+fn reports_at_start(timings: Timings, what: &str) -> usize {
+    let s = Scenario {
+        timings,
+        node_timings: Vec::new(),
+        ..(0..)
+            .map(Scenario::from_seed)
+            .find(|s| s.family == Family::Chaos && s.size >= 3)
+            .expect("a chaos seed")
+    };
+    run_chaos(s, core_factory())
+        .violations
+        .into_iter()
+        .filter(|v| v.what.contains(what))
+        .count()
+}
+
+/// A node whose heartbeat the messages would round up to its lease (999.5 ms beside 1 s) is
+/// reported at its start: every receiver would refuse its messages.
+#[test]
+fn timings_the_messages_cannot_carry_are_reported_at_start() {
+    let run = |heartbeat: Duration| {
+        let timings = Timings {
+            heartbeat,
+            lease: Duration::from_secs(1),
+            election_timeout: Duration::from_secs(3),
+            ..Timings::default()
+        };
+        reports_at_start(timings, "cannot carry exactly")
+    };
+    assert_eq!(
+        run(Duration::from_millis(999)),
+        0,
+        "999 ms: carried exactly"
+    );
+    assert!(run(Duration::from_micros(999_500)) > 0, "999.5 ms");
 }
 
 /// A shell that never tells its core one kind of input: the real core behind a filter deaf
@@ -838,6 +862,7 @@ fn elected_three(factory: Factory, seed: u64, group: &str) -> World {
             timings: t,
             nodes,
             rates: vec![1.0; 3],
+            beat: true,
         },
         factory,
     );

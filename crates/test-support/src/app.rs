@@ -531,6 +531,9 @@ pub fn node_config(
     pilot_election::NodeConfig {
         node_id: id.into(),
         group: "in-process".into(),
+        extra_groups: Vec::new(),
+        spread_priorities: false,
+        max_groups: pilot_election::group::DEFAULT_MAX_GROUPS,
         transport: pilot_election::transport::TransportConfig::Http { peers: Vec::new() },
         members: pilot_election::election::MemberSet::new(id, members.iter().copied())
             .expect("valid members"),
@@ -545,7 +548,9 @@ pub fn node_config(
         cluster_keys: None,
         limits: pilot_election::server::Limits::default(),
         exec: None,
+        exec_groups: Default::default(),
         on_change: None,
+        on_change_groups: Default::default(),
         health_check: None,
         info: None,
         tls: None,

@@ -35,7 +35,7 @@ pub struct Spec {
 
 impl Spec {
     pub fn load() -> Spec {
-        let doc: Value = serde_yaml::from_str(OPENAPI_YAML).expect("openapi.yaml parses");
+        let doc: Value = serde_norway::from_str(OPENAPI_YAML).expect("openapi.yaml parses");
         Spec { doc }
     }
 

@@ -201,7 +201,7 @@ pub struct DeafLeader {
 
 /// Three http nodes `n1..n3` (binary `binary`, or this build's), node `i` in namespace `i`,
 /// `n1` ranked first; once `n1` leads, its namespace drops every packet of the others while it
-/// still sends (README "How it avoids split brain"; docs/protocol.md, "What it promises").
+/// still sends (docs/guide/protocol-overview.md; docs/protocol.md, "What it promises").
 pub async fn deaf_leader(binary: Option<PathBuf>) -> DeafLeader {
     let net = Net::create(3);
     let port = free_port();

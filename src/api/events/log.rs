@@ -136,7 +136,7 @@ impl LastId {
 /// Starts the task that writes the log from the snapshots; it ends with the election loop (or
 /// when nobody reads the log any more).
 pub fn start(
-    mut snapshots: watch::Receiver<Snapshot>,
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
     run: String,
 ) -> watch::Receiver<Arc<EventLog>> {
     let (first, mut wake) = event_of(&snapshots.borrow_and_update(), crate::clock::now());

@@ -19,7 +19,7 @@ use futures_util::Stream;
 use serde::Serialize;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, Group};
 use crate::runtime::Snapshot;
 use crate::store::HistoryEntry;
 
@@ -49,6 +49,7 @@ impl Subscribers {
 
 pub async fn get_events(
     State(s): State<AppState>,
+    e: Group,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let slot = s
@@ -68,7 +69,7 @@ pub async fn get_events(
         .get(OBSERVER_HEADER)
         .and_then(|v| v.to_str().ok())
         .filter(|id| crate::observer_table::valid_name(id))
-        .map(|id| ObserverStream::open(s.observers.clone(), id));
+        .map(|id| ObserverStream::open(e.observers.clone(), id));
     let keep_alive = match observer {
         Some(_) => OBSERVER_KEEP_ALIVE,
         None => KEEP_ALIVE,
@@ -76,7 +77,7 @@ pub async fn get_events(
     let last_id = headers
         .get("last-event-id")
         .map(|v| LastId::parse(v.to_str().unwrap_or_default()));
-    let mut events = s.events.clone();
+    let mut events = e.events.log();
     let log = events.borrow_and_update().clone();
     let latest = log.latest().clone();
     let mut queue = VecDeque::new();
@@ -84,12 +85,12 @@ pub async fn get_events(
         None => queue.push_back(leader_event(&log, &latest)),
         Some(id) => match log.resumes(id).and_then(|seq| log.after(seq)) {
             Some(missed) => queue.extend(missed.iter().map(|l| leader_event(&log, l))),
-            None => queue.push_back(snapshot_event(&log, &s.snapshot(), id.term)),
+            None => queue.push_back(snapshot_event(&log, &e.snapshot(), id.term)),
         },
     }
     let watcher = Watcher {
         events,
-        snapshots: s.snapshot.clone(),
+        snapshots: e.snapshot.clone(),
         cursor: latest.seq,
         term: latest.event.term,
         queue,
@@ -158,7 +159,7 @@ impl Drop for ObserverStream {
 /// One stream's place in the log.
 struct Watcher {
     events: watch::Receiver<Arc<EventLog>>,
-    snapshots: watch::Receiver<Snapshot>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     /// The last event sent (or skipped as already known).
     cursor: u64,
     term: u64,

@@ -15,6 +15,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::election::batch::{Batch, MAX_BATCH_BYTES};
 use crate::election::{Message, MAX_MESSAGE_BYTES};
 use crate::metrics::{MessageType, Metrics, Received};
 use crate::tls::cert::ClientNames;
@@ -23,6 +24,9 @@ use crate::transport::{Inbound, Ingress};
 /// The route's path; the peers' senders POST to it.
 pub const PEER_MESSAGES: &str = "/peer/messages";
 
+/// A batch is taken only while fewer than this many wire messages wait for the loop.
+const BATCHES_QUEUED: usize = 64;
+
 /// Why a peer's message was refused. The API renders it as it renders every error of the node
 /// (`api::ApiError`, one shape for all of them), so the transport needs no error format of its
 /// own.
@@ -30,6 +34,9 @@ pub const PEER_MESSAGES: &str = "/peer/messages";
 pub enum Refusal {
     /// The body could not be read whole within `limit` bytes (too large, too slow, broken).
     Body { error: axum::Error, limit: usize },
+    /// A single message larger than [`MAX_MESSAGE_BYTES`] (a batch may be up to
+    /// [`MAX_BATCH_BYTES`]): the limit.
+    TooLarge { limit: usize },
     /// Not a wire message.
     Malformed(String),
     /// Over mutual TLS, the certificate does not name the member the message is from.
@@ -59,12 +66,26 @@ async fn post_messages(
     req: Request,
 ) -> Result<(StatusCode, Json<Value>), Refusal> {
     let names = req.extensions().get::<ClientNames>().cloned();
-    let bytes = axum::body::to_bytes(req.into_body(), MAX_MESSAGE_BYTES)
+    let bytes = axum::body::to_bytes(req.into_body(), MAX_BATCH_BYTES)
         .await
         .map_err(|error| Refusal::Body {
             error,
-            limit: MAX_MESSAGE_BYTES,
+            limit: MAX_BATCH_BYTES,
         })?;
+    match Batch::read(&bytes) {
+        Ok(None) => {}
+        Ok(Some(batch)) => return take_batch(&s, names, &batch, &bytes),
+        Err(e) => {
+            s.metrics
+                .received(MessageType::Unknown, Received::Malformed);
+            return Err(Refusal::Malformed(e.to_string()));
+        }
+    }
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(Refusal::TooLarge {
+            limit: MAX_MESSAGE_BYTES,
+        });
+    }
     let m = match Message::parse(&bytes) {
         Ok(m) => m,
         Err(e) => {
@@ -82,6 +103,50 @@ async fn post_messages(
                 names: names.0.to_vec(),
             });
         }
+    }
+    s.inbound
+        .try_send(bytes.to_vec())
+        .map_err(|_| Refusal::Overloaded)?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true}))))
+}
+
+/// A batch (docs/protocol.md, rule 18): its messages are parsed and checked by the election
+/// loop, as each would be alone; here, over mutual TLS, each must be from the member the
+/// certificate names. Taken only while the loop's queue is nearly empty, so that a queue of
+/// batches, each up to a megabyte, stays small.
+fn take_batch(
+    s: &Delivery,
+    names: Option<ClientNames>,
+    batch: &Batch<'_>,
+    bytes: &[u8],
+) -> Result<(StatusCode, Json<Value>), Refusal> {
+    if let Some(names) = names {
+        #[derive(serde::Deserialize)]
+        struct From<'a> {
+            #[serde(borrow)]
+            from: std::borrow::Cow<'a, str>,
+        }
+        for message in batch.each() {
+            let from = match serde_json::from_slice::<From<'_>>(message) {
+                Ok(f) => f.from,
+                Err(e) => {
+                    s.metrics
+                        .received(MessageType::Unknown, Received::Malformed);
+                    return Err(Refusal::Malformed(format!("a message of the batch: {e}")));
+                }
+            };
+            if !names.names_member(&from) {
+                s.metrics
+                    .received(MessageType::Unknown, Received::WrongCertificate);
+                return Err(Refusal::WrongCertificate {
+                    from: from.into_owned(),
+                    names: names.0.to_vec(),
+                });
+            }
+        }
+    }
+    if s.inbound.capacity() + BATCHES_QUEUED < s.inbound.max_capacity() {
+        return Err(Refusal::Overloaded);
     }
     s.inbound
         .try_send(bytes.to_vec())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import codecs
 import collections
+import dataclasses
 import http.client
 import json
 import random
+import re
 import socket
 import ssl
 import threading
@@ -40,6 +42,19 @@ from ._tracker import (
 T = TypeVar("T")
 
 
+_GROUP = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_group(group: object) -> str:
+    """A group name as the nodes take it, or a :class:`ValueError` that says the rule."""
+    if not isinstance(group, str) or not _GROUP.fullmatch(group):
+        raise ValueError(
+            f"group must be 1 to 128 ASCII letters, digits, '-', '_' and '.', starting with a "
+            f"letter or a digit, got {group!r}"
+        )
+    return group
+
+
 class Client:
     """A client of a pilot-election cluster, given the URLs of its members.
 
@@ -51,8 +66,11 @@ class Client:
     API's counts as that member failing; every failure is named in the :class:`Unavailable`
     raised when no member answers.
 
-    ``timeout`` (seconds) bounds each connection attempt and each read of one request. The
-    client is thread-safe; :meth:`close` (or ``with Client(...) as c:``) ends every watch and
+    ``timeout`` (seconds) bounds each connection attempt and each read of one request.
+    ``group`` follows the election of that group rather than the members' default group (a
+    node takes part in many: ``--group``, ``POST /groups``): every request and watch goes to
+    ``/groups/<group>/...``; build one client per group to follow several. The client is
+    thread-safe; :meth:`close` (or ``with Client(...) as c:``) ends every watch and
     :meth:`lead` it started.
     """
 
@@ -62,6 +80,7 @@ class Client:
         timeout: float = 2.0,
         *,
         ssl_context: Optional[ssl.SSLContext] = None,
+        group: Optional[str] = None,
     ) -> None:
         if isinstance(member_urls, str):
             urls: List[object] = [member_urls]
@@ -79,6 +98,11 @@ class Client:
                 "(such as ['http://10.0.0.1:7070', 'http://10.0.0.2:7070'])"
             )
         members = [parse_member(u) for u in urls]
+        if group is not None:
+            suffix = "/groups/" + check_group(group)
+            members = [dataclasses.replace(m, prefix=m.prefix + suffix) for m in members]
+        self.group = group
+        """The group this client follows (``None``: the members' default group)."""
         seen = set()
         for m in members:
             if m.url in seen:

@@ -9,9 +9,9 @@ from ._errors import StaleTerm
 class Fence:
     """The highest term seen, kept thread-safely; :meth:`check` refuses a lower term.
 
-    The term of a leader is a fencing token (README, "Using the term as a fencing token"):
-    terms only grow, across restarts too, so a write from a deposed leader always carries a
-    smaller term than its successor's. Attach the term the work was given by
+    The term of a leader is a fencing token (docs/guide/for-services.md, "Using the term as a
+    fencing token"): terms only grow, across restarts too, so a write from a deposed leader
+    always carries a smaller term than its successor's. Attach the term the work was given by
     :meth:`Client.lead` to every write, and let whoever takes the writes refuse older terms.
 
     In one process (a resource guarded in memory)::

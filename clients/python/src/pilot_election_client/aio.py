@@ -36,8 +36,9 @@ class AsyncClient:
         timeout: float = 2.0,
         *,
         ssl_context: Optional[ssl.SSLContext] = None,
+        group: Optional[str] = None,
     ) -> None:
-        self.sync = Client(member_urls, timeout, ssl_context=ssl_context)
+        self.sync = Client(member_urls, timeout, ssl_context=ssl_context, group=group)
         """The blocking client underneath."""
 
     async def leader(self) -> Optional[Leader]:

@@ -67,6 +67,7 @@ impl Node {
         let m = self.message(body);
         let quorum = self.members.quorum();
         let (lease, interval) = (self.timings.lease, self.timings.heartbeat);
+        let mut next_heartbeat = None;
         if let State::Leader(l) = &mut self.state {
             let acks = BTreeMap::from([(self.id.clone(), lease)]);
             if acks.len() >= quorum {
@@ -86,7 +87,15 @@ impl Node {
             // times the rate until a quorum answers, so a few lost messages do not depose a
             // healthy leader.
             let at_risk = l.lease_until.saturating_duration_since(now) < interval * 2;
-            l.next_heartbeat = now + if at_risk { interval / 4 } else { interval };
+            let period = if at_risk { interval / 4 } else { interval };
+            next_heartbeat = Some(period);
+        }
+        // On the node's beat (rule 18): at most `period` after this one.
+        if let Some(period) = next_heartbeat {
+            let at = self.next_beat(now, period);
+            if let State::Leader(l) = &mut self.state {
+                l.next_heartbeat = at;
+            }
         }
         self.publish(now, m);
     }
@@ -303,7 +312,13 @@ impl Node {
             .filter(|p| p.candidacy == Some(Candidacy::Eligible) && self.peers.viable(p, now))
             .filter(|p| self.peers.standing(p, now).outranks(&me))
             .filter(|p| p.eligible_since.is_some_and(|s| now >= s + wait))
-            .max_by(|a, b| self.peers.rank(a).cmp(&self.peers.rank(b)))
+            // By standing, as every other choice of a successor: a steady member before a
+            // flapped one that ranks higher, which it would soon have to preempt in turn.
+            .max_by(|a, b| {
+                self.peers
+                    .standing(a, now)
+                    .cmp(&self.peers.standing(b, now))
+            })
             .map(|p| p.id.clone());
         if let Some(successor) = best {
             self.resign(now, Some(successor), Reason::Preempted);

@@ -82,6 +82,8 @@ pub struct Node {
     group: String,
     members: MemberSet,
     timings: Timings,
+    /// The instants heartbeats and presences fall on (rule 18; [`Config::beat`]).
+    beat: Option<Instant>,
     /// Current priority (changeable through `SetCandidacy`).
     priority: u32,
     /// Configured candidacy.
@@ -159,6 +161,7 @@ impl Node {
             group: config.group,
             members: config.members,
             timings: t,
+            beat: config.beat,
             priority: config.priority,
             eligible: config.eligible,
             rng: Rng::new(seed),

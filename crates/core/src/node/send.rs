@@ -26,22 +26,14 @@ impl Node {
     pub(super) fn message_for_term(&mut self, term: u64, body: Body) -> Message {
         Message {
             v: self.wire_version(),
-            group: self.group.clone(),
-            from: self.id.clone(),
             term,
             seq: self.take_seq(),
-            ts: 0,
             members: self.members.fingerprint().to_string(),
             // Also in a version-2 message: older builds ignore fields they do not know, and
             // newer ones read them whatever the version (rule 15).
             speaks: Some(Versions::OURS),
             timings: Some(Announced::of(&self.timings)),
-            body,
-            info: None,
-            maintenance: None,
-            observer: false,
-            kid: None,
-            sig: None,
+            ..Message::new(self.group.clone(), self.id.clone(), body)
         }
     }
 

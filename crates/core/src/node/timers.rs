@@ -91,6 +91,12 @@ impl Timer {
     }
 }
 
+/// `n` nanoseconds (at most `u64::MAX`: about 584 years, far beyond any instant the core
+/// computes).
+fn nanos(n: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
 impl Node {
     /// When `timer` is due, if it is armed: the one place that lists the core's deadlines.
     pub(super) fn deadline(&self, timer: Timer) -> Option<Instant> {
@@ -206,15 +212,55 @@ impl Node {
         true
     }
 
+    /// Rule 18, as the simulator checks it at every step: the last instant this node sent
+    /// anything, when it sends next on its beat (a leader's heartbeat, any other node's
+    /// presence), and the most that may lie between the two (`h` for a leader, `2h` for a
+    /// follower of a leader, `h` otherwise). `None` before its first message.
+    pub fn beat_check(&self) -> Option<(Instant, Instant, Duration)> {
+        let last = self.last_sent?;
+        let h = self.timings.heartbeat;
+        let (timer, most) = match self.state {
+            State::Leader(_) => (Timer::Heartbeat, h),
+            State::Follower { leader: Some(_) } => (Timer::Presence, h * 2),
+            _ => (Timer::Presence, h),
+        };
+        Some((last, self.deadline(timer)?, most))
+    }
+
     /// Every node is heard at least every heartbeat interval: a follower through its acks, so
-    /// it only announces itself when the heartbeats it answers are late.
+    /// it only announces itself when the heartbeats it answers are late. On the beat (rule 18)
+    /// the presence comes at the last beat before `every` has passed, never later.
     fn next_presence(&self) -> Instant {
         let h = self.timings.heartbeat;
         let every = match self.state {
             State::Follower { leader: Some(_) } => h * 2,
             _ => h,
         };
-        self.last_sent.map_or(self.timer.base, |s| s + every)
+        self.last_sent
+            .map_or(self.timer.base, |s| self.next_beat(s + every - h, h))
+    }
+
+    /// The first instant after `after` on the node's beat of `period` (rule 18): at most
+    /// `period` later, so that nothing on the beat comes later than it would without one.
+    /// Without a beat, `after + period`.
+    pub(crate) fn next_beat(&self, after: Instant, period: Duration) -> Instant {
+        let Some(epoch) = self.beat else {
+            return after + period;
+        };
+        let p = period.as_nanos().max(1);
+        if after >= epoch {
+            let k = (after - epoch).as_nanos() / p + 1;
+            epoch + nanos(k * p)
+        } else {
+            // An epoch after `after` (a clock that was set back, in a test): the beats before it.
+            let k = (epoch - after).as_nanos() / p;
+            let at = epoch - nanos(k * p);
+            if at > after {
+                at
+            } else {
+                at + period
+            }
+        }
     }
 
     pub(super) fn draw_jitter(&mut self) -> Duration {

@@ -517,23 +517,59 @@ fn a_favor_ends_at_its_instant() {
 }
 
 /// Leader `a` (priority 1, on `t`) of term 1, elected at `T + H` while c (priority 9) had
-/// advertised since `T + 100 ms`, run in 10 ms steps for `span`, b acking every heartbeat and
-/// c advertising every `H`; in maintenance from its election if `maintenance`. When it
-/// resigned, counted from its election, and for whom.
+/// advertised since `T + 100 ms`, run in 10 ms steps for `span`, b (priority 5) acking every
+/// heartbeat and c advertising every `H`; in maintenance from its election if `maintenance`.
+/// When it resigned, counted from its election, and for whom.
 fn lead_beside_c(
     t: Timings,
     span: Duration,
     maintenance: bool,
 ) -> Option<(Duration, Option<String>)> {
+    lead_beside_c_as(t, span, maintenance, false)
+}
+
+/// [`lead_beside_c`]; with `flapped`, `a` is back from a restart (a term on disk, so flapped
+/// itself, rule 12) and c says in every advert that it flapped too, while b is steady.
+fn lead_beside_c_as(
+    t: Timings,
+    span: Duration,
+    maintenance: bool,
+    flapped: bool,
+) -> Option<(Duration, Option<String>)> {
     let mut b = Bench::new(&MEMBERS);
-    let mut a = node_with("a", true, Persistent::default(), b.t0, t);
-    let c = |b: &mut Bench| b.presence("c", 0, 9, Candidacy::Eligible, &["a", "b"]);
+    let (before, term) = if flapped {
+        let on_disk = Persistent {
+            term: 1,
+            ..Persistent::default()
+        };
+        (on_disk, 2)
+    } else {
+        (Persistent::default(), 1)
+    };
+    let mut a = node_with("a", true, before, b.t0, t);
+    let c = |b: &mut Bench| {
+        let member_ids = b.members_of_fingerprint();
+        b.msg(
+            "c",
+            0,
+            Body::Presence {
+                advert: Advert {
+                    priority: 9,
+                    candidacy: Candidacy::Eligible,
+                    hears: vec!["a".into(), "b".into()],
+                    member_ids,
+                    flapped,
+                    unhealthy: false,
+                },
+            },
+        )
+    };
     let _ = a.handle(b.at(T + MS * 100), c(&mut b));
     let since = b.at(T + H);
     let _ = a.handle(since, Input::Tick);
     assert_eq!(a.role(), Role::PreCandidate);
-    let _ = a.handle(since, grant(&mut b, 1, true));
-    let _ = a.handle(since, grant(&mut b, 1, false));
+    let _ = a.handle(since, grant(&mut b, term, true));
+    let _ = a.handle(since, grant(&mut b, term, false));
     assert_eq!(a.role(), Role::Leader);
     if maintenance {
         let _ = a.handle(since, Input::SetMaintenance { on: true });
@@ -561,7 +597,7 @@ fn lead_beside_c(
                     Body::Heartbeat { .. } => {
                         let ack = b.msg(
                             "b",
-                            1,
+                            term,
                             Body::Ack {
                                 leader: "a".into(),
                                 hb_seq: m.seq,
@@ -609,6 +645,19 @@ fn a_leader_preempts_at_its_instant_and_never_with_preemption_off() {
         ..t
     };
     assert_eq!(lead_beside_c(off, T * 3, false), None);
+}
+
+/// Rule 12: a flapped leader hands over to the best member by standing, the steady b, not to
+/// the flapped c that ranks higher, which would take leadership only to be preempted by b in
+/// turn (two handovers, and a crash-looping node handed leadership again).
+#[test]
+fn a_flapped_leader_hands_over_to_a_steady_member_before_a_flapped_better_ranked_one() {
+    let t = Timings::default();
+    let wait = t.preempt_after.max(t.election_timeout);
+    assert_eq!(
+        lead_beside_c_as(t, wait + H, false, true).map(|(_, to)| to),
+        Some(Some("b".to_string()))
+    );
 }
 
 /// Rule 16: maintenance holds leadership where it is; the better-ranked c waits.

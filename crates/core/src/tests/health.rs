@@ -135,6 +135,7 @@ fn started_unhealthy(b: &Bench) -> Node {
             eligible: true,
             healthy: false,
             timings: Timings::default(),
+            beat: None,
         },
         Persistent::default(),
         b.t0,

@@ -578,20 +578,11 @@ pub fn observer_noise(w: &World, rng: &mut Rng) -> Message {
         },
     };
     Message {
-        v: PROTOCOL_VERSION,
-        group: w.group().to_string(),
-        from: observer.clone(),
         term,
         seq: rng.next_u64() >> 1,
-        ts: 0,
         members: w.fingerprint(),
-        speaks: Some(Versions::OURS),
         timings: Some(Announced::of(w.timings())),
-        body,
-        info: None,
-        maintenance: None,
         observer: rng.chance(0.5),
-        kid: None,
-        sig: None,
+        ..Message::new(w.group().to_string(), observer.clone(), body)
     }
 }

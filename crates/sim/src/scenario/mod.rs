@@ -25,8 +25,8 @@ use super::world::{
     core_factory, Build, Factory, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig,
 };
 use pilot_election_core::{
-    default_priority, quorum_of, Advert, Announced, Body, Candidacy, Input, Message, Rng, Timings,
-    Versions, PROTOCOL_VERSION,
+    default_priority, quorum_of, whole_ms, Advert, Announced, Body, Candidacy, Input, Message, Rng,
+    Timings,
 };
 
 mod chaos;
@@ -209,7 +209,8 @@ pub fn draw_timings(rng: &mut Rng) -> Timings {
         1 => 15.0 + rng.unit() * 5.0,
         _ => 1.01 + rng.unit() * 18.99,
     };
-    let lease = h.mul_f64(ratio);
+    // Whole milliseconds, as messages carry them and validation asks.
+    let lease = whole_ms(h.mul_f64(ratio));
     let max_drift = [0.0, 0.01, 0.05, 0.05, 0.1, 0.2][rng.below(6) as usize];
     let stagger = if rng.chance(0.3) {
         Timings::default().stagger
@@ -226,10 +227,10 @@ pub fn draw_timings(rng: &mut Rng) -> Timings {
     };
     let min = t.min_election_timeout();
     t.election_timeout = match rng.below(4) {
-        // Validation's floor, rounded up to the next nanosecond.
-        0 | 1 => min + Duration::from_nanos(1),
-        2 => min.mul_f64(1.0 + rng.unit() * 0.5),
-        _ => min.mul_f64(1.5 + rng.unit() * 1.5),
+        // Validation's floor, itself rounded up to the next whole millisecond.
+        0 | 1 => min,
+        2 => whole_ms(min.mul_f64(1.0 + rng.unit() * 0.5)),
+        _ => whole_ms(min.mul_f64(1.5 + rng.unit() * 1.5)),
     };
     t.preempt_after = match rng.below(4) {
         0 => Duration::ZERO,
@@ -503,6 +504,9 @@ fn world_of(scenario: &Scenario, specs: Vec<NodeSpec>, factory: Factory, rng: &m
             timings: scenario.timings,
             nodes: specs,
             rates,
+            // As the service runs: on a beat (rule 18); without one in a fifth of the seeds, as
+            // a build before it ran.
+            beat: scenario.seed % 5 != 0,
         },
         factory,
     )

@@ -1,0 +1,298 @@
+//! Many elections in one process, as an operator runs them: three real nodes, each in the
+//! default group and in twenty more (`--group`, repeated). A kill -9 of the node that leads the
+//! most groups: every group it led elects again among the survivors, the others keep their
+//! leaders, the node rejoins every group when it comes back, a group an operator adds while
+//! they run elects and survives restarts until it is removed, and no group ever has two
+//! leaders in one term.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use crate::app::{get_json, serial, wait_for, Cluster, T, TOKEN};
+
+const GROUPS: usize = 20;
+
+/// Read once: the watcher checks every answer against it.
+static SPEC: LazyLock<crate::contract::Spec> = LazyLock::new(crate::contract::Spec::load);
+
+/// `group -> (leader, term)` as `url` can vouch for now, from `GET /groups`.
+async fn leaders_at(url: &str) -> Option<BTreeMap<String, (Option<String>, u64, bool)>> {
+    let (status, body) = get_json(&format!("{url}/groups")).await;
+    if status != 200 {
+        return None;
+    }
+    SPEC.check("get", "/groups", status, &body);
+    let list = body["groups"].as_array()?;
+    Some(
+        list.iter()
+            .map(|g| {
+                let leader = g["leader"].as_str().map(str::to_string);
+                let term = g["term"].as_u64().unwrap_or_default();
+                let is_self = g["is_self"].as_bool().unwrap_or_default();
+                (
+                    g["group"].as_str().unwrap_or_default().to_string(),
+                    (leader, term, is_self),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Once every node in `urls` names the same leader in the same term for every one of
+/// `groups` (accepted by `accept`): `group -> (leader, term)`.
+async fn agreed(
+    urls: &[String],
+    groups: &[String],
+    within: Duration,
+    accept: impl Fn(&str, &str, u64) -> bool,
+) -> Option<BTreeMap<String, (String, u64)>> {
+    wait_for(within, || async {
+        let mut views = Vec::new();
+        for url in urls {
+            views.push(leaders_at(url).await?);
+        }
+        let mut agreed = BTreeMap::new();
+        for g in groups {
+            let (leader, term, _) = views[0].get(g)?.clone();
+            let leader = leader?;
+            if !accept(g, &leader, term) {
+                return None;
+            }
+            for v in &views[1..] {
+                let (l, t, _) = v.get(g)?;
+                if l.as_deref() != Some(leader.as_str()) || *t != term {
+                    return None;
+                }
+            }
+            agreed.insert(g.clone(), (leader, term));
+        }
+        Some(agreed)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn groups_fail_over_on_their_own_and_never_have_two_leaders_in_a_term() {
+    let _one = serial().await;
+    let extra_groups: Vec<String> = (1..=GROUPS).map(|i| format!("shard-{i:02}")).collect();
+    let mut args: Vec<&str> = Vec::new();
+    for g in &extra_groups {
+        args.extend(["--group", g.as_str()]);
+    }
+    let mut c = Cluster::start(3, &args);
+    // The harness names the default group `it`; the extra ones follow it.
+    let groups: Vec<String> = std::iter::once("it".to_string())
+        .chain(extra_groups.iter().cloned())
+        .collect();
+    let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
+    let led = agreed(&urls, &groups, Duration::from_secs(30), |_, _, _| true)
+        .await
+        .unwrap_or_else(|| panic!("every group elected a leader\n{}", c.logs()));
+    let per_node: BTreeMap<&str, usize> = led.values().fold(BTreeMap::new(), |mut m, (l, _)| {
+        *m.entry(l.as_str()).or_default() += 1;
+        m
+    });
+    eprintln!("groups per leader: {per_node:?}");
+    assert!(per_node.len() >= 2, "the leaders spread: {per_node:?}");
+
+    // A watcher claims every (group, term) for the node that says it leads it there: a second
+    // node claiming the same group in the same term would be two leaders at once.
+    let claims: Arc<Mutex<BTreeMap<(String, u64), String>>> = Default::default();
+    let violations: Arc<Mutex<Vec<String>>> = Default::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = {
+        let (claims, violations, stop) = (claims.clone(), violations.clone(), stop.clone());
+        let nodes: Vec<(String, String)> =
+            c.nodes.iter().map(|n| (n.id.clone(), n.url())).collect();
+        tokio::spawn(async move {
+            let mut rounds = 0u64;
+            while !stop.is_cancelled() {
+                for (id, url) in &nodes {
+                    let Some(view) = leaders_at(url).await else {
+                        continue;
+                    };
+                    let mut claims = claims.lock().unwrap();
+                    for (g, (_, term, _)) in view.into_iter().filter(|(_, v)| v.2) {
+                        let first = claims
+                            .entry((g.clone(), term))
+                            .or_insert_with(|| id.clone());
+                        if first != id {
+                            violations
+                                .lock()
+                                .unwrap()
+                                .push(format!("{g} term {term}: {first} and {id}"));
+                        }
+                    }
+                }
+                rounds += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            rounds
+        })
+    };
+
+    // kill -9 of the node that leads the most groups.
+    let (victim, _) = per_node
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(v, n)| (v.to_string(), *n))
+        .unwrap();
+    let vi = c.index(&victim);
+    let its: Vec<String> = led
+        .iter()
+        .filter(|(_, (l, _))| *l == victim)
+        .map(|(g, _)| g.clone())
+        .collect();
+    c.nodes[vi].kill9();
+    let killed = pilot_election::clock::now();
+    let survivors: Vec<String> = (0..3)
+        .filter(|i| *i != vi)
+        .map(|i| urls[i].clone())
+        .collect();
+    let after = agreed(
+        &survivors,
+        &groups,
+        3 * T + Duration::from_secs(5),
+        |g, l, t| {
+            let (before, term) = &led[g];
+            if its.contains(&g.to_string()) {
+                l != victim && t > *term
+            } else {
+                l == before && t == *term
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the groups {victim} led elected again, the others kept theirs\n{}",
+            c.logs()
+        )
+    });
+    eprintln!(
+        "{} groups led by {victim} failed over in {:?} (the {} others kept their leaders)",
+        its.len(),
+        pilot_election::clock::since(killed),
+        groups.len() - its.len()
+    );
+    // Exactly one survivor answers 200 on each group's /role/leader.
+    for g in &groups {
+        let mut leading = Vec::new();
+        for url in &survivors {
+            let (status, _) = get_json(&format!("{url}/groups/{g}/role/leader")).await;
+            if status == 200 {
+                leading.push(url.clone());
+            }
+        }
+        assert_eq!(leading.len(), 1, "{g}: {leading:?}");
+    }
+
+    // Back again, it takes part in every group once more, under the leaders that took over.
+    c.nodes[vi].start();
+    agreed(&urls, &groups, Duration::from_secs(30), |g, l, t| {
+        after[g] == (l.to_string(), t)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{victim} rejoined every group\n{}", c.logs()));
+    let data = c.nodes[vi].data_dir();
+    let dirs: BTreeSet<String> = std::fs::read_dir(data.join("groups"))
+        .expect("the extra groups' directories")
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        dirs,
+        extra_groups.iter().cloned().collect(),
+        "one directory per extra group"
+    );
+    // Their terms and votes in one file, the book (rule 18), each group with the term it has.
+    let book: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("groups/state.json")).unwrap()).unwrap();
+    for g in &extra_groups {
+        assert!(
+            book["groups"][g]["term"].as_u64() >= Some(1),
+            "{g} in the book: {book}"
+        );
+    }
+
+    // An operator adds a group on every node while they run, with the CLI: it elects, and a
+    // node restarted with the same flags takes part in it again.
+    let operator = |args: &[&str]| {
+        let o = std::process::Command::new(crate::app::bin())
+            .args(args)
+            .env("PILOT_ELECTION_ADMIN_TOKEN", TOKEN)
+            .output()
+            .expect("run pilot-election");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        (
+            o.status.code(),
+            out,
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for url in &urls {
+        let (code, out, err) = operator(&["groups", "--url", url, "--add", "added-1"]);
+        assert_eq!(code, Some(0), "{out}{err}");
+        assert!(out.starts_with("added added-1: term"), "{out}");
+    }
+    let added = vec!["added-1".to_string()];
+    let first = agreed(&urls, &added, Duration::from_secs(30), |_, _, _| true)
+        .await
+        .unwrap_or_else(|| panic!("added-1 elected\n{}", c.logs()));
+    let (code, out, err) = operator(&["groups", "--url", &urls[0], "--add", "added-1"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("already"), "{err}");
+    let other = (vi + 1) % 3;
+    c.nodes[other].kill9();
+    c.nodes[other].start();
+    agreed(&urls, &added, Duration::from_secs(30), |_, l, t| {
+        (l.to_string(), t) == first["added-1"] || t > first["added-1"].1
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the restarted node took part in added-1 again\n{}",
+            c.logs()
+        )
+    });
+    let (code, out, _) = operator(&["groups", "--url", &urls[other]]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.starts_with(&format!("{} groups", groups.len() + 1)),
+        "{out}"
+    );
+
+    // Removed on every node, it is gone, and stays gone across a restart.
+    for url in &urls {
+        let (code, out, err) = operator(&["groups", "--url", url, "--remove", "added-1"]);
+        assert_eq!(code, Some(0), "{out}{err}");
+        assert!(out.starts_with("removed added-1"), "{out}");
+    }
+    let (code, _, err) = operator(&["groups", "--url", &urls[0], "--remove", "shard-01"]);
+    assert_eq!(code, Some(1), "a configured group stays: {err}");
+    c.nodes[other].kill9();
+    c.nodes[other].start();
+    agreed(&urls, &groups, Duration::from_secs(30), |_, _, _| true)
+        .await
+        .unwrap_or_else(|| panic!("every configured group after the restart\n{}", c.logs()));
+    for url in &urls {
+        let (status, body) = get_json(&format!("{url}/groups/added-1/leader")).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (404, &serde_json::json!("unknown_group")),
+            "{url}"
+        );
+    }
+
+    stop.cancel();
+    let rounds = watcher.await.expect("the watcher ran");
+    assert!(rounds > 10, "the watcher polled {rounds} times");
+    let violations = violations.lock().unwrap();
+    assert!(
+        violations.is_empty(),
+        "two leaders in one term: {violations:?}\n{}",
+        c.logs()
+    );
+}
