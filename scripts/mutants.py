@@ -232,7 +232,7 @@ MUTANTS = {
     "view-after-actions": (
         9,
         "the runtime publishes the view after a step's actions, not before them",
-        [(RUNTIME_ELECTION, "        let result = self.node.handle(now, input);\n        self.publish_snapshot(shared, now);\n        self.on_role(shared, now);\n",
+        [(RUNTIME_ELECTION, "        let result = self.node.handle(now, input);\n        self.publish_if_changed(shared, now);\n        self.on_role(shared, now);\n",
           "        let result = self.node.handle(now, input);\n        self.on_role(shared, now);\n", 1)],
         [["-p", "pilot-election", "--test", "it", "--", "faults::a_leader_stalled"]],
     ),
@@ -368,8 +368,14 @@ MUTANTS = {
     "silence-flap-at-one-window": (
         12,
         "a member heard a little after our T counts as flapped",
-        [(PEERS, "        let silent = p.last_seen.is_none_or(|s| now >= s + timeout * 2);",
-          "        let silent = p.last_seen.is_none_or(|s| now >= s + timeout);", 1)],
+        [(PEERS, "            now.saturating_duration_since(s).saturating_sub(ours) >= timeout * 2",
+          "            now.saturating_duration_since(s).saturating_sub(ours) >= timeout", 1)],
+    ),
+    "our-silence-their-flap": (
+        12,
+        "a node cut off from every member takes each of them for a flapper when it hears it again",
+        [(PEERS, "                to.min(now).saturating_duration_since(from.max(s))",
+          "                let _ = (from, to);\n                Duration::ZERO", 1)],
     ),
     "unheard-member-writes-newest": (
         15,

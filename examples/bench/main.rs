@@ -74,6 +74,9 @@ struct Opts {
     change: String,
     /// kernel-deaf: which build the nodes run (`current`, or `previous`: the release before).
     build: String,
+    /// kernel-deaf: what happens first (`nothing`, or `cut`: the first leader cut off both
+    /// ways for 10 s and healed, then the next leader made deaf).
+    before: String,
     /// watchers: how many `/events` streams, and how many leader changes they see.
     watchers: usize,
     changes: usize,
@@ -96,6 +99,7 @@ fn parse() -> Opts {
         secs_given: false,
         change: "none".into(),
         build: "current".into(),
+        before: "nothing".into(),
         watchers: 100,
         changes: 10,
         observers: vec![0, 50, 200],
@@ -117,6 +121,7 @@ fn parse() -> Opts {
             "--rounds" => o.rounds = v.parse().unwrap_or_else(|_| usage("--rounds")),
             "--change" if ["none", "timings", "upgrade"].contains(&v.as_str()) => o.change = v,
             "--build" if ["current", "previous"].contains(&v.as_str()) => o.build = v,
+            "--before" if ["nothing", "cut"].contains(&v.as_str()) => o.before = v,
             "--watchers" => o.watchers = v.parse().unwrap_or_else(|_| usage("--watchers")),
             "--changes" => o.changes = v.parse().unwrap_or_else(|_| usage("--changes")),
             "--observers" => {
@@ -140,7 +145,7 @@ fn parse() -> Opts {
 fn usage(what: &str) -> ! {
     eprintln!(
         "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers|observers|tls [--nodes N] \
-         [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] \
+         [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] [--before nothing|cut (kernel-deaf)] \
          [--watchers N] [--changes N] (watchers) [--observers 0,50,200] (observers)"
     );
     std::process::exit(64)
@@ -476,13 +481,18 @@ async fn rolling(o: &Opts) {
 /// the time from the fault until the other two agree on a new leader. Needs root.
 async fn kernel_deaf(o: &Opts) {
     let binary = (o.build == "previous").then(support::app::previous_bin);
+    let before = if o.before == "cut" {
+        support::netns::Before::ACut
+    } else {
+        support::netns::Before::Nothing
+    };
     let mut stats = Stats::new(format!(
-        "kernel-deaf leader, 3-node http, {} build",
-        o.build
+        "kernel-deaf leader, 3-node http, {} build, before: {}",
+        o.build, o.before
     ));
     let mut two = 0;
     for run in 1..=o.runs {
-        let r = support::netns::deaf_leader(binary.clone()).await;
+        let r = support::netns::deaf_leader(binary.clone(), before).await;
         two += r.report.overlaps.len();
         match r.took {
             Some(t) => {

@@ -342,7 +342,7 @@ async fn exactly_one_child_runs_across_kill_freeze_step_down_and_sigterm() {
     let (_, start) = wait_event(&w, &format!("start {l1} {t1} ")).await;
     assert!(
         start.ends_with(&format!(
-            " {l1} PILOT_ELECTION_LEADER={l1} PILOT_ELECTION_NODE_ID={l1} PILOT_ELECTION_TERM={t1} "
+            " {l1} PILOT_ELECTION_GROUP=it PILOT_ELECTION_LEADER={l1} PILOT_ELECTION_NODE_ID={l1} PILOT_ELECTION_TERM={t1} "
         )),
         "{start}"
     );

@@ -7,13 +7,13 @@
 //! node never shows two leaders.
 
 use crate::app::{serial, T};
-use support::netns::deaf_leader;
+use support::netns::{deaf_leader, Before};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_whose_kernel_drops_its_peers_packets_is_replaced_within_two_election_timeouts() {
     let _serial = serial().await;
     let label = "kernel-deaf leader";
-    let run = deaf_leader(None).await;
+    let run = deaf_leader(None, Before::Nothing).await;
     run.report.assert_single_leader(label, || run.logs.clone());
     let Some(took) = run.took else {
         panic!("{label}: n2, n3 did not elect within 4T\n{}", run.logs);

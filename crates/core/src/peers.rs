@@ -102,6 +102,11 @@ pub(crate) struct Peers {
     /// How long a loss of eligibility keeps a member below the steady ones.
     flap_window: Duration,
     table: BTreeMap<String, Peer>,
+    /// When a member was last heard, any member.
+    last_heard: Option<Instant>,
+    /// The latest stretch of at least twice our `T` in which no member was heard: this node was
+    /// cut off (or paused), so the silence was its own, not its peers' (rule 12).
+    heard_nobody: Option<(Instant, Instant)>,
 }
 
 impl Peers {
@@ -144,6 +149,8 @@ impl Peers {
             timeout,
             flap_window,
             table,
+            last_heard: None,
+            heard_nobody: None,
         }
     }
 
@@ -181,6 +188,14 @@ impl Peers {
                 .map(str::to_string)
                 .collect::<Vec<String>>()
         });
+        if !self.table.contains_key(&m.from) {
+            return;
+        }
+        if let Some(last) = self.last_heard.filter(|l| now >= *l + own_timeout * 2) {
+            self.heard_nobody = Some((last, now));
+        }
+        self.last_heard = Some(now);
+        let heard_nobody = self.heard_nobody;
         let Some(p) = self.table.get_mut(&m.from) else {
             return;
         };
@@ -192,7 +207,16 @@ impl Peers {
         // (simulator seed 8035: r = 20 %, T = 2.6h, every node took the best one for a flapper
         // and vetoed it, so the cluster stayed leaderless). A restart is seen sooner, by its
         // `booting` advert.
-        let silent = p.last_seen.is_none_or(|s| now >= s + timeout * 2);
+        // Rule 12: the part of its silence in which this node heard nobody at all is not counted:
+        // that silence was ours. A node cut off from every member for a while would otherwise
+        // take each of them, back, for a flapper, while they count it as the flapper: every
+        // node would rank itself first and veto the others for T (issue 39, item 2).
+        let silent = p.last_seen.is_none_or(|s| {
+            let ours = heard_nobody.map_or(Duration::ZERO, |(from, to)| {
+                to.min(now).saturating_duration_since(from.max(s))
+            });
+            now.saturating_duration_since(s).saturating_sub(ours) >= timeout * 2
+        });
         p.last_seen = Some(now);
         if p.fingerprint.as_deref() != Some(m.members.as_str()) {
             p.fingerprint = Some(m.members.clone());
@@ -443,7 +467,8 @@ mod tests {
         let t0 = origin();
         let t = Timings::default().election_timeout;
         peers.heard(t0, &presence(&set, "c", 1, &["a", "b"]));
-        // Silent for twice its T, then heard again: it went away, a flap.
+        // Silent for twice its T while b was heard, then heard again: it went away, a flap.
+        peers.heard(t0 + t, &presence(&set, "b", 1, &["a", "c"]));
         let back = t0 + t * 2;
         peers.heard(back, &presence(&set, "c", 2, &["a", "b"]));
         let c = peers.get("c").expect("a member");
@@ -452,6 +477,42 @@ mod tests {
         assert!(
             !peers.flapped(c, back + window),
             "the window's end is outside it"
+        );
+    }
+
+    /// Issue 39, item 2: a node cut off from every member takes none of them for a flapper when
+    /// it hears them again (they take it for one), so that they all rank it alike; a member
+    /// silent while others were heard still flapped, and so does one whose silence went on
+    /// for twice its T beyond ours.
+    #[test]
+    fn a_silence_in_which_this_node_heard_nobody_is_no_flap_of_its_peers() {
+        let (set, mut peers) = five();
+        let t0 = origin();
+        let t = Timings::default().election_timeout;
+        for (id, seq) in [("b", 1), ("c", 1), ("d", 1)] {
+            peers.heard(t0, &presence(&set, id, seq, &["a", "b", "c", "d"]));
+        }
+        // Cut off for ten T: nobody heard. Then b and c come back.
+        let back = t0 + t * 10;
+        peers.heard(back, &presence(&set, "b", 2, &["a", "c", "d"]));
+        let later = back + Duration::from_millis(5);
+        peers.heard(later, &presence(&set, "c", 2, &["a", "b", "d"]));
+        for id in ["b", "c"] {
+            let p = peers.get(id).expect("a member");
+            assert!(
+                !peers.flapped(p, later),
+                "{id} is no flapper: the silence was ours"
+            );
+            assert!(peers.standing(p, later).steady, "{id}");
+        }
+        // d stays silent for twice its T after we hear again: that silence is its own.
+        let d_back = back + t * 2;
+        peers.heard(back + t, &presence(&set, "b", 3, &["a", "c"]));
+        peers.heard(d_back, &presence(&set, "d", 2, &["a", "b", "c"]));
+        let d = peers.get("d").expect("a member");
+        assert!(
+            peers.flapped(d, d_back),
+            "d went away beyond our own silence"
         );
     }
 

@@ -1473,7 +1473,12 @@ fn a_member_slow_to_announce_itself_has_not_flapped() {
     let ask = pre_vote(&mut b, "b", a.term() + 1, 5);
     let _ = a.handle(late, ask);
     assert!(grants_pre_vote(&drain(&mut a), "b"), "b is steady");
-    // Silent for more than twice T, it has.
+    // Silent for more than twice T while c was heard, it has (a silence in which this node
+    // heard nobody would be this node's own).
+    let _ = a.handle(
+        late + T,
+        b.presence("c", 0, 5, Candidacy::Eligible, &["a", "b"]),
+    );
     let gone = late + T * 2 + Duration::from_millis(10);
     let _ = a.handle(
         gone,

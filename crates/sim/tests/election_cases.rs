@@ -621,3 +621,48 @@ fn observers_sending_whatever_they_like_move_nothing() {
         assert_safe(&w);
     }
 }
+
+/// Issue 39, item 2: a leader made deaf (it hears nobody, it still sends) after an earlier cut
+/// of another leader is replaced within 2T, as without the cut. The node that had been cut off
+/// used to take every other member for a flapper when it heard them again (they took it for
+/// one): each ranked itself first and vetoed the other for T, and some seeds took 11 s.
+/// Equal priorities, so that the ranks tie but for the ids and the flap records decide.
+#[test]
+fn a_deaf_leader_after_an_earlier_cut_is_replaced_within_2t() {
+    let two_t = t().election_timeout * 2;
+    for seed in 0..SEEDS * 4 {
+        let mut w = World::new(
+            WorldConfig {
+                seed,
+                group: "cases".into(),
+                timings: t(),
+                nodes: (0..3)
+                    .map(|i| NodeSpec::new(format!("n{i}"), 100))
+                    .collect(),
+                rates: vec![1.0; 3],
+                beat: true,
+            },
+            core_factory(),
+        );
+        let (first, _) = elect(&mut w);
+        w.run_until(w.now() + Duration::from_secs(5));
+        // The leader cut both ways for 10 s, then healed.
+        w.partition(&[first]);
+        w.run_until(w.now() + Duration::from_secs(10));
+        w.heal();
+        run_until_cond(&mut w, Duration::from_secs(30), |w| {
+            w.agreed_leader().is_some()
+        });
+        w.run_until(w.now() + Duration::from_secs(3));
+        let (deaf, _) = w.agreed_leader().expect("agreement after the heal");
+        w.deafen(deaf);
+        let took = run_until_cond(&mut w, two_t * 2, |w| {
+            w.current_leader().is_some_and(|l| l != deaf)
+        });
+        assert!(
+            took <= two_t,
+            "seed {seed}: the deaf leader n{deaf} was replaced after {took:?}"
+        );
+        assert_safe(&w);
+    }
+}

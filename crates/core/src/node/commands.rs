@@ -109,10 +109,10 @@ impl Node {
         if self.lost_health {
             self.flapped_at = Some(now);
         }
-        // Tell the others at once so their ranking follows; a leader's next heartbeat does.
-        if !matches!(self.state, State::Leader(_)) {
-            self.send_presence(now);
-        }
+        // Tell the others at once so their ranking follows. A leader too: it may hand over in
+        // this very turn (rule 17), and its resign carries no advert, so the others would go on
+        // showing it healthy until its first ack to the new leader.
+        self.send_presence(now);
     }
 
     pub(super) fn on_shutdown(&mut self, now: Instant) {

@@ -368,3 +368,63 @@ fn a_leader_healthy_again_stays() {
     let r = lead(scene(vec![(Duration::ZERO, false), (T / 2, true)]));
     assert_eq!(r, None);
 }
+
+/// A leader that loses its health says so at once, before the resign that may follow in the
+/// same turn: the resign carries no advert, so without it the members would show the old
+/// leader healthy until its first ack to the new one.
+#[test]
+fn a_leader_that_loses_its_health_says_so_before_it_resigns() {
+    let t = Timings {
+        preempt_after: Duration::ZERO,
+        ..Timings::default()
+    };
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = node_with("a", true, Persistent::default(), b.t0, t);
+    let since = b.at(T + H);
+    let m = presence(&mut b, "c", 9, false);
+    let _ = a.handle(since - T * 2, m);
+    let _ = a.handle(since, Input::Tick);
+    let _ = a.handle(since, grant(&mut b, 1, true));
+    let _ = a.handle(since, grant(&mut b, 1, false));
+    assert_eq!(a.role(), Role::Leader);
+    // b acks every heartbeat and c stays present, so that `a` leads on for 2T.
+    let mut now = since;
+    while now < since + T * 2 {
+        now += MS * 100;
+        for x in drain(&mut a) {
+            if let Action::Publish(
+                m @ Message {
+                    body: Body::Heartbeat { .. },
+                    ..
+                },
+            ) = x
+            {
+                let ack = b.msg(
+                    "b",
+                    1,
+                    Body::Ack {
+                        leader: "a".into(),
+                        hb_seq: m.seq,
+                        guard_ms: Some(T.as_millis() as u64),
+                        advert: advert_of(&b, "b", 5, false),
+                    },
+                );
+                let _ = a.handle(now, ack);
+            }
+        }
+        let m = presence(&mut b, "c", 9, false);
+        let _ = a.handle(now, m);
+    }
+    assert_eq!(a.role(), Role::Leader);
+    drain(&mut a);
+    let _ = a.handle(now, Input::SetHealth { healthy: false });
+    let actions = drain(&mut a);
+    let sent = published(&actions);
+    let told = sent
+        .iter()
+        .position(|m| m.advert().is_some_and(|x| x.unhealthy));
+    let resign = sent.iter().position(|m| matches!(m, Body::Resign { .. }));
+    assert!(told.is_some(), "no unhealthy advert: {sent:?}");
+    assert!(resign.is_some(), "no handover to c: {sent:?}");
+    assert!(told < resign, "the resign came first: {sent:?}");
+}
