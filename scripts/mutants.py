@@ -377,6 +377,12 @@ MUTANTS = {
         [(PEERS, "                to.min(now).saturating_duration_since(from.max(s))",
           "                let _ = (from, to);\n                Duration::ZERO", 1)],
     ),
+    "old-news-keeps-live": (
+        12,
+        "a message older than one already heard, delivered late, keeps its sender live",
+        [(PEERS, "        if fresh {\n            p.last_seen = Some(now);\n",
+          "        p.last_seen = Some(now);\n        if fresh {\n", 1)],
+    ),
     "unheard-member-writes-newest": (
         15,
         "a member not heard yet counts as speaking our newest version",
@@ -392,7 +398,8 @@ MUTANTS = {
     "stale-speaks-applied": (
         15,
         "a late message of a member's earlier run undoes what its later run said it speaks",
-        [(PEERS, "        if p.about_seq.is_none_or(|s| m.seq > s) {", "        if true {", 1)],
+        [(PEERS, "            .map(|p| p.about_seq.is_none_or(|s| m.seq > s))",
+          "            .map(|_| true)", 1)],
     ),
     "repeated-resign-in-its-first-version": (
         15,

@@ -51,8 +51,9 @@ pub(crate) struct Peer {
     lost_health: bool,
     /// The protocol versions its latest message says it speaks (rule 15); `None` until heard.
     pub(crate) speaks: Option<Versions>,
-    /// `seq` of the message `speaks` and `announced` come from: a message of an earlier run
-    /// that arrives late must not undo what a later run said.
+    /// `seq` of the newest message heard from it, which `speaks`, `announced` and its
+    /// liveness come from: a message of an earlier run that arrives late must not undo what a
+    /// later run said, and an old message keeps nobody live.
     about_seq: Option<u64>,
     /// The timings its latest message announced; `None` from a version-2 sender.
     pub(crate) announced: Option<Announced>,
@@ -188,13 +189,24 @@ impl Peers {
                 .map(str::to_string)
                 .collect::<Vec<String>>()
         });
-        if !self.table.contains_key(&m.from) {
+        let Some(fresh) = self
+            .table
+            .get(&m.from)
+            .map(|p| p.about_seq.is_none_or(|s| m.seq > s))
+        else {
             return;
+        };
+        // Old news: a message no newer than one already heard from the member (TCP handing
+        // over, seconds late, what it sent into a partition) says nothing of whether it is live
+        // now, nor of a silence. Counted, it kept a deaf ex-leader live, so the vetoes cast for
+        // it held the failover back for another T (issue 39, item 2). Sequence numbers only
+        // grow, across restarts too (the boot counter is their high half).
+        if fresh {
+            if let Some(last) = self.last_heard.filter(|l| now >= *l + own_timeout * 2) {
+                self.heard_nobody = Some((last, now));
+            }
+            self.last_heard = Some(now);
         }
-        if let Some(last) = self.last_heard.filter(|l| now >= *l + own_timeout * 2) {
-            self.heard_nobody = Some((last, now));
-        }
-        self.last_heard = Some(now);
         let heard_nobody = self.heard_nobody;
         let Some(p) = self.table.get_mut(&m.from) else {
             return;
@@ -211,22 +223,23 @@ impl Peers {
         // that silence was ours. A node cut off from every member for a while would otherwise
         // take each of them, back, for a flapper, while they count it as the flapper: every
         // node would rank itself first and veto the others for T (issue 39, item 2).
-        let silent = p.last_seen.is_none_or(|s| {
-            let ours = heard_nobody.map_or(Duration::ZERO, |(from, to)| {
-                to.min(now).saturating_duration_since(from.max(s))
+        let silent = fresh
+            && p.last_seen.is_none_or(|s| {
+                let ours = heard_nobody.map_or(Duration::ZERO, |(from, to)| {
+                    to.min(now).saturating_duration_since(from.max(s))
+                });
+                now.saturating_duration_since(s).saturating_sub(ours) >= timeout * 2
             });
-            now.saturating_duration_since(s).saturating_sub(ours) >= timeout * 2
-        });
-        p.last_seen = Some(now);
-        if p.fingerprint.as_deref() != Some(m.members.as_str()) {
-            p.fingerprint = Some(m.members.clone());
-        }
-        // What it speaks and runs on goes with the process: any message says it, and one from a
-        // restarted node may say something else (an upgrade, a timing change).
-        if p.about_seq.is_none_or(|s| m.seq > s) {
+        if fresh {
+            p.last_seen = Some(now);
+            // What it speaks and runs on goes with the process: any message says it, and one
+            // from a restarted node may say something else (an upgrade, a timing change).
             p.about_seq = Some(m.seq);
             p.speaks = Some(m.speaks.unwrap_or(Versions::only(m.v)));
             p.announced = m.timings;
+        }
+        if p.fingerprint.as_deref() != Some(m.members.as_str()) {
+            p.fingerprint = Some(m.members.clone());
         }
         let newer = p.advert_seq.is_none_or(|s| m.seq > s);
         let (mut lost_health, mut health_back) = (false, false);
@@ -514,6 +527,34 @@ mod tests {
             peers.flapped(d, d_back),
             "d went away beyond our own silence"
         );
+    }
+
+    /// Issue 39, item 2: a message older than one already heard (TCP handing over, seconds
+    /// late, what a member sent into a partition) keeps nobody live, and changes nothing of
+    /// what its newer messages said.
+    #[test]
+    fn a_message_older_than_one_already_heard_is_old_news() {
+        let (set, mut peers) = five();
+        let t0 = origin();
+        let t = Timings::default().election_timeout;
+        peers.heard(t0, &presence(&set, "b", 5, &["a", "c"]));
+        let late = t0 + t - Duration::from_millis(1);
+        for seq in [4, 5] {
+            peers.heard(late, &presence(&set, "b", seq, &["a", "c", "d"]));
+        }
+        let b = peers.get("b").expect("a member");
+        assert_eq!(
+            peers.live_until(b),
+            Some(t0 + t),
+            "live from its newest message only"
+        );
+        assert!(!peers.live(b, t0 + t));
+        assert!(!b.hears.contains("d"), "an old advert undid a newer one");
+        // A newer one counts at once.
+        peers.heard(late, &presence(&set, "b", 6, &["a", "c", "d"]));
+        let b = peers.get("b").expect("a member");
+        assert!(peers.live(b, t0 + t));
+        assert!(b.hears.contains("d"));
     }
 
     #[test]
