@@ -225,3 +225,39 @@ fn presences_fall_on_the_beat() {
         assert_eq!((*at - epoch).as_nanos() % H.as_nanos(), 0);
     }
 }
+
+/// What the simulator checks at every step (rule 18): a leader's `beat_check` names its last
+/// heartbeat, its next one on the beat, and `h` as the most between them. `None` before
+/// anything was sent.
+#[test]
+fn beat_check_says_when_a_leader_sends_next() {
+    let mut b = Bench::new(&MEMBERS);
+    let epoch = b.at(MS * 41);
+    let mut a = on_beat(&b, "g", Some(epoch));
+    assert_eq!(a.beat_check(), None, "nothing sent yet");
+    let won = b.at(T + H);
+    let sent = heartbeats(&mut b, &mut a, "g", won, won + T);
+    let h = Timings::default().heartbeat;
+    let (last, next, most) = a.beat_check().expect("a leader sent heartbeats");
+    assert_eq!(most, h);
+    assert!(sent.last().is_some_and(|s| last >= *s && last <= *s + h));
+    assert!(next > last && next <= last + h, "{:?}", next - last);
+    assert_eq!(
+        (next - epoch).as_nanos() % h.as_nanos(),
+        0,
+        "the next heartbeat is on the beat"
+    );
+    // And it is when the next heartbeat leaves.
+    drain(&mut a);
+    let left = loop {
+        let now = a.poll_timeout().expect("a leader always has a deadline");
+        let _ = a.handle(now, Input::Tick);
+        let beat = drain(&mut a)
+            .iter()
+            .any(|x| matches!(x, Action::Publish(m) if matches!(m.body, Body::Heartbeat { .. })));
+        if beat || now > next + h {
+            break now;
+        }
+    };
+    assert_eq!(left, next);
+}
