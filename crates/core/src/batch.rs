@@ -216,4 +216,49 @@ mod tests {
         assert!(Batch::read(b"[1,2]").unwrap().is_none());
         assert!(Batch::read(b"garbage").unwrap().is_none());
     }
+
+    /// The limits are inclusive: a batch of exactly the most bytes, messages and `from` bytes
+    /// is read; one more of any is refused.
+    #[test]
+    fn a_batch_at_each_limit_is_read_and_one_past_it_is_not() {
+        let batch = |from: &str, n: usize| {
+            let msgs = vec![r#"{"v":3}"#; n].join(",");
+            format!(r#"{{"type":"batch","from":"{from}","messages":[{msgs}]}}"#).into_bytes()
+        };
+        let padded = |mut b: Vec<u8>, to: usize| {
+            b.resize(to, b' ');
+            b
+        };
+        let at = padded(batch("n1", 2), MAX_BATCH_BYTES);
+        assert!(matches!(Batch::read(&at), Ok(Some(_))));
+        let past = padded(batch("n1", 2), MAX_BATCH_BYTES + 1);
+        assert!(matches!(Batch::read(&past), Err(WireError::TooLarge(_))));
+        let most = batch("n1", MAX_BATCH_MESSAGES);
+        assert_eq!(
+            Batch::read(&most).unwrap().unwrap().each().count(),
+            MAX_BATCH_MESSAGES
+        );
+        assert!(Batch::read(&batch("n1", MAX_BATCH_MESSAGES + 1)).is_err());
+        let longest = "n".repeat(crate::message::MAX_ID_BYTES);
+        assert!(matches!(Batch::read(&batch(&longest, 2)), Ok(Some(_))));
+        let too_long = "n".repeat(crate::message::MAX_ID_BYTES + 1);
+        assert!(Batch::read(&batch(&too_long, 2)).is_err());
+    }
+
+    /// `pack` counts a batch's size as its head (40 bytes and twice `from`, for escapes) and
+    /// each message with its comma: a limit of exactly that keeps them in one batch, one byte
+    /// less splits them, and what it sends is never larger than its count.
+    #[test]
+    fn pack_fills_a_batch_to_exactly_its_limit() {
+        let messages = [msg(0, 10), msg(1, 20), msg(2, 30)];
+        let from = "node-1";
+        let exact = 40 + 2 * from.len() + messages.iter().map(|m| m.len() + 1).sum::<usize>();
+        let one = pack(from, &messages, exact);
+        assert_eq!(one.len(), 1, "fits exactly");
+        assert!(one[0].len() <= exact, "{} > {exact}", one[0].len());
+        assert_eq!(Batch::read(&one[0]).unwrap().unwrap().each().count(), 3);
+        let split = pack(from, &messages, exact - 1);
+        assert_eq!(split.len(), 2, "one byte short");
+        assert!(split.iter().all(|b| b.len() <= exact - 1));
+    }
 }
