@@ -398,8 +398,8 @@ MUTANTS = {
     "stale-speaks-applied": (
         15,
         "a late message of a member's earlier run undoes what its later run said it speaks",
-        [(PEERS, "            .map(|p| p.about_seq.is_none_or(|s| m.seq > s))",
-          "            .map(|_| true)", 1)],
+        [(PEERS, "        let fresh = p.about_seq.is_none_or(|s| m.seq > s);",
+          "        let fresh = true;", 1)],
     ),
     "repeated-resign-in-its-first-version": (
         15,

@@ -189,13 +189,10 @@ impl Peers {
                 .map(str::to_string)
                 .collect::<Vec<String>>()
         });
-        let Some(fresh) = self
-            .table
-            .get(&m.from)
-            .map(|p| p.about_seq.is_none_or(|s| m.seq > s))
-        else {
+        let Some(p) = self.table.get_mut(&m.from) else {
             return;
         };
+        let fresh = p.about_seq.is_none_or(|s| m.seq > s);
         // Old news: a message no newer than one already heard from the member (TCP handing
         // over, seconds late, what it sent into a partition) says nothing of whether it is live
         // now, nor of a silence. Counted, it kept a deaf ex-leader live, so the vetoes cast for
@@ -208,9 +205,6 @@ impl Peers {
             self.last_heard = Some(now);
         }
         let heard_nobody = self.heard_nobody;
-        let Some(p) = self.table.get_mut(&m.from) else {
-            return;
-        };
         let timeout = p
             .announced
             .map_or(own_timeout, |a| own_timeout.max(a.election_timeout()));

@@ -14,15 +14,24 @@ fn t() -> Timings {
 
 /// A cluster whose node `i` has priority `100 + i`: the last one ranks highest.
 fn world(seed: u64, size: usize) -> World {
+    world_of(
+        seed,
+        (0..size)
+            .map(|i| NodeSpec::new(format!("n{i}"), 100 + i as u32))
+            .collect(),
+        (0..size).map(|i| 1.0 + 0.01 * i as f64).collect(),
+    )
+}
+
+/// A world of `nodes` at clock `rates`, on the cases' timings.
+fn world_of(seed: u64, nodes: Vec<NodeSpec>, rates: Vec<f64>) -> World {
     World::new(
         WorldConfig {
             seed,
             group: "cases".into(),
             timings: t(),
-            nodes: (0..size)
-                .map(|i| NodeSpec::new(format!("n{i}"), 100 + i as u32))
-                .collect(),
-            rates: (0..size).map(|i| 1.0 + 0.01 * i as f64).collect(),
+            nodes,
+            rates,
             beat: true,
         },
         core_factory(),
@@ -631,19 +640,10 @@ fn observers_sending_whatever_they_like_move_nothing() {
 fn a_deaf_leader_after_an_earlier_cut_is_replaced_within_2t() {
     let two_t = t().election_timeout * 2;
     for seed in 0..SEEDS * 4 {
-        let mut w = World::new(
-            WorldConfig {
-                seed,
-                group: "cases".into(),
-                timings: t(),
-                nodes: (0..3)
-                    .map(|i| NodeSpec::new(format!("n{i}"), 100))
-                    .collect(),
-                rates: vec![1.0; 3],
-                beat: true,
-            },
-            core_factory(),
-        );
+        let nodes = (0..3)
+            .map(|i| NodeSpec::new(format!("n{i}"), 100))
+            .collect();
+        let mut w = world_of(seed, nodes, vec![1.0; 3]);
         let (first, _) = elect(&mut w);
         w.run_until(w.now() + Duration::from_secs(5));
         // The leader cut both ways for 10 s, then healed.

@@ -147,48 +147,50 @@ impl Net {
         format!("10.77.{}.{}", self.subnet, i + 1)
     }
 
+    /// Runs `nft RULE` in namespace `i`.
+    fn nft(&self, i: usize, rule: &str) {
+        let ns = self.name(i);
+        let mut args = vec!["ip", "netns", "exec", &ns, "nft"];
+        args.extend(rule.split(' '));
+        run(&args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Adds to namespace `i`'s fault table a chain on `hook` (`input` or `output`) that lets
+    /// loopback and the test process through and drops the other namespaces (by source on
+    /// input, by destination on output).
+    fn drop_peers(&self, i: usize, hook: &str) {
+        let (lo, addr) = match hook {
+            "input" => ("iifname", "saddr"),
+            _ => ("oifname", "daddr"),
+        };
+        let host = self.host();
+        let subnet = format!("10.77.{}.0/24", self.subnet);
+        self.nft(i, &format!(
+            "add chain inet pefault {hook} {{ type filter hook {hook} priority 0 ; policy accept ; }}"
+        ));
+        self.nft(i, &format!("add rule inet pefault {hook} {lo} lo accept"));
+        self.nft(
+            i,
+            &format!("add rule inet pefault {hook} ip {addr} {host} accept"),
+        );
+        self.nft(
+            i,
+            &format!("add rule inet pefault {hook} ip {addr} {subnet} drop"),
+        );
+    }
+
     /// Namespace `i` drops every packet from the other namespaces (it still sends, and the test
     /// process still reaches it): a node whose inbound firewall shut its peers out.
     pub fn deafen(&self, i: usize) {
-        let ns = self.name(i);
-        let host = self.host();
-        let subnet = format!("10.77.{}.0/24", self.subnet);
-        let nft = |rule: &str| {
-            let mut args = vec!["ip", "netns", "exec", &ns, "nft"];
-            args.extend(rule.split(' '));
-            run(&args).unwrap_or_else(|e| panic!("{e}"))
-        };
-        nft("add table inet pefault");
-        nft("add chain inet pefault input { type filter hook input priority 0 ; policy accept ; }");
-        nft("add rule inet pefault input iifname lo accept");
-        nft(&format!(
-            "add rule inet pefault input ip saddr {host} accept"
-        ));
-        nft(&format!(
-            "add rule inet pefault input ip saddr {subnet} drop"
-        ));
+        self.nft(i, "add table inet pefault");
+        self.drop_peers(i, "input");
     }
 
     /// Namespace `i` drops every packet from and to the other namespaces (the test process
     /// still reaches it): a node cut off both ways.
     pub fn cut(&self, i: usize) {
         self.deafen(i);
-        let ns = self.name(i);
-        let host = self.host();
-        let subnet = format!("10.77.{}.0/24", self.subnet);
-        let nft = |rule: &str| {
-            let mut args = vec!["ip", "netns", "exec", &ns, "nft"];
-            args.extend(rule.split(' '));
-            run(&args).unwrap_or_else(|e| panic!("{e}"))
-        };
-        nft("add chain inet pefault output { type filter hook output priority 0 ; policy accept ; }");
-        nft("add rule inet pefault output oifname lo accept");
-        nft(&format!(
-            "add rule inet pefault output ip daddr {host} accept"
-        ));
-        nft(&format!(
-            "add rule inet pefault output ip daddr {subnet} drop"
-        ));
+        self.drop_peers(i, "output");
     }
 
     /// Takes namespace `i`'s rules away again.

@@ -209,9 +209,16 @@ struct Scene {
     span: Duration,
 }
 
-/// The first resign `a` sends, as (offset from its election, successor, the reason its own
-/// transition gives); `None` if it led throughout.
-fn lead(scene: Scene) -> Option<(Duration, Option<String>, Reason)> {
+/// A resign: its offset from the election, its successor, the reason `a`'s own transition gives.
+type Handover = (Duration, Option<String>, Reason);
+
+/// The first resign `a` sends; `None` if it led throughout.
+fn lead(scene: Scene) -> Option<Handover> {
+    lead_and_send(scene).0
+}
+
+/// [`lead`], and every message `a` sent from its election to its first resign, in order.
+fn lead_and_send(scene: Scene) -> (Option<Handover>, Vec<Body>) {
     // Preemption off, so that only rule 17 moves leadership here.
     let t = Timings {
         preempt_after: Duration::ZERO,
@@ -240,6 +247,7 @@ fn lead(scene: Scene) -> Option<(Duration, Option<String>, Reason)> {
         let _ = a.handle(since, Input::SetMaintenance { on: true });
     }
     let mut actions = drain(&mut a);
+    let mut sent = Vec::new();
     let mut health = scene.a_health.into_iter().peekable();
     for step in 0..=scene.span.as_millis() as u32 / 10 {
         let now = since + MS * 10 * step;
@@ -247,6 +255,9 @@ fn lead(scene: Scene) -> Option<(Duration, Option<String>, Reason)> {
         let mut reason = None;
         let mut heartbeats = 0;
         for x in std::mem::take(&mut actions) {
+            if let Action::Publish(m) = &x {
+                sent.push(m.body.clone());
+            }
             match x {
                 Action::Publish(m) => match m.body {
                     Body::Heartbeat { .. } => {
@@ -281,7 +292,7 @@ fn lead(scene: Scene) -> Option<(Duration, Option<String>, Reason)> {
         }
         if let Some(successor) = resigned {
             let at = (now - since).saturating_sub(MS * 10);
-            return Some((at, successor, reason.expect("a transition")));
+            return (Some((at, successor, reason.expect("a transition"))), sent);
         }
         let input = match health.peek() {
             Some((at, healthy)) if since + *at <= now => {
@@ -295,7 +306,7 @@ fn lead(scene: Scene) -> Option<(Duration, Option<String>, Reason)> {
         let _ = a.handle(now, input);
         actions = drain(&mut a);
     }
-    None
+    (None, sent)
 }
 
 fn scene(a_health: Vec<(Duration, bool)>) -> Scene {
@@ -374,52 +385,8 @@ fn a_leader_healthy_again_stays() {
 /// leader healthy until its first ack to the new one.
 #[test]
 fn a_leader_that_loses_its_health_says_so_before_it_resigns() {
-    let t = Timings {
-        preempt_after: Duration::ZERO,
-        ..Timings::default()
-    };
-    let mut b = Bench::new(&MEMBERS);
-    let mut a = node_with("a", true, Persistent::default(), b.t0, t);
-    let since = b.at(T + H);
-    let m = presence(&mut b, "c", 9, false);
-    let _ = a.handle(since - T * 2, m);
-    let _ = a.handle(since, Input::Tick);
-    let _ = a.handle(since, grant(&mut b, 1, true));
-    let _ = a.handle(since, grant(&mut b, 1, false));
-    assert_eq!(a.role(), Role::Leader);
-    // b acks every heartbeat and c stays present, so that `a` leads on for 2T.
-    let mut now = since;
-    while now < since + T * 2 {
-        now += MS * 100;
-        for x in drain(&mut a) {
-            if let Action::Publish(
-                m @ Message {
-                    body: Body::Heartbeat { .. },
-                    ..
-                },
-            ) = x
-            {
-                let ack = b.msg(
-                    "b",
-                    1,
-                    Body::Ack {
-                        leader: "a".into(),
-                        hb_seq: m.seq,
-                        guard_ms: Some(T.as_millis() as u64),
-                        advert: advert_of(&b, "b", 5, false),
-                    },
-                );
-                let _ = a.handle(now, ack);
-            }
-        }
-        let m = presence(&mut b, "c", 9, false);
-        let _ = a.handle(now, m);
-    }
-    assert_eq!(a.role(), Role::Leader);
-    drain(&mut a);
-    let _ = a.handle(now, Input::SetHealth { healthy: false });
-    let actions = drain(&mut a);
-    let sent = published(&actions);
+    let (r, sent) = lead_and_send(scene(vec![(T * 2, false)]));
+    assert_eq!(r, Some((T * 2, Some("c".into()), Reason::Unhealthy)));
     let told = sent
         .iter()
         .position(|m| m.advert().is_some_and(|x| x.unhealthy));
