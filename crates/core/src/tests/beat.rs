@@ -261,3 +261,39 @@ fn beat_check_says_when_a_leader_sends_next() {
     };
     assert_eq!(left, next);
 }
+
+/// Without a beat, a leader that sent something between two heartbeats (here the presence of
+/// rule 17, when it loses its health before anyone could take over) still names its next
+/// heartbeat in `beat_check`, which is what it sends next, not a presence `h` after that message.
+#[test]
+fn beat_check_names_a_leaders_next_heartbeat_after_another_message() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = on_beat(&b, "g", None);
+    let won = b.at(T + H);
+    let _ = heartbeats(&mut b, &mut a, "g", won, won + H);
+    drain(&mut a);
+    let (heartbeat, next, _) = a.beat_check().expect("a leader sent heartbeats");
+    let mid = heartbeat + H / 2;
+    let _ = a.handle(mid, Input::SetHealth { healthy: false });
+    assert!(
+        drain(&mut a)
+            .iter()
+            .any(|x| matches!(x, Action::Publish(m) if matches!(m.body, Body::Presence { .. }))),
+        "rule 17: it says at once that it lost its health"
+    );
+    assert_eq!(a.role(), Role::Leader, "no member could take over yet");
+    let (last, after, most) = a.beat_check().expect("still sending");
+    assert_eq!((last, most), (mid, H));
+    assert_eq!(after, next, "its next heartbeat, not {:?}", mid + H);
+    let left = loop {
+        let now = a.poll_timeout().expect("a leader always has a deadline");
+        let _ = a.handle(now, Input::Tick);
+        let beat = drain(&mut a)
+            .iter()
+            .any(|x| matches!(x, Action::Publish(m) if matches!(m.body, Body::Heartbeat { .. })));
+        if beat || now > next + H {
+            break now;
+        }
+    };
+    assert_eq!(left, next);
+}

@@ -525,16 +525,19 @@ fn lead_beside_c(
     span: Duration,
     maintenance: bool,
 ) -> Option<(Duration, Option<String>)> {
-    lead_beside_c_as(t, span, maintenance, false)
+    lead_beside_c_as(t, span, maintenance, false, None)
 }
 
 /// [`lead_beside_c`]; with `flapped`, `a` is back from a restart (a term on disk, so flapped
-/// itself, rule 12) and c says in every advert that it flapped too, while b is steady.
+/// itself, rule 12) and c says in every advert that it flapped too, while b is steady; with
+/// `c_joins`, c is first heard that long after the election instead of before it, and b has
+/// withdrawn (a voter only, so that a hands over to nobody before c has waited).
 fn lead_beside_c_as(
     t: Timings,
     span: Duration,
     maintenance: bool,
     flapped: bool,
+    c_joins: Option<Duration>,
 ) -> Option<(Duration, Option<String>)> {
     let mut b = Bench::new(&MEMBERS);
     let (before, term) = if flapped {
@@ -564,8 +567,15 @@ fn lead_beside_c_as(
             },
         )
     };
-    let _ = a.handle(b.at(T + MS * 100), c(&mut b));
+    if c_joins.is_none() {
+        let _ = a.handle(b.at(T + MS * 100), c(&mut b));
+    }
     let since = b.at(T + H);
+    let b_candidacy = if c_joins.is_some() {
+        Candidacy::Withdrawn
+    } else {
+        Candidacy::Eligible
+    };
     let _ = a.handle(since, Input::Tick);
     assert_eq!(a.role(), Role::PreCandidate);
     let _ = a.handle(since, grant(&mut b, term, true));
@@ -604,7 +614,7 @@ fn lead_beside_c_as(
                                 guard_ms: Some(T.as_millis() as u64),
                                 advert: Advert {
                                     priority: 5,
-                                    candidacy: Candidacy::Eligible,
+                                    candidacy: b_candidacy,
                                     hears: vec!["a".into(), "c".into()],
                                     member_ids: b.members_of_fingerprint(),
                                     flapped: false,
@@ -619,7 +629,7 @@ fn lead_beside_c_as(
                 }
             }
         }
-        let input = if step % 50 == 0 {
+        let input = if step % 50 == 0 && c_joins.is_none_or(|j| now >= since + j) {
             c(&mut b)
         } else {
             Input::Tick
@@ -655,8 +665,22 @@ fn a_flapped_leader_hands_over_to_a_steady_member_before_a_flapped_better_ranked
     let t = Timings::default();
     let wait = t.preempt_after.max(t.election_timeout);
     assert_eq!(
-        lead_beside_c_as(t, wait + H, false, true).map(|(_, to)| to),
+        lead_beside_c_as(t, wait + H, false, true, None).map(|(_, to)| to),
         Some(Some("b".to_string()))
+    );
+}
+
+/// Rule 12: a better-ranked member that joins after the leader has led `max(P, T)` waits that
+/// long from its own first advert, not a moment less: a member just back is not handed
+/// leadership before it has shown it stays.
+#[test]
+fn a_member_that_joins_late_is_preempted_for_only_after_it_was_eligible_for_the_wait() {
+    let t = Timings::default();
+    let wait = t.preempt_after.max(t.election_timeout);
+    let joins = wait + H * 2;
+    assert_eq!(
+        lead_beside_c_as(t, joins + wait + H, false, false, Some(joins)),
+        Some((joins + wait, Some("c".to_string())))
     );
 }
 
