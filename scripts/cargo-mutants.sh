@@ -54,5 +54,5 @@ fi
 # a mutant's tests take 5-30 s here, a build up to a minute.
 exec cargo mutants --package pilot-election-core \
     --test-package pilot-election-core --test-package pilot-election-sim \
-    --baseline skip --timeout 240 --build-timeout 600 \
+    --baseline skip --timeout 120 --build-timeout 600 \
     --output target "${args[@]}" "$@"

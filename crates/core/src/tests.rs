@@ -135,6 +135,19 @@ impl Bench {
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
 
+/// When `n` asks to be woken next, after a step it ran at `now`: a deadline not later than that
+/// step would wake it again at the same instant for ever, so a test that follows its timer fails
+/// here at once instead of spinning until the mutation check's timeout (a mutant that stops a
+/// timer from moving on).
+fn wake(n: &Node, now: Instant) -> Instant {
+    let at = n.poll_timeout().expect("a deadline");
+    assert!(
+        at > now,
+        "asks to be woken at {at:?}, not after the step at {now:?}"
+    );
+    at
+}
+
 fn drain(n: &mut Node) -> Vec<Action> {
     std::iter::from_fn(|| n.poll_action()).collect()
 }
