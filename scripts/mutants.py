@@ -383,6 +383,11 @@ MUTANTS = {
         [(PEERS, "        if fresh {\n            p.last_seen = Some(now);\n",
           "        p.last_seen = Some(now);\n        if fresh {\n", 1)],
     ),
+    "our-unheard-silence-not-a-flap": (
+        12,
+        "a node whose messages a member lost ranks itself steady while that member counts it as flapped",
+        [(NODE_RECEIVE, "            self.flapped_at = Some(now);\n", "", 1)],
+    ),
     "unheard-member-writes-newest": (
         15,
         "a member not heard yet counts as speaking our newest version",
@@ -398,7 +403,7 @@ MUTANTS = {
     "stale-speaks-applied": (
         15,
         "a late message of a member's earlier run undoes what its later run said it speaks",
-        [(PEERS, "        let fresh = p.about_seq.is_none_or(|s| m.seq > s);",
+        [(PEERS, "        let fresh = about_seq.is_none_or(|s| m.seq > s);",
           "        let fresh = true;", 1)],
     ),
     "repeated-resign-in-its-first-version": (

@@ -49,6 +49,13 @@ pub(crate) struct Peer {
     pub(crate) says_unhealthy: bool,
     /// It was seen to lose its health in its current run: its recovery is a flap too (rule 17).
     lost_health: bool,
+    /// It may have taken a silence of ours for a flap: its latest advertisement heard other
+    /// members but not us, or we heard nobody at all for a while (rule 12). Settled by its next
+    /// advertisement: one that hears us again means it may count us as flapped now.
+    may_have_missed_us: bool,
+    /// Since when we have heard it without a silence of its window: for that long, what its
+    /// advertisements say of its hearing is not a view it is still catching up on.
+    heard_since: Option<Instant>,
     /// The protocol versions its latest message says it speaks (rule 15); `None` until heard.
     pub(crate) speaks: Option<Versions>,
     /// `seq` of the newest message heard from it, which `speaks`, `announced` and its
@@ -94,6 +101,12 @@ impl Standing<'_> {
     }
 }
 
+/// How long after its last message member `p` still counts as live for a node whose own
+/// election timeout is `own` (see [`Peers::window`]).
+fn window(own: Duration, p: &Peer) -> Duration {
+    p.announced.map_or(own, |a| own.max(a.election_timeout()))
+}
+
 /// The table of every other member.
 #[derive(Debug, Clone)]
 pub(crate) struct Peers {
@@ -137,6 +150,8 @@ impl Peers {
                         says_flapped: false,
                         says_unhealthy: false,
                         lost_health: false,
+                        may_have_missed_us: false,
+                        heard_since: None,
                         speaks: None,
                         about_seq: None,
                         announced: None,
@@ -166,12 +181,13 @@ impl Peers {
     /// How long after its last message a member still counts as live: our `T`, or its own if
     /// that is longer (a node sends something at least every `2h`, always below its `T`).
     fn window(&self, p: &Peer) -> Duration {
-        p.announced
-            .map_or(self.timeout, |a| self.timeout.max(a.election_timeout()))
+        window(self.timeout, p)
     }
 
-    /// Records a message from member `m.from` (the caller has checked membership).
-    pub(crate) fn heard(&mut self, now: Instant, m: &Message) {
+    /// Records a message from member `m.from` (the caller has checked membership). Returns
+    /// whether that member may now count this node as flapped for a silence it kept (rule 12),
+    /// which this node cannot otherwise know: it then counts itself as flapped and says so.
+    pub(crate) fn heard(&mut self, now: Instant, m: &Message) -> bool {
         let own_timeout = self.timeout;
         let difference = m.body.advert().map(|a| {
             // Nearly always the same set as ours, in the same (sorted) order: nothing to build.
@@ -189,10 +205,10 @@ impl Peers {
                 .map(str::to_string)
                 .collect::<Vec<String>>()
         });
-        let Some(p) = self.table.get_mut(&m.from) else {
-            return;
+        let Some(about_seq) = self.table.get(&m.from).map(|p| p.about_seq) else {
+            return false;
         };
-        let fresh = p.about_seq.is_none_or(|s| m.seq > s);
+        let fresh = about_seq.is_none_or(|s| m.seq > s);
         // Old news: a message no newer than one already heard from the member (TCP handing
         // over, seconds late, what it sent into a partition) says nothing of whether it is live
         // now, nor of a silence. Counted, it kept a deaf ex-leader live, so the vetoes cast for
@@ -201,13 +217,22 @@ impl Peers {
         if fresh {
             if let Some(last) = self.last_heard.filter(|l| now >= *l + own_timeout * 2) {
                 self.heard_nobody = Some((last, now));
+                // Whoever heard the others meanwhile saw us silent as long (rule 12), and
+                // counts it once it lasts twice its window for us, which may be longer than
+                // our own `T`.
+                for q in self.table.values_mut() {
+                    if now >= last + window(own_timeout, q) * 2 {
+                        q.may_have_missed_us = true;
+                    }
+                }
             }
             self.last_heard = Some(now);
         }
+        let Some(p) = self.table.get_mut(&m.from) else {
+            return false;
+        };
         let heard_nobody = self.heard_nobody;
-        let timeout = p
-            .announced
-            .map_or(own_timeout, |a| own_timeout.max(a.election_timeout()));
+        let timeout = window(own_timeout, p);
         // Silent for twice its window: a node that is merely slow to send (it announces itself
         // every `2h`, under its `T`, but on a clock that may run slower than ours) is no flap
         // (simulator seed 8035: r = 20 %, T = 2.6h, every node took the best one for a flapper
@@ -224,8 +249,12 @@ impl Peers {
                 });
                 now.saturating_duration_since(s).saturating_sub(ours) >= timeout * 2
             });
+        let back = p.last_seen.is_none_or(|s| now >= s + timeout);
         if fresh {
             p.last_seen = Some(now);
+            if back {
+                p.heard_since = Some(now);
+            }
             // What it speaks and runs on goes with the process: any message says it, and one
             // from a restarted node may say something else (an upgrade, a timing change).
             p.about_seq = Some(m.seq);
@@ -237,6 +266,7 @@ impl Peers {
         }
         let newer = p.advert_seq.is_none_or(|s| m.seq > s);
         let (mut lost_health, mut health_back) = (false, false);
+        let mut missed_us = false;
         if let (true, Some(a)) = (newer, m.body.advert()) {
             let Advert {
                 priority,
@@ -258,6 +288,28 @@ impl Peers {
             }
             p.says_unhealthy = *unhealthy;
             p.says_flapped = *flapped;
+            // Rule 12: a member that hears others but not us counts our silence against us
+            // once it lasts twice its window, while we, hearing it all along (a link that
+            // drops only what we send), have no flap to count. Ranked steady by ourselves and
+            // flapped by it, we and a rival it ranks first each took ourselves for the best,
+            // campaigned at the same instant and split the votes round after round (simulator
+            // seed 6456). So when it hears us again after such a stretch, we count ourselves
+            // as flapped, and say so: too often is harmless (the others take our word), too
+            // rarely is what split the votes. A booting member is a new run that counted
+            // nothing of ours; one that hears nobody else took the silence for its own; one
+            // heard again for less than its window may still be catching up after a silence
+            // of its own (it hears some members before the others).
+            let hears_others = hears.iter().any(|h| *h != self.own_id && *h != p.id);
+            let settled = p.heard_since.is_some_and(|s| now >= s + timeout);
+            if *candidacy == Candidacy::Booting {
+                p.may_have_missed_us = false;
+            } else if hears_others {
+                if !hears.contains(&self.own_id) && settled {
+                    p.may_have_missed_us = true;
+                } else if std::mem::take(&mut p.may_have_missed_us) {
+                    missed_us = true;
+                }
+            }
             p.advert_seq = Some(m.seq);
             p.priority = *priority;
             p.candidacy = Some(*candidacy);
@@ -289,6 +341,7 @@ impl Peers {
         if eligible {
             p.eligible_since.get_or_insert(now);
         }
+        missed_us
     }
 
     /// Forgets eligibility of a member that just resigned (it cools down); a resign because it
@@ -430,6 +483,16 @@ mod tests {
     /// A presence of `from` with our member set (unless `members` says otherwise), hearing
     /// `hears`.
     fn presence(set: &MemberSet, from: &str, seq: u64, hears: &[&str]) -> Message {
+        presence_as(set, from, seq, hears, Candidacy::Eligible)
+    }
+
+    fn presence_as(
+        set: &MemberSet,
+        from: &str,
+        seq: u64,
+        hears: &[&str],
+        candidacy: Candidacy,
+    ) -> Message {
         Message {
             term: 1,
             seq,
@@ -441,7 +504,7 @@ mod tests {
                 Body::Presence {
                     advert: Advert {
                         priority: 9,
-                        candidacy: Candidacy::Eligible,
+                        candidacy,
                         hears: hears.iter().map(|s| s.to_string()).collect(),
                         member_ids: IDS.iter().map(|s| s.to_string()).collect(),
                         flapped: false,
@@ -485,6 +548,109 @@ mod tests {
             !peers.flapped(c, back + window),
             "the window's end is outside it"
         );
+    }
+
+    /// Rule 12 (simulator seed 6456): a member that hears others but not us counts our silence
+    /// as a flap, and we cannot see that silence (only what we send was lost). Its adverts can:
+    /// once they left us out, the first that hears us again says it may now count us as
+    /// flapped. Not when it was catching up after a silence of its own, not from a new run of
+    /// it (booting), not when it heard nobody else; and after we heard nobody ourselves, yes.
+    #[test]
+    fn a_member_that_heard_others_but_not_us_may_count_us_as_flapped() {
+        let (set, _) = five();
+        let t = Timings::default().election_timeout;
+        let h = Timings::default().heartbeat;
+        let t0 = origin();
+        let mut seq = 0;
+        let mut say = |peers: &mut Peers, at: Instant, hears: &[&str], c: Candidacy| {
+            seq += 1;
+            peers.heard(at, &presence_as(&set, "b", seq, hears, c))
+        };
+        let eligible = Candidacy::Eligible;
+        // Heard every h: for T it hears us (so it is settled), then for 2T it does not.
+        type Say<'s> = dyn FnMut(&mut Peers, Instant, &[&str], Candidacy) -> bool + 's;
+        let steady = |peers: &mut Peers, say: &mut Say<'_>, from: Instant| {
+            let mut at = from;
+            while at < from + t {
+                assert!(!say(peers, at, &["a", "c"], eligible), "it hears us");
+                at += h;
+            }
+            while at < from + t * 3 {
+                assert!(!say(peers, at, &["c"], eligible), "not yet known");
+                at += h;
+            }
+            at
+        };
+        let (_, mut peers) = five();
+        let at = steady(&mut peers, &mut say, t0);
+        assert!(
+            say(&mut peers, at, &["a", "c"], eligible),
+            "it hears us again"
+        );
+        assert!(!say(&mut peers, at + h, &["a", "c"], eligible), "said once");
+
+        // A new run of it counted nothing of ours.
+        let (_, mut peers) = five();
+        let at = steady(&mut peers, &mut say, t0);
+        assert!(!say(&mut peers, at, &["c"], Candidacy::Booting));
+        assert!(
+            !say(&mut peers, at + h, &["a", "c"], eligible),
+            "after booting"
+        );
+
+        // Hearing nobody else, it took the silence for its own.
+        let (_, mut peers) = five();
+        let mut at = t0;
+        while at < t0 + t {
+            assert!(!say(&mut peers, at, &["a", "c"], eligible));
+            at += h;
+        }
+        assert!(!say(&mut peers, at, &[], eligible));
+        assert!(
+            !say(&mut peers, at + h, &["a"], eligible),
+            "it heard nobody else"
+        );
+
+        // Back after a silence of its own (c heard all along), it hears c before us: that is
+        // no view of us yet.
+        let (_, mut peers) = five();
+        let mut at = t0;
+        let mut c_seq = 0;
+        while at < t0 + t * 4 {
+            c_seq += 1;
+            peers.heard(at, &presence(&set, "c", c_seq, &["a", "b"]));
+            if at < t0 + t {
+                assert!(!say(&mut peers, at, &["a", "c"], eligible));
+            }
+            at += h;
+        }
+        assert!(!say(&mut peers, at, &["c"], eligible), "catching up");
+        assert!(!say(&mut peers, at + h, &["a", "c"], eligible), "caught up");
+
+        // We heard nobody for 2T: whoever heard the others meanwhile may count it against us.
+        let (_, mut peers) = five();
+        assert!(!say(&mut peers, t0, &["a", "c"], eligible));
+        assert!(
+            say(&mut peers, t0 + t * 2, &["a", "c"], eligible),
+            "our silence"
+        );
+
+        // Not when that stretch is shorter than twice its own window: a member with a longer
+        // `T` counts a silence against us only after twice that (simulator seed 3081: a node
+        // with a short `T` among slow senders heard nobody for 2T between any two of their
+        // messages, took itself for flapped every time and never preempted as the best).
+        let (_, mut peers) = five();
+        let slow = Timings {
+            election_timeout: t * 2,
+            ..Timings::default()
+        };
+        let from_slow = |seq: u64| Message {
+            timings: Some(Announced::of(&slow)),
+            ..presence(&set, "d", seq, &["a", "c"])
+        };
+        peers.heard(t0, &from_slow(1));
+        assert!(!peers.heard(t0 + t * 3, &from_slow(2)), "under 2 × its 2T");
+        assert!(peers.heard(t0 + t * 8, &from_slow(3)), "beyond it");
     }
 
     /// Issue 39, item 2: a node cut off from every member takes none of them for a flapper when

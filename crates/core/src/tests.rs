@@ -94,6 +94,11 @@ impl Bench {
 
     /// A heartbeat of leader `b` (priority 5, hearing a and c) in `term`.
     fn heartbeat_from_b(&mut self, term: u64) -> Input {
+        self.heartbeat_from_b_hearing(term, &["a", "c"])
+    }
+
+    /// A heartbeat of leader `b` (priority 5) in `term`, hearing `hears`.
+    fn heartbeat_from_b_hearing(&mut self, term: u64, hears: &[&str]) -> Input {
         let member_ids = self.members_of_fingerprint();
         self.msg(
             "b",
@@ -105,7 +110,7 @@ impl Bench {
                 advert: Advert {
                     priority: 5,
                     candidacy: Candidacy::Eligible,
-                    hears: vec!["a".into(), "c".into()],
+                    hears: hears.iter().map(|s| s.to_string()).collect(),
                     member_ids,
                     flapped: false,
                     unhealthy: false,
@@ -736,6 +741,49 @@ fn a_peer_that_says_it_flapped_ranks_as_flapped() {
         c.role(),
         Role::PreCandidate,
         "c, the better ranked, waits no stagger for a"
+    );
+}
+
+/// Rule 12: a member that hears the others but not us counts our silence as a flap, while we,
+/// hearing everyone all along (only what we send is lost), have none to count. Ranked steady
+/// by ourselves and flapped by the others, we and a rival they rank first each took ourselves
+/// for the best, campaigned at the same instant and split the votes round after round
+/// (simulator seed 6456). So when it hears us again after leaving us out, we count ourselves
+/// as flapped and say so in every advert, as we do after a restart.
+#[test]
+fn a_member_that_stopped_hearing_us_makes_us_count_ourselves_flapped() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = node_at("a", true, Persistent::default(), b.t0);
+    // a follows b and acks every heartbeat; what a's acks say of a's own standing.
+    let mut at = b.at(T + H);
+    let beat = |a: &mut Node, b: &mut Bench, at: Instant, hears: &[&str]| -> Vec<bool> {
+        let hb = b.heartbeat_from_b_hearing(1, hears);
+        let _ = a.handle(at, hb);
+        published(&drain(a))
+            .iter()
+            .filter_map(|body| body.advert().map(|a| a.flapped))
+            .collect()
+    };
+    let mut said = Vec::new();
+    // For 2T b hears a; then for 3T only c (a's messages to b are lost).
+    while at < b.at(T + H + T * 5) {
+        let hears: &[&str] = if at < b.at(T + H + T * 2) {
+            &["a", "c"]
+        } else {
+            &["c"]
+        };
+        said.extend(beat(&mut a, &mut b, at, hears));
+        at += H;
+    }
+    assert_eq!(a.role(), Role::Follower);
+    assert!(
+        !said.is_empty() && said.iter().all(|f| !f),
+        "steady until it can know: {said:?}"
+    );
+    let said = beat(&mut a, &mut b, at, &["a", "c"]);
+    assert!(
+        !said.is_empty() && said.iter().all(|f| *f),
+        "b hears a again: a counts itself as flapped, as b does: {said:?}"
     );
 }
 
@@ -1456,7 +1504,14 @@ fn a_slow_members_flaps_are_remembered_for_ten_of_its_own_timeouts() {
     let _ = a.handle(back, b_presence(&mut b, Candidacy::Booting, &long()));
     drain(&mut a);
     // 100 s later: beyond a's own flap window (10 × max(P, T) = 50 s), within b's (160 s).
+    // a hears c all along: a node that heard nobody counts itself as flapped too (rule 12).
     let at = back + Duration::from_secs(100);
+    let mut heard_c = back;
+    while heard_c < at {
+        heard_c += T;
+        let c = b.presence("c", 0, 1, Candidacy::Eligible, &["a", "b"]);
+        let _ = a.handle(heard_c, c);
+    }
     let _ = a.handle(at, b_presence(&mut b, Candidacy::Eligible, &long()));
     drain(&mut a);
     let ask = timed(pre_vote(&mut b, "b", a.term() + 1, 5), &long());

@@ -3,7 +3,21 @@
 //!
 //! `SIM_SEEDS=N` runs N seeds (default 500); `SIM_SEED=S` replays one seed with its trace.
 
-use pilot_election_sim::{run_seed, Scenario};
+use pilot_election_sim::{run_seed, Scenario, SeedReport};
+
+/// What a failing seed prints: its scenario, its violations and how to replay it.
+fn violated(seed: u64, r: &SeedReport) -> String {
+    format!(
+        "seed {seed} ({}) violated:\n  {}\n  replay: {}",
+        r.scenario.summary(),
+        r.violations
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("\n  "),
+        r.scenario.replay_command()
+    )
+}
 
 fn seeds() -> u64 {
     std::env::var("SIM_SEEDS")
@@ -27,16 +41,7 @@ fn many_seeds_hold_every_invariant() {
             heal_times.push(d);
         }
         if !r.violations.is_empty() {
-            eprintln!(
-                "seed {seed} ({}) violated:\n  {}\n  replay: {}",
-                r.scenario.summary(),
-                r.violations
-                    .iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n  "),
-                r.scenario.replay_command()
-            );
+            eprintln!("{}", violated(seed, &r));
             failed.push(seed);
             if std::env::var_os("SIM_FAIL_FAST").is_some() {
                 break;
@@ -53,6 +58,16 @@ fn many_seeds_hold_every_invariant() {
         heal_times.last().unwrap()
     );
     assert!(failed.is_empty(), "violating seeds: {failed:?}");
+}
+
+/// Seeds that once found a defect (docs/protocol.md and the core's tests say what each found), run on
+/// every test run whatever `SIM_SEEDS` says: most of them lie beyond the default count.
+#[test]
+fn seeds_that_once_failed_hold_every_invariant() {
+    for seed in [1580, 3081, 6456, 6578, 6933, 7394, 8035] {
+        let r = run_seed(seed);
+        assert!(r.violations.is_empty(), "{}", violated(seed, &r));
+    }
 }
 
 /// Replays `SIM_SEED` with its trace; runs seed 0 when unset so the test always checks something.

@@ -22,7 +22,10 @@ impl Node {
             return Outcome::NotMember;
         }
         let same_members = m.members == self.members.fingerprint();
-        self.peers.heard(now, &m);
+        if self.peers.heard(now, &m) {
+            // A member may count a silence of ours as a flap: so do we (rule 12).
+            self.flapped_at = Some(now);
+        }
         if same_members {
             self.release_boot_guard(&m);
         }
