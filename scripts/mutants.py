@@ -356,8 +356,8 @@ MUTANTS = {
     "live-window-own-t": (
         11,
         "a member with a longer T than ours counts as silent after our T",
-        [(PEERS, "        p.announced\n            .map_or(self.timeout, |a| self.timeout.max(a.election_timeout()))",
-          "        let _ = p;\n        self.timeout", 1)],
+        [(PEERS, "    p.announced.map_or(own, |a| own.max(a.election_timeout()))",
+          "    let _ = p;\n    own", 1)],
     ),
     "flap-window-own": (
         12,

@@ -34,10 +34,12 @@ struct Node {
     _dir: TempDir,
 }
 
-/// A cluster of `ids` on one memory bus, its loops stopped when `stop` is cancelled.
+/// A cluster of `ids` on one memory bus, its loops stopped when `stop` is cancelled (one node's
+/// alone by cancelling its token in `stops`).
 struct Cluster {
     nodes: Vec<Node>,
     stop: CancellationToken,
+    stops: Vec<CancellationToken>,
 }
 
 impl Cluster {
@@ -47,8 +49,19 @@ impl Cluster {
 
     /// As [`Cluster::start`], every node also in the elections of `groups`, ranked per group.
     fn start_groups(ids: &[&str], auth: Auth, groups: &[&str]) -> Cluster {
+        Cluster::start_configured(ids, auth, groups, |_| {})
+    }
+
+    /// As [`Cluster::start_groups`], each node's configuration changed by `adjust` last.
+    fn start_configured(
+        ids: &[&str],
+        auth: Auth,
+        groups: &[&str],
+        adjust: impl Fn(&mut pilot_election::NodeConfig),
+    ) -> Cluster {
         let bus = Bus::new();
         let stop = CancellationToken::new();
+        let mut stops = Vec::new();
         let nodes = ids
             .iter()
             .enumerate()
@@ -64,6 +77,7 @@ impl Cluster {
                 config.timings.preempt_after = Duration::ZERO;
                 // Room for two groups added at run time.
                 config.max_groups = groups.len() + 3;
+                adjust(&mut config);
                 let built = memory_node(config, i as u64, &bus);
                 let elections = &built.state.elections;
                 let node = Node {
@@ -74,11 +88,13 @@ impl Cluster {
                         .collect(),
                     _dir: dir,
                 };
-                tokio::spawn(built.runtime.run(stop.clone()));
+                let own = stop.child_token();
+                stops.push(own.clone());
+                tokio::spawn(built.runtime.run(own));
                 node
             })
             .collect();
-        Cluster { nodes, stop }
+        Cluster { nodes, stop, stops }
     }
 
     /// `(leader index, term)` once every node names the same leader and it holds its lease.
@@ -820,6 +836,84 @@ async fn without_a_token_mutations_are_refused_unless_explicitly_allowed() {
             "{path} with --allow-unauthenticated: {status} {answer}"
         );
     }
+}
+
+/// Issue 39, item 4: `?consistent=true` is answered by the leader once a quorum confirmed it
+/// after the read arrived; a follower names the leader to ask (307 to its announced URL); a
+/// leader that can no longer reach a quorum answers 503 while its plain read, inside its lease,
+/// still names it. Every answer follows the spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_read_is_what_a_quorum_confirms_after_it_arrived() {
+    let spec = Spec::load();
+    let c = Cluster::start_configured(&["c1", "c2", "c3"], Auth::default(), &[], |config| {
+        config.info = Some(pilot_election::election::NodeInfo {
+            url: format!("http://{}.test:7000/", config.node_id),
+            meta: BTreeMap::new(),
+        });
+    });
+    let (li, term) = c.agreed().await;
+    let fi = (li + 1) % 3;
+    let (leader, follower) = (&c.nodes[li].router, &c.nodes[fi].router);
+    let leader_id = format!("c{}", li + 1);
+    for path in ["/leader", "/term", "/role/leader"] {
+        let asked = format!("{path}?consistent=true");
+        let (status, body) = get(leader, &asked).await;
+        assert_eq!(status, 200, "{asked} on the leader: {body}");
+        spec.check("get", path, status, &body);
+        assert_eq!(body["term"], term, "{asked}");
+        if path != "/role/leader" {
+            assert_eq!(body["consistent"], true, "{asked}");
+        }
+    }
+    let (_, plain) = get(leader, "/leader").await;
+    assert_eq!(plain["consistent"], false);
+
+    // A follower sends the reader to the leader's announced URL, path and query kept (wait
+    // until the follower has heard the leader's URL: it travels on the leader's messages).
+    let redirect = wait_for(Duration::from_secs(10), || async {
+        let req = Request::get("/leader?consistent=true&x=1")
+            .body(Body::empty())
+            .expect("request");
+        let resp = send(follower, req).await;
+        let location = resp.headers().get("location")?.to_str().ok()?.to_string();
+        let status = resp.status().as_u16();
+        let body: Value = serde_json::from_slice(&body_of(resp).await).ok()?;
+        Some((status, location, body))
+    })
+    .await
+    .expect("the follower names the leader's URL");
+    let (status, location, body) = redirect;
+    assert_eq!(status, 307, "{body}");
+    spec.check("get", "/leader", status, &body);
+    assert_eq!(
+        location,
+        format!("http://{leader_id}.test:7000/leader?consistent=true&x=1")
+    );
+    assert_eq!(body["error"], "ask_the_leader");
+    assert_eq!(body["leader"], leader_id.as_str());
+    assert_eq!(body["location"], location.as_str());
+    // A load balancer's check asks each backend about itself: no redirect.
+    let (status, body) = get(follower, "/role/leader?consistent=true").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["role"], "follower");
+    // A bad value is a 400 in the one error shape.
+    let (status, body) = get(follower, "/term?consistent=maybe").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "invalid_query");
+    spec.check("get", "/term", status, &body);
+
+    // The followers stop: within its lease the leader's plain read still names it, but no
+    // quorum confirms it any more.
+    for (i, stop) in c.stops.iter().enumerate() {
+        if i != li {
+            stop.cancel();
+        }
+    }
+    let (status, body) = get(leader, "/leader?consistent=true").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "read_not_confirmed", "{body}");
+    assert_eq!(body["term"], term);
+    spec.check("get", "/leader", status, &body);
 }
 
 /// Readiness means "this node's vote counts again" (docs/guide/operations.md, "Rolling restarts"):

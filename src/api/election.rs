@@ -46,6 +46,31 @@ impl ElectionApi {
         self.snapshot.borrow().clone()
     }
 
+    /// Judges the latest snapshot, then each new one, until `judge` settles (`Some`) or
+    /// `deadline` passes: the verdict, or `Err` with the last snapshot judged. A loop that
+    /// stopped settles it as [`ApiError::LoopStopped`].
+    pub async fn settle<T>(
+        &self,
+        deadline: tokio::time::Instant,
+        mut judge: impl FnMut(&Arc<Snapshot>) -> Option<Result<T, ApiError>>,
+    ) -> Result<Result<T, ApiError>, Arc<Snapshot>> {
+        let mut snapshots = self.snapshot.clone();
+        loop {
+            let snap = snapshots.borrow_and_update().clone();
+            if let Some(verdict) = judge(&snap) {
+                return Ok(verdict);
+            }
+            tokio::select! {
+                changed = snapshots.changed() => {
+                    if changed.is_err() {
+                        return Ok(Err(ApiError::LoopStopped));
+                    }
+                }
+                () = crate::clock::sleep_until(deadline) => return Err(snap),
+            }
+        }
+    }
+
     /// Sends a command and waits for the loop's answer.
     pub async fn command(&self, input: Input) -> Result<Result<Outcome, CommandError>, ApiError> {
         let (reply, rx) = oneshot::channel();

@@ -88,6 +88,26 @@ pub enum ApiError {
     UnknownGroup(String),
     #[error("this node takes part in the election of group {0:?} already")]
     GroupExists(String),
+    #[error("the query string is not valid: {0}")]
+    InvalidQuery(String),
+    #[error(
+        "consistent reads are answered by the leader, {leader} (term {term}){}",
+        match location {
+            Some(l) => format!(": ask it at {l}"),
+            None => " which announced no API URL (--advertise-url): ask it directly".into(),
+        }
+    )]
+    AskTheLeader {
+        leader: String,
+        term: u64,
+        location: Option<String>,
+    },
+    #[error("no quorum confirmed this node's leadership of term {term} within {after_ms} ms: {why}; the leader is not known for certain, ask again")]
+    ReadNotConfirmed {
+        term: u64,
+        after_ms: u64,
+        why: String,
+    },
     #[error("this node takes part in {max} groups, its --max-groups; remove one first")]
     TooManyGroups { max: usize },
     #[error("group {0:?} is the default group or given by --group: change the node's configuration and restart it to leave it")]
@@ -104,7 +124,12 @@ impl ApiError {
             | TooManyConnections
             | TooManySubscribers { .. }
             | StorageFailed(_)
-            | NotConfirmed { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | NotConfirmed { .. }
+            | ReadNotConfirmed { .. }
+            | AskTheLeader { location: None, .. } => StatusCode::SERVICE_UNAVAILABLE,
+            AskTheLeader {
+                location: Some(_), ..
+            } => StatusCode::TEMPORARY_REDIRECT,
             RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             NotLeader { .. }
             | TermMismatch { .. }
@@ -118,9 +143,8 @@ impl ApiError {
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Unauthorized | ClientCertificateRequired => StatusCode::UNAUTHORIZED,
             Forbidden | AdminTokenNotConfigured | WrongCertificate { .. } => StatusCode::FORBIDDEN,
-            InvalidJson(_) | BadRequest(_) | MalformedMessage(_) | InvalidGroup(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            InvalidJson(_) | BadRequest(_) | MalformedMessage(_) | InvalidGroup(_)
+            | InvalidQuery(_) => StatusCode::BAD_REQUEST,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             NotFound(_) | NothingScheduled | UnknownGroup(_) => StatusCode::NOT_FOUND,
@@ -165,6 +189,9 @@ impl ApiError {
             GroupExists(_) => "group_exists",
             TooManyGroups { .. } => "too_many_groups",
             ConfiguredGroup(_) => "configured_group",
+            InvalidQuery(_) => "invalid_query",
+            AskTheLeader { .. } => "ask_the_leader",
+            ReadNotConfirmed { .. } => "read_not_confirmed",
         }
     }
 
@@ -202,6 +229,23 @@ impl ApiError {
                 m.insert("by".into(), json!(by));
                 m.insert("version".into(), json!(version));
             }
+            ApiError::AskTheLeader {
+                leader,
+                term,
+                location,
+            } => {
+                m.insert("leader".into(), json!(leader));
+                m.insert("term".into(), json!(term));
+                m.insert("location".into(), json!(location));
+            }
+            ApiError::ReadNotConfirmed {
+                term,
+                after_ms,
+                why: _,
+            } => {
+                m.insert("term".into(), json!(term));
+                m.insert("after_ms".into(), json!(after_ms));
+            }
             ApiError::TooManyGroups { max } => {
                 m.insert("max".into(), json!(max));
             }
@@ -222,7 +266,16 @@ impl IntoResponse for ApiError {
         body.insert("message".into(), json!(self.to_string()));
         let mut resp = (self.status(), axum::Json(Value::Object(body))).into_response();
         match self {
+            ApiError::AskTheLeader {
+                location: Some(l), ..
+            } => {
+                if let Ok(v) = HeaderValue::from_str(&l) {
+                    resp.headers_mut().insert(header::LOCATION, v);
+                }
+            }
             ApiError::NoLeader { .. }
+            | ApiError::ReadNotConfirmed { .. }
+            | ApiError::AskTheLeader { location: None, .. }
             | ApiError::LoopStopped
             | ApiError::Overloaded
             | ApiError::TooManyConnections => {

@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
+use super::consistent::{self, Asked, Consistency};
 use super::{age_ms, current_leader, wall_clock, ApiError, Group};
 
 /// Borrowed from the snapshot and written out while it is borrowed: the answer copies no
@@ -24,15 +26,22 @@ pub struct LeaderBody<'a> {
     elected_at: Option<String>,
     last_heartbeat_ms: Option<u64>,
     lease_remaining_ms: Option<u64>,
+    /// Answered by the leader once a quorum confirmed it after the request arrived
+    /// (`?consistent=true`), rather than from this node's view.
+    consistent: bool,
 }
 
 static NO_META: BTreeMap<String, String> = BTreeMap::new();
 
-pub async fn get_leader(s: Group) -> Result<Response, ApiError> {
+pub async fn get_leader(s: Group, c: Consistency, uri: Uri) -> Result<Response, ApiError> {
     // The snapshot's `Arc`, taken out of the channel at once: the answer is written without
     // holding the channel's lock (the loop publishes while it is written) and copies only what
     // it answers.
-    let snap = s.snapshot();
+    let snap = if c.consistent {
+        consistent::confirmed(&s, asked(&uri)).await?
+    } else {
+        s.snapshot()
+    };
     let now = crate::clock::now();
     let v = &snap.view;
     let Some(leader) = v.leader_at(now) else {
@@ -54,8 +63,16 @@ pub async fn get_leader(s: Group) -> Result<Response, ApiError> {
             .filter(|_| is_self)
             .map(|l| l.saturating_duration_since(now).as_millis() as u64),
         leader,
+        consistent: c.consistent,
     };
     Ok(Json(body).into_response())
+}
+
+/// The read to ask the leader again: the same path and query.
+fn asked(uri: &Uri) -> Asked<'_> {
+    Asked {
+        path_and_query: uri.path_and_query().map_or("/", |p| p.as_str()),
+    }
 }
 
 #[derive(Serialize)]
@@ -63,14 +80,21 @@ pub struct TermBody {
     term: u64,
     leader: Option<String>,
     voted_for: Option<String>,
+    /// As for `GET /leader`.
+    consistent: bool,
 }
 
-pub async fn get_term(s: Group) -> Json<TermBody> {
-    let snap = s.snapshot();
+pub async fn get_term(s: Group, c: Consistency, uri: Uri) -> Result<Json<TermBody>, ApiError> {
+    let snap = if c.consistent {
+        consistent::confirmed(&s, asked(&uri)).await?
+    } else {
+        s.snapshot()
+    };
     let now = crate::clock::now();
-    Json(TermBody {
+    Ok(Json(TermBody {
         term: snap.view.term,
         leader: current_leader(&snap.view, now),
         voted_for: snap.view.voted_for.clone(),
-    })
+        consistent: c.consistent,
+    }))
 }

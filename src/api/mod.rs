@@ -6,6 +6,7 @@
 //! them can block it. Leadership is judged against the current time, not the snapshot's, so a
 //! stuck loop stops claiming leadership once its lease is over.
 
+mod consistent;
 mod election;
 mod error;
 mod events;

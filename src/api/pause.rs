@@ -129,48 +129,37 @@ pub async fn delete_pause(admin: Admin, s: Group) -> Result<Json<PauseBody>, Api
 /// before they campaign). `T` is several heartbeat intervals: a quorum that has not taken it by
 /// then is one that cannot be reached now, and the answer says who holds it.
 async fn confirmed(s: &ElectionApi, write: &Maintenance) -> Result<Arc<Snapshot>, ApiError> {
-    let mut snapshots = s.snapshot.clone();
-    let wait = snapshots.borrow().timings.election_timeout;
+    let wait = s.snapshot().timings.election_timeout;
     let deadline = crate::clock::now() + wait;
-    loop {
-        let snap = snapshots.borrow_and_update().clone();
-        if let Some(newest) = &snap.maintenance {
-            let ours = newest.version == write.version && newest.by == write.by;
-            if ours && snap.maintenance_held_by.len() >= snap.member_set.quorum() {
-                return Ok(snap);
-            }
-            if newest.supersedes(write) {
-                return Err(ApiError::MaintenanceSuperseded {
-                    by: newest.by.clone(),
-                    version: newest.version,
-                });
-            }
+    let verdict = s.settle(deadline, |snap| {
+        let newest = snap.maintenance.as_ref()?;
+        let ours = newest.version == write.version && newest.by == write.by;
+        if ours && snap.maintenance_held_by.len() >= snap.member_set.quorum() {
+            return Some(Ok(snap.clone()));
         }
-        let changed = tokio::select! {
-            changed = snapshots.changed() => Some(changed),
-            () = crate::clock::sleep_until(deadline) => None,
-        };
-        match changed {
-            Some(Ok(())) => {}
-            Some(Err(_)) => return Err(ApiError::LoopStopped),
-            None => {
-                let ours = snap
-                    .maintenance
-                    .as_ref()
-                    .is_some_and(|m| m.version == write.version && m.by == write.by);
-                return Err(ApiError::NotConfirmed {
-                    held_by: if ours {
-                        snap.maintenance_held_by.clone()
-                    } else {
-                        Vec::new()
-                    },
-                    quorum: snap.member_set.quorum(),
-                    members: snap.member_set.len(),
-                    after_ms: wait.as_millis() as u64,
-                });
-            }
-        }
-    }
+        newest.supersedes(write).then(|| {
+            Err(ApiError::MaintenanceSuperseded {
+                by: newest.by.clone(),
+                version: newest.version,
+            })
+        })
+    });
+    verdict.await.unwrap_or_else(|snap| {
+        let ours = snap
+            .maintenance
+            .as_ref()
+            .is_some_and(|m| m.version == write.version && m.by == write.by);
+        Err(ApiError::NotConfirmed {
+            held_by: if ours {
+                snap.maintenance_held_by.clone()
+            } else {
+                Vec::new()
+            },
+            quorum: snap.member_set.quorum(),
+            members: snap.member_set.len(),
+            after_ms: wait.as_millis() as u64,
+        })
+    })
 }
 
 async fn change(

@@ -8,6 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::Json;
 use serde::Serialize;
 
+use super::consistent::{self, Asked, Consistency};
 use super::{current_leader, ElectionApi, Group};
 
 #[derive(Serialize)]
@@ -37,7 +38,18 @@ fn answer(s: &ElectionApi, want_leader: bool) -> (StatusCode, Json<RoleBody>) {
     (code, Json(body))
 }
 
-pub async fn get_role_leader(s: Group) -> (StatusCode, Json<RoleBody>) {
+/// With `?consistent=true`, 200 only once a quorum confirmed this node's leadership after the
+/// check arrived (never a redirect: a load balancer asks each backend about itself).
+pub async fn get_role_leader(s: Group, c: Consistency) -> (StatusCode, Json<RoleBody>) {
+    if c.consistent {
+        let here = Asked {
+            path_and_query: "/role/leader",
+        };
+        if consistent::confirmed(&s, here).await.is_err() {
+            let (_, body) = answer(&s, true);
+            return (StatusCode::SERVICE_UNAVAILABLE, body);
+        }
+    }
     answer(&s, true)
 }
 

@@ -148,8 +148,8 @@ pub struct View {
     /// end of the promise it made its leader (heard within that, rule 5). See
     /// [`View::leader_at`].
     pub leader_until: Option<Instant>,
-    /// Last time the leader was heard (for a leader: the send time its lease was last renewed
-    /// from).
+    /// Last time the leader was heard (for a leader: the send time of the newest heartbeat a
+    /// quorum acknowledged, from which it was the only leader until that quorum was complete).
     pub leader_heard_at: Option<Instant>,
     /// When this node learned of the current leader.
     pub leader_since: Option<Instant>,
@@ -335,6 +335,10 @@ pub enum Input {
         /// Healthy or not.
         healthy: bool,
     },
+    /// A consistent read asks the leader to confirm it still leads: a leader heartbeats now
+    /// (unless it did at this very instant) and [`View::leader_heard_at`] reaches `now` once a
+    /// quorum acknowledged it. Refused with [`CommandError::NotLeader`] by any other node.
+    ConfirmLeadership,
 }
 
 /// What the core asks the shell to do, in order.

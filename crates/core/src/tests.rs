@@ -119,6 +119,28 @@ impl Bench {
         )
     }
 
+    /// `from`'s ack of leader a's heartbeat `hb_seq` in `term`, promising our `T`.
+    fn ack_from(&mut self, from: &str, term: u64, hb_seq: u64) -> Input {
+        let member_ids = self.members_of_fingerprint();
+        self.msg(
+            from,
+            term,
+            Body::Ack {
+                leader: "a".into(),
+                hb_seq,
+                guard_ms: Some(T.as_millis() as u64),
+                advert: Advert {
+                    priority: 2,
+                    candidacy: Candidacy::Eligible,
+                    hears: vec!["a".into(), "c".into()],
+                    member_ids,
+                    flapped: false,
+                    unhealthy: false,
+                },
+            },
+        )
+    }
+
     /// Leader `b`'s resign in `term`, naming `successor` if any.
     fn resign_from_b(&mut self, term: u64, successor: Option<&str>) -> Input {
         self.msg(
@@ -622,34 +644,62 @@ fn a_lease_is_renewed_from_the_heartbeats_send_time_not_from_the_acks() {
     // The next heartbeat, then its ack 300 ms later.
     let sent = b.at(T + H + H);
     let _ = a.handle(sent, Input::Tick);
-    let hb_seq = drain(&mut a)
-        .iter()
-        .find_map(|x| match x {
-            Action::Publish(m) if matches!(m.body, Body::Heartbeat { .. }) => Some(m.seq),
-            _ => None,
-        })
-        .expect("a heartbeat after h");
+    let hb_seq = heartbeat_seq(&drain(&mut a)).expect("a heartbeat after h");
     let acked = sent + Duration::from_millis(300);
-    let members = b.members_of_fingerprint();
-    let ack = b.msg(
-        "b",
-        1,
-        Body::Ack {
-            leader: "a".into(),
-            hb_seq,
-            guard_ms: Some(T.as_millis() as u64),
-            advert: Advert {
-                priority: 2,
-                candidacy: Candidacy::Eligible,
-                hears: vec!["a".into(), "c".into()],
-                member_ids: members,
-                flapped: false,
-                unhealthy: false,
-            },
-        },
-    );
+    let ack = b.ack_from("b", 1, hb_seq);
     assert_eq!(a.handle(acked, ack), Ok(Outcome::Accepted));
     assert_eq!(a.view(acked).lease_until, Some(sent + lease));
+}
+
+/// `seq` of the heartbeat among `actions`, if one left.
+fn heartbeat_seq(actions: &[Action]) -> Option<u64> {
+    actions.iter().find_map(|x| match x {
+        Action::Publish(m) if matches!(m.body, Body::Heartbeat { .. }) => Some(m.seq),
+        _ => None,
+    })
+}
+
+/// Issue 39, item 4: a consistent read is answered by what a quorum confirms after it
+/// arrived. The leader heartbeats at once (reads that arrive together share one round), and
+/// what it reports as confirmed reaches the read's arrival only with a quorum's acks of that
+/// heartbeat: an ack of an earlier one confirms only the earlier instant.
+#[test]
+fn a_leader_confirms_it_leads_by_a_round_of_acks_that_starts_with_the_read() {
+    let mut b = Bench::new(&MEMBERS);
+    let mut a = leader(&mut b);
+    let before = b.at(T + H + H);
+    let _ = a.handle(before, Input::Tick);
+    let old = heartbeat_seq(&drain(&mut a)).expect("a heartbeat after h");
+    let asked = before + Duration::from_millis(10);
+    assert_eq!(
+        a.handle(asked, Input::ConfirmLeadership),
+        Ok(Outcome::Accepted)
+    );
+    let round = heartbeat_seq(&drain(&mut a)).expect("a heartbeat at once");
+    assert_eq!(
+        a.handle(asked, Input::ConfirmLeadership),
+        Ok(Outcome::Accepted)
+    );
+    assert_eq!(heartbeat_seq(&drain(&mut a)), None, "one round for both");
+    let late = asked + Duration::from_millis(1);
+    let _ = a.handle(late, b.ack_from("b", 1, old));
+    assert_eq!(a.view(late).leader_heard_at, Some(before), "an older round");
+    let acked = late + Duration::from_millis(1);
+    let _ = a.handle(acked, b.ack_from("b", 1, round));
+    assert_eq!(a.view(acked).leader_heard_at, Some(asked), "confirmed");
+    // A later ack of the older round takes nothing back.
+    let _ = a.handle(acked, b.ack_from("c", 1, old));
+    assert_eq!(a.view(acked).leader_heard_at, Some(asked));
+    // Only a leader can confirm.
+    let mut f = voter(&mut b);
+    assert_eq!(
+        f.handle(acked, Input::ConfirmLeadership),
+        Err(CommandError::NotLeader {
+            term: 0,
+            leader: None
+        })
+    );
+    assert_eq!(heartbeat_seq(&drain(&mut f)), None);
 }
 
 /// Rule 12: the others rank a node back from a restart below the steady members for a flap

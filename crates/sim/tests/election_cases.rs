@@ -120,6 +120,76 @@ fn an_isolated_leader_steps_down_within_its_lease_and_the_majority_elects() {
     }
 }
 
+/// Issue 39, item 4: a consistent read is answered by the leader once a quorum acknowledged a
+/// heartbeat sent after the read arrived. A leader cut off right before the read never gets
+/// that answer (the plain read still names it until its lease ends), while the majority's new
+/// leader answers within a few network delays; and no answer ever comes from a node while
+/// another leads a later term.
+#[test]
+fn a_consistent_read_is_answered_only_by_a_leader_a_quorum_confirms_after_the_read() {
+    for seed in 0..SEEDS {
+        let mut w = world(seed, 3);
+        let (leader, term) = elect(&mut w);
+        w.run_until(w.now() + Duration::from_millis(137 * seed));
+        // Connected: answered within a few network delays.
+        let asked = w.local_now(leader);
+        assert_eq!(
+            w.command(leader, Input::ConfirmLeadership),
+            Some(Ok(Outcome::Accepted))
+        );
+        let took = run_until_cond(&mut w, t().election_timeout, |w| {
+            w.view(leader)
+                .is_some_and(|v| v.leader_heard_at >= Some(asked) && v.term == term)
+        });
+        assert!(
+            took < t().heartbeat / 5,
+            "seed {seed}: confirmed after {took:?}"
+        );
+        // Cut off, then asked: the plain read still names it, the consistent one never comes.
+        w.partition(&[leader]);
+        let asked = w.local_now(leader);
+        assert_eq!(
+            w.command(leader, Input::ConfirmLeadership),
+            Some(Ok(Outcome::Accepted))
+        );
+        assert!(w.claims_leadership(leader), "seed {seed}: within its lease");
+        let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        let cut = w.now();
+        while w.now() < cut + t().election_timeout * 3 {
+            w.run_until(w.now() + Duration::from_millis(10));
+            let v = w.view(leader).expect("up");
+            assert!(
+                v.leader_heard_at < Some(asked) || v.term != term,
+                "seed {seed}: a cut-off leader confirmed a read: {}",
+                w.describe()
+            );
+        }
+        let (after, later) = w
+            .agreed_leader_among(&others)
+            .unwrap_or_else(|| panic!("seed {seed}: {}", w.describe()));
+        assert!(later > term);
+        let asked = w.local_now(after);
+        assert_eq!(
+            w.command(after, Input::ConfirmLeadership),
+            Some(Ok(Outcome::Accepted))
+        );
+        run_until_cond(&mut w, t().election_timeout, |w| {
+            w.view(after)
+                .is_some_and(|v| v.leader_heard_at >= Some(asked) && v.term == later)
+        });
+        // A follower refuses: it names the leader to ask instead.
+        let follower = others
+            .into_iter()
+            .find(|&i| i != after)
+            .expect("two others");
+        assert!(matches!(
+            w.command(follower, Input::ConfirmLeadership),
+            Some(Err(CommandError::NotLeader { .. }))
+        ));
+        assert_safe(&w);
+    }
+}
+
 #[test]
 fn a_minority_never_elects() {
     for seed in 0..SEEDS {

@@ -54,6 +54,24 @@ impl Node {
         Ok(Outcome::SteppedDown { term, successor })
     }
 
+    /// A consistent read (issue 39, item 4): a leader confirms it still leads by a round of
+    /// acknowledgements that starts no earlier than now. It heartbeats at once, unless a
+    /// heartbeat already left at this instant (reads that arrive together share one round);
+    /// [`crate::View::leader_heard_at`] passes `now` once a quorum acked one. A heartbeat more
+    /// changes no rule: it is what the leader sends every `h` anyway.
+    pub(super) fn on_confirm_leadership(&mut self, now: Instant) -> Result<Outcome, CommandError> {
+        if !self.leading(now) {
+            return Err(CommandError::NotLeader {
+                term: self.term,
+                leader: self.known_leader().map(str::to_string),
+            });
+        }
+        if !self.heartbeat_sent_at(now) {
+            self.send_heartbeat(now);
+        }
+        Ok(Outcome::Accepted)
+    }
+
     pub(super) fn on_set_candidacy(
         &mut self,
         now: Instant,

@@ -42,7 +42,9 @@ pub(super) struct Leadership {
     pub(super) since: Instant,
     /// The node leads only before this instant (rule 6).
     pub(super) lease_until: Instant,
-    /// The send time the lease was last renewed from.
+    /// The send time of the newest heartbeat a quorum acknowledged (at first, the election's):
+    /// this node was the only leader from then until that quorum was complete. A consistent
+    /// read waits for it to pass the read's arrival (issue 39, item 4).
     pub(super) renewed_at: Instant,
     pub(super) next_heartbeat: Instant,
     /// Heartbeats younger than the lease, oldest first.
@@ -157,10 +159,18 @@ impl Node {
             let until = p.sent_at + lease;
             if until > l.lease_until {
                 l.lease_until = until;
-                l.renewed_at = p.sent_at;
             }
+            // Confirmed even when the lease does not grow (a promise that shrank): every member
+            // of the quorum acked a heartbeat of this term sent then, so none of them can have
+            // voted for a later term before it acked, and each has promised not to since.
+            l.renewed_at = l.renewed_at.max(p.sent_at);
         }
         Outcome::Accepted
+    }
+
+    /// Whether a heartbeat of this leadership left at `now`.
+    pub(super) fn heartbeat_sent_at(&self, now: Instant) -> bool {
+        matches!(&self.state, State::Leader(l) if l.pending.back().is_some_and(|p| p.sent_at == now))
     }
 
     pub(super) fn leading(&self, now: Instant) -> bool {

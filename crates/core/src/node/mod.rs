@@ -357,6 +357,7 @@ impl Node {
                 self.on_set_health(now, healthy);
                 Ok(Outcome::Accepted)
             }
+            Input::ConfirmLeadership => self.on_confirm_leadership(now),
         };
         self.on_time(now);
         result

@@ -47,24 +47,7 @@ fn heartbeat_after(a: &mut Node, from: Instant, until: Instant) -> Option<Instan
 
 /// `b`'s ack of heartbeat `hb_seq` of leader `a` in `term` (group `group`).
 fn ack(b: &mut Bench, group: &str, term: u64, hb_seq: u64) -> Input {
-    let member_ids = b.members_of_fingerprint();
-    let Input::Message(mut m) = b.msg(
-        "b",
-        term,
-        Body::Ack {
-            leader: "a".into(),
-            hb_seq,
-            guard_ms: Some(T.as_millis() as u64),
-            advert: Advert {
-                priority: 2,
-                candidacy: Candidacy::Eligible,
-                hears: vec!["a".into(), "c".into()],
-                member_ids,
-                flapped: false,
-                unhealthy: false,
-            },
-        },
-    ) else {
+    let Input::Message(mut m) = b.ack_from("b", term, hb_seq) else {
         unreachable!("a message")
     };
     m.group = group.into();

@@ -1,0 +1,158 @@
+//! `?consistent=true` on `GET /leader`, `/term` and `/role/leader` (issue 39, item 4): an answer
+//! that a quorum confirmed after the request arrived, like etcd's ReadIndex or Consul's
+//! `?consistent`. A plain read answers from this node's view, which on a follower may name a
+//! leader that is already gone for up to `T`; a consistent one is answered by the leader only,
+//! once a quorum acknowledged a heartbeat it sent after the read arrived (docs/protocol.md,
+//! "Consistent reads"). Any other member names the leader to ask: `307` to its announced URL.
+
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+
+use super::{ApiError, AppState, ElectionApi};
+use crate::election::{CommandError, Input};
+use crate::runtime::Snapshot;
+
+/// Whether the request asked for a consistent read: `consistent=true` (or `1`, or the bare
+/// word) in its query string. Every other parameter is left alone, as on every read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Consistency {
+    pub consistent: bool,
+}
+
+impl Consistency {
+    fn parse(query: Option<&str>) -> Result<Consistency, ApiError> {
+        let mut consistent = false;
+        for pair in query.unwrap_or_default().split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if key != "consistent" {
+                continue;
+            }
+            consistent = match value {
+                "" | "true" | "1" => true,
+                "false" | "0" => false,
+                other => {
+                    return Err(ApiError::InvalidQuery(format!(
+                        "consistent must be true or false, not {other:?}"
+                    )))
+                }
+            };
+        }
+        Ok(Consistency { consistent })
+    }
+}
+
+impl FromRequestParts<AppState> for Consistency {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
+        Consistency::parse(parts.uri.query())
+    }
+}
+
+/// Where the read is asked again when this node cannot answer it: the path and query of the
+/// request it answers, on the leader's URL.
+pub struct Asked<'a> {
+    pub path_and_query: &'a str,
+}
+
+/// The snapshot in which this node, as leader, had a quorum confirm a heartbeat it sent after
+/// the read arrived; otherwise why not. Waits at most `T`: a quorum that has not answered by
+/// then (several heartbeat intervals) cannot be reached now.
+pub async fn confirmed(s: &ElectionApi, asked: Asked<'_>) -> Result<Arc<Snapshot>, ApiError> {
+    let snap = s.snapshot();
+    let arrived = crate::clock::now();
+    if !snap.view.is_leader_at(arrived) {
+        return Err(elsewhere(&snap, arrived, asked));
+    }
+    let term = snap.view.term;
+    let wait = snap.timings.election_timeout;
+    let deadline = arrived + wait;
+    let after_ms = wait.as_millis() as u64;
+    match s.command(Input::ConfirmLeadership).await? {
+        Ok(_) => {}
+        Err(CommandError::NotLeader { .. }) => {
+            let snap = s.snapshot();
+            return Err(elsewhere(&snap, crate::clock::now(), asked));
+        }
+        Err(e) => {
+            return Err(ApiError::ReadNotConfirmed {
+                term,
+                after_ms,
+                why: e.to_string(),
+            })
+        }
+    }
+    let verdict = s.settle(deadline, |snap| {
+        let v = &snap.view;
+        if v.term != term || !v.is_leader_at(crate::clock::now()) {
+            return Some(Err(ApiError::ReadNotConfirmed {
+                term,
+                after_ms,
+                why: "this node stopped leading while it waited".into(),
+            }));
+        }
+        v.leader_heard_at
+            .is_some_and(|c| c >= arrived)
+            .then(|| Ok(snap.clone()))
+    });
+    verdict.await.unwrap_or_else(|_| {
+        Err(ApiError::ReadNotConfirmed {
+            term,
+            after_ms,
+            why: "no quorum acknowledged a heartbeat sent after the read arrived".into(),
+        })
+    })
+}
+
+/// This node does not lead: the leader it knows, and where to ask it if it announced its URL.
+fn elsewhere(snap: &Snapshot, now: tokio::time::Instant, asked: Asked<'_>) -> ApiError {
+    let v = &snap.view;
+    let Some(leader) = v.leader_at(now) else {
+        return ApiError::NoLeader { term: v.term };
+    };
+    let url = snap
+        .info_of(leader)
+        .map(|i| format!("{}{}", i.url.trim_end_matches('/'), asked.path_and_query));
+    ApiError::AskTheLeader {
+        leader: leader.to_string(),
+        term: v.term,
+        location: url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_says_consistent_in_the_usual_spellings_and_refuses_others() {
+        for (q, want) in [
+            (None, false),
+            (Some(""), false),
+            (Some("consistent"), true),
+            (Some("consistent="), true),
+            (Some("consistent=true"), true),
+            (Some("consistent=1"), true),
+            (Some("a=b&consistent=true&c"), true),
+            (Some("consistent=false"), false),
+            (Some("consistent=0"), false),
+            (Some("consistently=true"), false),
+        ] {
+            assert_eq!(
+                Consistency::parse(q).map(|c| c.consistent).ok(),
+                Some(want),
+                "{q:?}"
+            );
+        }
+        for q in [
+            "consistent=yes",
+            "consistent=TRUE",
+            "consistent=true&consistent=2",
+        ] {
+            let e = Consistency::parse(Some(q)).unwrap_err();
+            assert!(matches!(e, ApiError::InvalidQuery(_)), "{q}: {e:?}");
+        }
+    }
+}
