@@ -277,6 +277,7 @@ impl NodeBuilder {
             hooks,
             health: health.as_ref().map(HealthChecks::handle),
             observers,
+            reads: Default::default(),
         };
         let health_handle = health.as_ref().map(HealthChecks::handle);
         let mut commands_of = BTreeMap::new();
@@ -493,6 +494,7 @@ impl ExtraElection {
             hooks,
             health,
             observers: self.observers,
+            reads: Default::default(),
         }
     }
 }
@@ -1000,6 +1002,7 @@ pub async fn run_observer(
         hooks: hooks.as_ref().map(Hooks::handle),
         health: None,
         observers: ObserverTable::shared(),
+        reads: Default::default(),
     };
     let state = AppState::new(AppParts {
         elections: Elections::new(election, Vec::new()),

@@ -290,6 +290,10 @@ pub struct LeaderArgs {
     /// leader or it announced no URL.
     #[arg(long)]
     pub print_url: bool,
+    /// Ask for a consistent read: the leader answers once a quorum confirmed it after the
+    /// request arrived (a follower redirects to it; 503 when it cannot be confirmed within `T`).
+    #[arg(long)]
+    pub consistent: bool,
 }
 
 #[derive(Debug, Args)]

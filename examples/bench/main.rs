@@ -960,6 +960,92 @@ async fn api(o: &Opts) {
     );
 }
 
+/// Consistent reads (issue 39, item 4) against plain ones on the leader of a 3-node cluster:
+/// the latency of single requests one after another (`--runs` each, both kinds interleaved),
+/// then wrk's throughput of each (`--rounds` of `--secs`, http only: wrk speaks no pilot).
+async fn consistent(o: &Opts) {
+    let bed = start(&o.transport, 3).await;
+    let c = &bed.c;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    let (leader, term) = current_leader(&client, c, &[0, 1, 2]).await;
+    let base = c.nodes[c.index(&leader)].url();
+    let plain_url = format!("{base}/leader");
+    let consistent_url = format!("{base}/leader?consistent=true");
+    let mut times: HashMap<&str, Vec<Duration>> = HashMap::new();
+    let mut failed = 0;
+    for _ in 0..o.runs {
+        for (name, url) in [("plain", &plain_url), ("consistent", &consistent_url)] {
+            let t0 = pilot_election::clock::now();
+            let answer = client.get(url).send().await;
+            let took = pilot_election::clock::since(t0);
+            let ok = match answer {
+                Ok(r) if r.status().is_success() => {
+                    let v: Value = r.json().await.unwrap_or_default();
+                    v["term"] == term && v["consistent"] == (name == "consistent")
+                }
+                _ => false,
+            };
+            if ok {
+                times.entry(name).or_default().push(took);
+            } else {
+                failed += 1;
+            }
+        }
+    }
+    for name in ["plain", "consistent"] {
+        let v = times.entry(name).or_default();
+        v.sort();
+        let ms = |q: f64| {
+            let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
+            v.get(rank - 1)
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+        };
+        println!(
+            "{} GET /leader {name}: runs={} p50={:.2}ms p99={:.2}ms max={:.2}ms",
+            o.transport,
+            v.len(),
+            ms(0.5),
+            ms(0.99),
+            ms(1.0)
+        );
+    }
+    println!("failed answers (wrong term or kind, or not 200): {failed}");
+    if o.transport != "http" {
+        return;
+    }
+    let mut rps: HashMap<&str, Vec<Wrk>> = HashMap::new();
+    for round in 1..=o.rounds {
+        for (name, url) in [("plain", &plain_url), ("consistent", &consistent_url)] {
+            let w = wrk(url, o.secs);
+            println!(
+                "round {round} {name:>10}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms{}",
+                w.rps,
+                w.p50_ms,
+                w.p99_ms,
+                w.trouble()
+            );
+            rps.entry(name).or_default().push(w);
+        }
+    }
+    let mean = |k: &str, f: fn(&Wrk) -> f64| {
+        let v = &rps[k];
+        v.iter().map(f).sum::<f64>() / v.len() as f64
+    };
+    let (p, q) = (mean("plain", |w| w.rps), mean("consistent", |w| w.rps));
+    println!(
+        "GET /leader throughput: plain {p:.0} req/s (p99 {:.2} ms), consistent {q:.0} req/s \
+         (p99 {:.2} ms), ratio {:.0}% (wrk -t2 -c32, {}s x {} rounds each)",
+        mean("plain", |w| w.p99_ms),
+        mean("consistent", |w| w.p99_ms),
+        q / p * 100.0,
+        o.secs,
+        o.rounds
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let o = parse();
@@ -970,6 +1056,7 @@ async fn main() {
         "rolling" => rolling(&o).await,
         "idle" => idle(&o).await,
         "api" => api(&o).await,
+        "consistent" => consistent(&o).await,
         "stability" => stability(&o).await,
         "attack" => attack::attack(&o).await,
         "kernel-deaf" => kernel_deaf(&o).await,

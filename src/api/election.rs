@@ -37,6 +37,8 @@ pub struct ElectionApi {
     /// The observers this member knows of (`/status`, the metric); an `/events` stream that
     /// names its observer is recorded here while it is open.
     pub observers: crate::observer_table::Observers,
+    /// The confirmation rounds its consistent reads share.
+    pub reads: super::consistent::ReadRounds,
 }
 
 impl ElectionApi {

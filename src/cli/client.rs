@@ -111,7 +111,12 @@ fn s(v: &Value, k: &str) -> String {
 
 pub async fn leader(a: &LeaderArgs) -> i32 {
     let args = &a.client;
-    let reply = call(args, reqwest::Method::GET, "/leader", None).await;
+    let path = if a.consistent {
+        "/leader?consistent=true"
+    } else {
+        "/leader"
+    };
+    let reply = call(args, reqwest::Method::GET, path, None).await;
     if a.print_url && !args.json {
         return match reply {
             Reply::Answer(200, b) if b["leader_url"].is_string() => {
@@ -130,7 +135,7 @@ pub async fn leader(a: &LeaderArgs) -> i32 {
     }
     finish(args, reply, |b| {
         format!(
-            "leader {} (term {}){}{}",
+            "leader {} (term {}){}{}{}",
             s(b, "leader"),
             s(b, "term"),
             match b["leader_url"].as_str() {
@@ -139,6 +144,11 @@ pub async fn leader(a: &LeaderArgs) -> i32 {
             },
             if b["is_self"] == json!(true) {
                 ", this node"
+            } else {
+                ""
+            },
+            if b["consistent"] == json!(true) {
+                ", confirmed by a quorum"
             } else {
                 ""
             }

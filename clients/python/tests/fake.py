@@ -15,10 +15,13 @@ class Request:
         self.path = h.path
         self.headers = h.headers
 
-    def reply(self, status: int, body: str, ctype: str = "application/json") -> None:
+    def reply(self, status: int, body: str, ctype: str = "application/json",
+              headers: Optional[Dict[str, str]] = None) -> None:
         data = body.encode()
         self.h.send_response(status)
         self.h.send_header("Content-Type", ctype)
+        for k, v in (headers or {}).items():
+            self.h.send_header(k, v)
         self.h.send_header("Content-Length", str(len(data)))
         if status == 503:
             self.h.send_header("Retry-After", "1")

@@ -247,6 +247,29 @@ def test_async_client_and_watch(members: List[FakeMember]) -> None:
     assert asyncio.run(main()) == [(1, "a"), (2, "b")]
 
 
+def test_a_consistent_read_follows_a_followers_redirect_and_passes_over_the_unconfirmed(
+    members: List[FakeMember],
+) -> None:
+    unconfirmed, follower, leader = members
+    unconfirmed.routes["/leader"] = lambda r: r.reply(
+        503, '{"error":"read_not_confirmed","message":"no quorum","term":4,"after_ms":3000}')
+    to = leader.url + "/leader?consistent=true"
+    follower.routes["/leader"] = lambda r: r.reply(
+        307, '{"error":"ask_the_leader","message":"ask","leader":"b","term":4,"location":"%s"}' % to,
+        headers={"Location": to})
+    leader.routes["/leader"] = lambda r: r.reply(200, leader_body("b", 4, True, "b", 300))
+    c = Client([unconfirmed.url, follower.url])
+    got = c.leader(consistent=True)
+    assert got is not None and (got.id, got.term, got.is_self) == ("b", 4, True)
+    assert [r.path for r in leader.seen] == ["/leader?consistent=true"]
+    assert [r.path for r in unconfirmed.seen] == ["/leader?consistent=true"]
+    # a plain read asks for no confirmation, and a redirect without a Location fails over
+    assert Client(leader.url).leader() is not None and leader.seen[-1].path == "/leader"
+    follower.routes["/leader"] = lambda r: r.reply(307, '{"error":"ask_the_leader","message":"ask"}')
+    with pytest.raises(Unavailable, match="without a Location"):
+        Client(follower.url).leader(consistent=True)
+
+
 def test_lead_cancels_when_the_node_says_it_no_longer_leads(members: List[FakeMember]) -> None:
     m = members[0]
     answers = iter([leader_body("a", 3, True, "a", 300)] * 4)

@@ -533,9 +533,32 @@ impl Client {
         })
     }
 
+    /// Who leads, as a quorum confirmed it after the request arrived (`GET
+    /// /leader?consistent=true`, docs/clients.md): the leader itself answers, once a quorum
+    /// acknowledged a heartbeat it sent after the request; a follower's `307` to the leader's
+    /// announced URL is followed. Slower than [`Client::leader`] by a round trip from the leader
+    /// to a quorum, and never names a leader that is already gone.
+    ///
+    /// `Ok(None)` when the member asked knows no leader. A member that cannot confirm within
+    /// its `T` (`503 read_not_confirmed`) or whose redirect leads nowhere counts as unavailable,
+    /// and the next member is asked.
+    pub async fn leader_consistent(&self) -> Result<Option<Leader>, Error> {
+        Ok(
+            match self.leader_answer_of("leader?consistent=true").await? {
+                Answer::Leader(l) => Some(*l),
+                Answer::NoLeader { .. } => None,
+            },
+        )
+    }
+
     /// [`Client::leader`] with the term of a `503 no_leader`.
     pub(crate) async fn leader_answer(&self) -> Result<Answer, Error> {
-        let reply = self.get("leader").await?;
+        self.leader_answer_of("leader").await
+    }
+
+    /// The answer to `GET path`, a read of the leader.
+    async fn leader_answer_of(&self, path: &str) -> Result<Answer, Error> {
+        let reply = self.get(path).await?;
         if reply.is_no_leader() {
             return Ok(Answer::NoLeader {
                 term: reply.body["term"].as_u64(),
@@ -548,7 +571,7 @@ impl Client {
         let b: LeaderBody = serde_json::from_value(reply.body).map_err(|e| Error::Unavailable {
             attempts: vec![Attempt {
                 url: member.name.clone(),
-                reason: format!("GET /leader answered 200 with an unexpected body: {e}"),
+                reason: format!("GET /{path} answered 200 with an unexpected body: {e}"),
             }],
         })?;
         Ok(Answer::Leader(Box::new(Leader {

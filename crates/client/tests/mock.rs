@@ -74,6 +74,60 @@ fn leader_body() -> Value {
     })
 }
 
+/// A consistent read: the follower's `307` to the leader is followed, the query kept; a member
+/// that cannot confirm (`503 read_not_confirmed`) is passed over for the next one.
+#[tokio::test]
+async fn a_consistent_read_follows_the_redirect_to_the_leader_and_passes_over_the_unconfirmed() {
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let a = asked.clone();
+    let leader = serve(Router::new().route(
+        "/leader",
+        get(move |uri: axum::http::Uri| {
+            let a = a.clone();
+            async move {
+                a.lock().unwrap().push(uri.to_string());
+                let mut body = leader_body();
+                body["is_self"] = json!(true);
+                body["consistent"] = json!(true);
+                Json(body)
+            }
+        }),
+    ))
+    .await;
+    let to = format!("{leader}/leader?consistent=true");
+    let follower = serve(Router::new().route(
+        "/leader",
+        get(move || {
+            let to = to.clone();
+            async move {
+                let body = json!({"error": "ask_the_leader", "message": "ask the leader",
+                    "leader": "b", "term": 7, "location": to});
+                (
+                    StatusCode::TEMPORARY_REDIRECT,
+                    [(axum::http::header::LOCATION, to)],
+                    Json(body),
+                )
+            }
+        }),
+    ))
+    .await;
+    let (unconfirmed, hits) = member(
+        503,
+        json!({"error": "read_not_confirmed", "message": "no quorum", "term": 7, "after_ms": 3000}),
+    )
+    .await;
+    let client = Client::new([unconfirmed.as_str(), follower.as_str()]).unwrap();
+    let l = client.leader_consistent().await.unwrap().expect("a leader");
+    assert_eq!((l.id.as_str(), l.term, l.is_self), ("b", 7, true));
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "asked, then passed over");
+    assert_eq!(*asked.lock().unwrap(), ["/leader?consistent=true"]);
+    assert_eq!(client.last_answered_by(), follower);
+    // Only a consistent read asks for one.
+    let plain = Client::new([leader.as_str()]).unwrap();
+    plain.leader().await.unwrap().expect("a leader");
+    assert_eq!(asked.lock().unwrap().last().unwrap(), "/leader");
+}
+
 #[tokio::test]
 async fn failover_skips_refused_5xx_and_silent_members_and_remembers_who_answered() {
     let dead = dead_url();

@@ -25,6 +25,7 @@ from typing import (
     Union,
 )
 from types import MappingProxyType, TracebackType
+from urllib.parse import urlsplit
 
 from ._errors import ProtocolError, Unavailable
 from ._http import Connection, Member, Response, parse_member, request
@@ -143,9 +144,16 @@ class Client:
 
     # -- GET /leader ---------------------------------------------------------------------
 
-    def leader(self) -> Optional[Leader]:
+    def leader(self, consistent: bool = False) -> Optional[Leader]:
         """The leader, as the first member that answers vouches for it; ``None`` when that
         member knows no leader (``503 no_leader``: an election is under way, or no quorum).
+
+        With ``consistent=True``, a consistent read (``GET /leader?consistent=true``,
+        docs/clients.md): the leader itself answers, once a quorum acknowledged a heartbeat it
+        sent after the request arrived, so the answer never names a leader that is already
+        gone; a follower's ``307`` to the leader's announced URL is followed once. A member
+        that cannot confirm within its ``T`` (``503 read_not_confirmed``) counts as
+        unavailable and the next one is asked.
 
         Raises :class:`Unavailable` when no member answers, :class:`ProtocolError` on a 4xx.
         """
@@ -153,7 +161,7 @@ class Client:
         for i in self._order():
             member = self._members[i]
             try:
-                answer, _sent = self._leader_of(member, self.timeout)
+                answer, _sent = self._leader_of(member, self.timeout, consistent)
             except _Failed as e:
                 attempts.append((member.url, str(e)))
                 continue
@@ -161,10 +169,24 @@ class Client:
             return answer
         raise Unavailable(attempts)
 
-    def _leader_of(self, member: Member, timeout: float) -> Tuple[Optional[Leader], float]:
+    def _leader_of(
+        self, member: Member, timeout: float, consistent: bool = False
+    ) -> Tuple[Optional[Leader], float]:
         """One ``GET /leader`` of one member, and the ``time.monotonic()`` it was sent at."""
         sent = time.monotonic()
-        resp = self._request(member, "/leader", timeout)
+        resp = self._request(member, "/leader?consistent=true" if consistent else "/leader", timeout)
+        if consistent and resp.status == 307:
+            # Asked of a member that does not lead: ask the leader where it says it is.
+            location = resp.headers.get("location")
+            if not location:
+                raise _Failed(f"answered 307 without a Location: {_describe(resp)}")
+            parts = urlsplit(location)
+            try:
+                leader = parse_member(f"{parts.scheme}://{parts.netloc}")
+            except ValueError as e:
+                raise _Failed(f"answered 307 to {location!r}, not a member URL: {e}") from None
+            path = parts.path + ("?" + parts.query if parts.query else "")
+            resp = self._request(leader, path, timeout)
         received = time.monotonic()
         if resp.status == 503 and resp.error_code() == "no_leader":
             return None, sent

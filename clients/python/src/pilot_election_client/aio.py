@@ -41,9 +41,9 @@ class AsyncClient:
         self.sync = Client(member_urls, timeout, ssl_context=ssl_context, group=group)
         """The blocking client underneath."""
 
-    async def leader(self) -> Optional[Leader]:
+    async def leader(self, consistent: bool = False) -> Optional[Leader]:
         """As :meth:`Client.leader`."""
-        return await asyncio.to_thread(self.sync.leader)
+        return await asyncio.to_thread(self.sync.leader, consistent)
 
     async def history(self) -> List[LeaderChange]:
         """As :meth:`Client.history`."""
