@@ -38,6 +38,9 @@ run idle-pilot-25 "$B" idle --nodes 25 --transport pilot --secs 30
 run idle-http-3 "$B" idle --nodes 3 --transport http --secs 30
 run idle-pilot-3 "$B" idle --nodes 3 --transport pilot --secs 30
 run api "$B" api --secs 10 --rounds 3
+# Issue 39: consistent reads against plain ones (latency, and wrk's throughput over http).
+run consistent-http "$B" consistent --transport http --runs 500 --secs 5 --rounds 2
+run consistent-pilot "$B" consistent --transport pilot --runs 200
 run tls "$B" tls --secs 10 --rounds 3
 run attack "$B" attack --secs 10
 # Issue 25: 100 /events watchers through the Rust client, 10 handovers; about a minute.
