@@ -584,6 +584,10 @@ mod tests {
         let (_, mut peers) = five();
         let at = steady(&mut peers, &mut say, t0);
         assert!(
+            !say(&mut peers, at, &["a"], eligible),
+            "hearing us alone, it says nothing of a silence among the others"
+        );
+        assert!(
             say(&mut peers, at, &["a", "c"], eligible),
             "it hears us again"
         );
