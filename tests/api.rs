@@ -909,6 +909,15 @@ async fn a_consistent_read_is_what_a_quorum_confirms_after_it_arrived() {
             stop.cancel();
         }
     }
+    // Stopped, not only told to: a loop that ends drops its snapshot channel.
+    for (i, n) in c.nodes.iter().enumerate().filter(|(i, _)| *i != li) {
+        let mut rx = n.snapshot.clone();
+        let ended = tokio::time::timeout(Duration::from_secs(20), async {
+            while rx.changed().await.is_ok() {}
+        })
+        .await;
+        assert!(ended.is_ok(), "node {i}'s loop did not stop");
+    }
     let (status, body) = get(leader, "/leader?consistent=true").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"], "read_not_confirmed", "{body}");
