@@ -477,8 +477,13 @@ async fn a_node_the_broker_does_not_trust_never_leads_says_why_and_joins_once_tr
         "pilot: n3 follows {leader} {:?} after trust was granted",
         pilot_election::clock::since(granted)
     );
-    let (code, _) = get_json(&format!("{n3}/readyz")).await;
-    assert_eq!(code, 200);
+    // Ready once it also hears a quorum, which may come a moment after it follows the leader.
+    let ready = wait_for(Duration::from_secs(15), || {
+        let url = format!("{n3}/readyz");
+        async move { (get_json(&url).await.0 == 200).then_some(()) }
+    })
+    .await;
+    assert!(ready.is_some(), "n3 never became ready\n{}", c.logs());
     assert_eq!(broker_state(&n3, "n4").await.as_deref(), Some("subscribed"));
     assert_eq!(log_lines(&c.nodes[2], "subscribed to n4 again").len(), 1);
     // Joining did not disturb the leader's term.
