@@ -93,7 +93,7 @@ impl Election {
         let held_by = holders(&node, &maintenance, &BTreeMap::new());
         let member_set = Arc::new(node.members().clone());
         let first = snapshot_of(
-            &node,
+            (&node, node.view(now)),
             shared,
             (history.clone(), member_set.clone()),
             &maintenance,
@@ -179,12 +179,15 @@ impl Election {
         }
         let now = clock::now();
         let result = self.node.handle(now, input);
-        self.publish_if_changed(shared, now);
-        self.on_role(shared, now);
+        // One view for the step: the actions below change nothing the view shows.
+        let view = self.node.view(now);
+        self.on_role(shared, &view);
+        let reported = self.changes.is_some().then(|| view.clone());
+        self.publish_if_changed(shared, now, view);
         let history = self.history.clone();
         self.execute(shared, out).await?;
-        if let Some(changes) = &self.changes {
-            changes.role(&self.node.view(now));
+        if let (Some(changes), Some(view)) = (&self.changes, &reported) {
+            changes.role(view);
         }
         // Again only when the actions changed what the snapshot shows (a transition): with a
         // thousand groups, every publication wakes whoever watches each of them.
@@ -274,8 +277,7 @@ impl Election {
     }
 
     /// Metrics and a log line when the role changed in the last step.
-    fn on_role(&mut self, shared: &Shared, now: Instant) {
-        let view: View = self.node.view(now);
+    fn on_role(&mut self, shared: &Shared, view: &View) {
         // The term gauge is set from the snapshot at each scrape, for the group scraped.
         let metrics = &shared.metrics;
         match (self.role, view.role) {
@@ -303,11 +305,10 @@ impl Election {
     /// for each was a third of a node's time at a thousand groups. The view that revokes
     /// leadership always differs from the one that granted it, so rule 9 is untouched, and
     /// what is left out (the members' last-heard times) is at most `h` old.
-    fn publish_if_changed(&mut self, shared: &Shared, now: Instant) {
+    fn publish_if_changed(&mut self, shared: &Shared, now: Instant, view: View) {
         let fresh =
             now.saturating_duration_since(self.published_at) < self.node.timings().heartbeat;
         if fresh {
-            let view = self.node.view(now);
             let same = {
                 let s = self.snapshot.borrow();
                 s.view == view
@@ -322,16 +323,21 @@ impl Election {
                 return;
             }
         }
-        self.publish_snapshot(shared, now);
+        self.publish_view(shared, now, view);
     }
 
     /// Publishes the view as of `now`: one `Arc`, so a reader takes it out of the channel in
     /// one reference count and serialises it without holding the channel's lock.
     pub(super) fn publish_snapshot(&mut self, shared: &Shared, now: Instant) {
+        self.publish_view(shared, now, self.node.view(now));
+    }
+
+    /// As [`Election::publish_snapshot`], with the view of `now` already in hand.
+    fn publish_view(&mut self, shared: &Shared, now: Instant, view: View) {
         self.published_at = now;
         let held_by = holders(&self.node, &self.maintenance, &self.carried);
         let snap = snapshot_of(
-            &self.node,
+            (&self.node, view),
             shared,
             (self.history.clone(), self.member_set.clone()),
             &self.maintenance,
@@ -369,7 +375,7 @@ pub struct ElectionParts {
 }
 
 fn snapshot_of(
-    node: &Node,
+    (node, view): (&Node, View),
     shared: &Shared,
     (history, member_set): (Arc<VecDeque<HistoryEntry>>, Arc<MemberSet>),
     maintenance: &Option<Maintenance>,
@@ -377,7 +383,7 @@ fn snapshot_of(
     now: Instant,
 ) -> Arc<Snapshot> {
     Arc::new(Snapshot {
-        view: node.view(now),
+        view,
         members: node.peers(now),
         member_set,
         transport: shared.health.clone(),
