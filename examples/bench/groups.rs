@@ -3,7 +3,9 @@
 //! group and `shard-NNNN`s). Once every group has a leader: each node's RSS, CPU and messages
 //! published per second over a `--secs` window; then a kill -9 of the node that leads the most
 //! groups, and how long each group it led took to have a new leader that both survivors name
-//! (p50, p99 and max over those groups), polling `GET /groups` on both every 20 ms.
+//! (p50, p99 and max over those groups), polling `GET /groups` on both every 20 ms; then, the
+//! node back, a rolling restart of all three and each group's longest leaderless stretch
+//! during it (p50, p99 and max over all groups).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -42,12 +44,174 @@ async fn leaders(
     )
 }
 
+/// Once every node in `urls` names the same leader in the same term for each of `count` groups:
+/// `group -> (leader, term)`.
+async fn all_agree(
+    client: &reqwest::Client,
+    urls: &[String],
+    count: usize,
+    within: Duration,
+) -> Option<BTreeMap<String, (Option<String>, u64)>> {
+    wait_for(within, || async {
+        let views = join_all(urls.iter().map(|u| leaders(client, u))).await;
+        let views: Vec<_> = views.into_iter().collect::<Option<Vec<_>>>()?;
+        let first = &views[0];
+        let agreed = first.len() == count
+            && first.iter().all(|(g, (l, t))| {
+                l.is_some()
+                    && views[1..]
+                        .iter()
+                        .all(|v| v.get(g) == Some(&(l.clone(), *t)))
+            });
+        agreed.then(|| first.clone())
+    })
+    .await
+}
+
+/// The groups `url` says it leads now, with their terms (`is_self` in `GET /groups`).
+async fn led_by(client: &reqwest::Client, url: &str) -> Vec<(String, u64)> {
+    let Ok(resp) = client.get(format!("{url}/groups")).send().await else {
+        return Vec::new();
+    };
+    let Ok(body) = resp.json::<Value>().await else {
+        return Vec::new();
+    };
+    body["groups"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter(|g| g["is_self"].as_bool() == Some(true))
+                .map(|g| {
+                    (
+                        g["group"].as_str().unwrap_or_default().to_string(),
+                        g["term"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One poll of every node: when, the groups some node said it leads, and how many groups two
+/// nodes said they lead in the same term.
+struct Round {
+    at: Duration,
+    led: BTreeSet<String>,
+    two: usize,
+}
+
+/// A rolling restart as an operator does one: each node in turn gets SIGTERM, is started again
+/// and the next waits until all three name the same leader for every group. Meanwhile every
+/// node's `GET /groups` is polled, one node after the other: per group, the longest stretch in
+/// which no node said it leads it (from the first round without a claim to the first with one).
+async fn rolling_restart(
+    c: &mut Cluster,
+    client: &reqwest::Client,
+    count: usize,
+) -> Result<(Vec<Duration>, usize, usize, Duration), String> {
+    let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let poller = {
+        let (client, urls, stop) = (client.clone(), urls.clone(), stop.clone());
+        tokio::spawn(async move {
+            let start = pilot_election::clock::now();
+            let mut rounds = Vec::new();
+            while !stop.is_cancelled() {
+                let at = pilot_election::clock::since(start);
+                let mut claims: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+                let mut two = 0;
+                for url in &urls {
+                    for (g, term) in led_by(&client, url).await {
+                        if !claims.entry(g).or_default().insert(term) {
+                            two += 1;
+                        }
+                    }
+                }
+                rounds.push(Round {
+                    at,
+                    led: claims.into_keys().collect(),
+                    two,
+                });
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            rounds
+        })
+    };
+    let began = pilot_election::clock::now();
+    for i in 0..c.nodes.len() {
+        c.nodes[i].sigterm();
+        let status = c.nodes[i].wait_exit(Duration::from_secs(30)).await;
+        if !status.success() {
+            stop.cancel();
+            return Err(format!("{} exited {status:?} on SIGTERM", c.nodes[i].id));
+        }
+        c.nodes[i].start();
+        wait_up(&c.nodes[i]).await;
+        if all_agree(client, &urls, count, ELECTED_WITHIN)
+            .await
+            .is_none()
+        {
+            stop.cancel();
+            return Err(format!(
+                "not every group agreed within {ELECTED_WITHIN:?} of {}'s restart",
+                c.nodes[i].id
+            ));
+        }
+    }
+    let took = pilot_election::clock::since(began);
+    stop.cancel();
+    let rounds = poller.await.expect("the poller");
+    let mut worst: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut since: BTreeMap<String, Duration> = BTreeMap::new();
+    let every: BTreeSet<String> = rounds.iter().flat_map(|r| r.led.iter().cloned()).collect();
+    for r in &rounds {
+        for g in &every {
+            if r.led.contains(g) {
+                if let Some(from) = since.remove(g) {
+                    let gap = worst.entry(g.clone()).or_default();
+                    *gap = (*gap).max(r.at - from);
+                }
+            } else {
+                since.entry(g.clone()).or_insert(r.at);
+            }
+        }
+    }
+    if !since.is_empty() {
+        return Err(format!(
+            "{} groups without a leader at the end",
+            since.len()
+        ));
+    }
+    let mut gaps: Vec<Duration> = every
+        .iter()
+        .map(|g| worst.get(g).copied().unwrap_or_default())
+        .collect();
+    gaps.sort();
+    let two = rounds.iter().map(|r| r.two).sum();
+    Ok((gaps, rounds.len(), two, took))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
+}
+
+/// Three nodes, each in `count` groups (the default one and `shard-NNNN`s), up.
+async fn in_groups(count: usize) -> Cluster {
+    let names: Vec<String> = (1..count).map(|i| format!("shard-{i:04}")).collect();
+    let max = count.max(1).to_string();
+    let mut args: Vec<&str> = vec!["--preempt-after", "0s", "--max-groups", &max];
+    for n in &names {
+        args.extend(["--group", n.as_str()]);
+    }
+    let c = Cluster::start(3, &args);
+    for n in &c.nodes {
+        wait_up(n).await;
+    }
+    c
 }
 
 pub async fn groups(o: &Opts) {
@@ -61,32 +225,10 @@ pub async fn groups(o: &Opts) {
         "groups", "node", "leads", "RSS MiB", "CPU %core", "publish/s", "elected"
     );
     for &count in &o.groups {
-        let names: Vec<String> = (1..count).map(|i| format!("shard-{i:04}")).collect();
-        let max = count.max(1).to_string();
-        let mut args: Vec<&str> = vec!["--preempt-after", "0s", "--max-groups", &max];
-        for n in &names {
-            args.extend(["--group", n.as_str()]);
-        }
         let started = pilot_election::clock::now();
-        let mut c = Cluster::start(3, &args);
-        for n in &c.nodes {
-            wait_up(n).await;
-        }
+        let mut c = in_groups(count).await;
         let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
-        let elected = wait_for(ELECTED_WITHIN, || async {
-            let views = join_all(urls.iter().map(|u| leaders(&client, u))).await;
-            let views: Vec<_> = views.into_iter().collect::<Option<Vec<_>>>()?;
-            let first = &views[0];
-            let agreed = first.len() == count
-                && first.iter().all(|(g, (l, t))| {
-                    l.is_some()
-                        && views[1..]
-                            .iter()
-                            .all(|v| v.get(g) == Some(&(l.clone(), *t)))
-                });
-            agreed.then(|| first.clone())
-        })
-        .await;
+        let elected = all_agree(&client, &urls, count, ELECTED_WITHIN).await;
         let Some(led) = elected else {
             println!("{count:>6}: not every group elected within {ELECTED_WITHIN:?}");
             continue;
@@ -175,6 +317,168 @@ pub async fn groups(o: &Opts) {
             percentile(&times, 0.99).as_secs_f64(),
             times.last().copied().unwrap_or_default().as_secs_f64()
         );
+
+        c.nodes[vi].start();
+        wait_up(&c.nodes[vi]).await;
+        if all_agree(&client, &urls, count, ELECTED_WITHIN)
+            .await
+            .is_none()
+        {
+            println!("{count:>6}: {victim} did not rejoin every group within {ELECTED_WITHIN:?}");
+            continue;
+        }
+        match rolling_restart(&mut c, &client, count).await {
+            Ok((gaps, rounds, two, took)) => println!(
+                "{count:>6} rolling restart in {:.1}s: longest leaderless stretch per group p50 {:.2}s, p99 {:.2}s, max {:.2}s; {rounds} polls of all three nodes, {two} claims of a group in a term another node claimed too",
+                took.as_secs_f64(),
+                percentile(&gaps, 0.5).as_secs_f64(),
+                percentile(&gaps, 0.99).as_secs_f64(),
+                gaps.last().copied().unwrap_or_default().as_secs_f64()
+            ),
+            Err(e) => println!("{count:>6} rolling restart: {e}"),
+        }
         drop(c);
+    }
+}
+
+/// What one process costs when each election is a cluster of its own, measured with room to
+/// spare: processes beyond what `MemAvailable` holds at this much each are not started.
+const PROCESS_BUDGET_KIB: u64 = 16 * 1024;
+
+fn mem_available_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Per node (the sum over its processes): RSS in MiB and CPU in % of one core over `secs`.
+async fn cost(pids: &[Vec<u32>], secs: u64) -> Vec<(f64, f64)> {
+    let ticks0: Vec<u64> = pids
+        .iter()
+        .map(|p| p.iter().map(|p| cpu_ticks(*p)).sum())
+        .collect();
+    let t0 = pilot_election::clock::now();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let elapsed = pilot_election::clock::since(t0).as_secs_f64();
+    let hz = clk_tck();
+    pids.iter()
+        .zip(ticks0)
+        .map(|(p, t0)| {
+            let ticks: u64 = p.iter().map(|p| cpu_ticks(*p)).sum();
+            let rss: u64 = p.iter().map(|p| rss_kib(*p)).sum();
+            (
+                rss as f64 / 1024.0,
+                (ticks - t0) as f64 / hz / elapsed * 100.0,
+            )
+        })
+        .collect()
+}
+
+fn print_cost(way: &str, count: usize, per_node: usize, elected: Duration, cost: &[(f64, f64)]) {
+    for (i, (rss, cpu)) in cost.iter().enumerate() {
+        println!(
+            "{count:>9} {way:>10} {:>6} {per_node:>10} {rss:>9.1} {cpu:>9.2}% {:>8.1}s",
+            format!("n{}", i + 1),
+            elected.as_secs_f64()
+        );
+    }
+}
+
+/// `bench side-by-side`: for each count of `--groups`, that many elections on three nodes over
+/// http at default timings, two ways in one run: first as that many three-node clusters of
+/// today's one-election process (or as many as the machine's free memory holds), then as one
+/// process per node in that many groups. Per node, the sum of its processes' RSS and CPU over a
+/// `--secs` window once every election has a leader, and how long that took.
+pub async fn side_by_side(o: &Opts) {
+    let client = http();
+    println!(
+        "side by side: elections on 3 nodes over http at default timings, {}s windows",
+        o.secs
+    );
+    println!(
+        "{:>9} {:>10} {:>6} {:>10} {:>9} {:>10} {:>9}",
+        "elections", "way", "node", "processes", "RSS MiB", "CPU %core", "elected"
+    );
+    for &asked in &o.groups {
+        let fit = (mem_available_kib() / PROCESS_BUDGET_KIB / 3) as usize;
+        let count = asked.min(fit);
+        if count < asked {
+            println!(
+                "{asked:>9}: {} processes would not fit in {} MiB available; {count} elections as processes",
+                asked * 3,
+                mem_available_kib() / 1024
+            );
+        }
+
+        // Today's way: a cluster per election, each node its own process.
+        let started = pilot_election::clock::now();
+        let mut clusters = Vec::with_capacity(count);
+        for _ in 0..count {
+            let c = Cluster::start(3, &["--preempt-after", "0s"]);
+            for n in &c.nodes {
+                wait_up(n).await;
+            }
+            clusters.push(c);
+        }
+        let elected = wait_for(ELECTED_WITHIN * 3, || async {
+            for c in &clusters {
+                let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
+                all_agree(&client, &urls, 1, Duration::ZERO).await?;
+            }
+            Some(())
+        })
+        .await;
+        if elected.is_none() {
+            println!(
+                "{count:>9}: not every cluster elected within {:?}",
+                ELECTED_WITHIN * 3
+            );
+            continue;
+        }
+        let elected_in = pilot_election::clock::since(started);
+        settle(pilot_election::clock::now()).await;
+        let pids: Vec<Vec<u32>> = (0..3)
+            .map(|i| {
+                clusters
+                    .iter()
+                    .map(|c| c.nodes[i].child.as_ref().unwrap().id())
+                    .collect()
+            })
+            .collect();
+        let per_process = cost(&pids, o.secs).await;
+        print_cost("processes", count, count, elected_in, &per_process);
+        drop(clusters);
+
+        // Groups: one process per node.
+        let started = pilot_election::clock::now();
+        let c = in_groups(count).await;
+        let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
+        if all_agree(&client, &urls, count, ELECTED_WITHIN)
+            .await
+            .is_none()
+        {
+            println!("{count:>9}: not every group elected within {ELECTED_WITHIN:?}");
+            continue;
+        }
+        let elected_in = pilot_election::clock::since(started);
+        settle(pilot_election::clock::now()).await;
+        let pids: Vec<Vec<u32>> = c
+            .nodes
+            .iter()
+            .map(|n| vec![n.child.as_ref().unwrap().id()])
+            .collect();
+        let per_group = cost(&pids, o.secs).await;
+        print_cost("groups", count, 1, elected_in, &per_group);
+        let sum = |v: &[(f64, f64)]| v.iter().fold((0.0, 0.0), |a, x| (a.0 + x.0, a.1 + x.1));
+        let (rp, cp) = sum(&per_process);
+        let (rg, cg) = sum(&per_group);
+        println!(
+            "{count:>9}: groups take {:.1}x less memory and {:.1}x less CPU than processes",
+            rp / rg.max(0.001),
+            cp / cg.max(0.001)
+        );
     }
 }

@@ -23,6 +23,7 @@
 //! cargo run --release --example bench -- observers --transport http  --secs 20
 //! cargo run --release --example bench -- observers --transport pilot --secs 20
 //! cargo run --release --example bench -- groups    --groups 1,10,100,1000 --secs 20
+//! cargo run --release --example bench -- side-by-side --groups 100,300 --secs 20
 //! ```
 //!
 //! Nodes run at default timings (h 500 ms, L 2 s, T 3 s) with `--preempt-after 0s`, so that a
@@ -144,9 +145,9 @@ fn parse() -> Opts {
 
 fn usage(what: &str) -> ! {
     eprintln!(
-        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers|observers|tls [--nodes N] \
+        "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers|observers|tls|groups|side-by-side|consistent [--nodes N] \
          [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] [--before nothing|cut (kernel-deaf)] \
-         [--watchers N] [--changes N] (watchers) [--observers 0,50,200] (observers)"
+         [--watchers N] [--changes N] (watchers) [--observers 0,50,200] (observers) [--groups 1,10,100,1000] (groups, side-by-side)"
     );
     std::process::exit(64)
 }
@@ -1063,6 +1064,7 @@ async fn main() {
         "watchers" => watchers::watchers(&o).await,
         "observers" => observers::observers(&o).await,
         "groups" => groups::groups(&o).await,
+        "side-by-side" => groups::side_by_side(&o).await,
         "tls" => tls::tls(&o).await,
         "faults" => {
             let runs = if o.runs_given { o.runs } else { 1 };

@@ -24,16 +24,18 @@ const AGREE: Duration = Duration::from_secs(20);
 
 /// A child as `/proc` shows it: the process group `sh -c` leads (its subshells are in it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
-    node: String,
-    term: u64,
-    pgid: i32,
+pub(crate) struct Seen {
+    pub(crate) node: String,
+    pub(crate) term: u64,
+    /// `PILOT_ELECTION_GROUP`: the election the child runs for.
+    pub(crate) group: String,
+    pub(crate) pgid: i32,
 }
 
 #[derive(Debug)]
-struct Sample {
+pub(crate) struct Sample {
     at: Instant,
-    children: Vec<Seen>,
+    pub(crate) children: Vec<Seen>,
 }
 
 /// Stores the highest term it has seen and refuses writes with a lower one.
@@ -58,17 +60,18 @@ impl Fence {
 }
 
 /// The children's shared directory, the sampler and the fence.
-struct Watch {
-    dir: TempDir,
-    mark: String,
-    samples: Arc<Mutex<Vec<Sample>>>,
+pub(crate) struct Watch {
+    pub(crate) dir: TempDir,
+    /// In every child's command line, so that the sampler finds them and nothing else.
+    pub(crate) mark: String,
+    pub(crate) samples: Arc<Mutex<Vec<Sample>>>,
     fence: Arc<Mutex<Fence>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Watch {
-    fn start() -> Watch {
+    pub(crate) fn start() -> Watch {
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = TempDir::new("exec");
         let mark = format!(
@@ -126,7 +129,7 @@ impl Watch {
     }
 
     /// The children of the latest sample.
-    fn now(&self) -> Vec<Seen> {
+    pub(crate) fn now(&self) -> Vec<Seen> {
         self.samples
             .lock()
             .unwrap()
@@ -250,6 +253,7 @@ fn scan(mark: &str) -> Vec<Seen> {
         let seen = Seen {
             node: node.clone(),
             term,
+            group: env.get("PILOT_ELECTION_GROUP").cloned().unwrap_or_default(),
             pgid,
         };
         if running && !out.contains(&seen) {

@@ -72,6 +72,52 @@ async fn agreed(
     .await
 }
 
+/// kill -9 of the node that leads the most of `groups` (`led`: each one's leader and term); once
+/// both survivors agree that every group it led has a new leader in a higher term and every
+/// other group kept its own: the victim, its index and each group's leader and term.
+async fn kill_the_busiest(
+    c: &mut Cluster,
+    groups: &[String],
+    led: &BTreeMap<String, (String, u64)>,
+) -> (String, usize, BTreeMap<String, (String, u64)>) {
+    let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for (l, _) in led.values() {
+        *per_node.entry(l.as_str()).or_default() += 1;
+    }
+    let victim = per_node
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(v, _)| v.to_string())
+        .expect("a leader");
+    let vi = c.index(&victim);
+    c.nodes[vi].kill9();
+    let survivors: Vec<String> = (0..c.nodes.len())
+        .filter(|i| *i != vi)
+        .map(|i| c.nodes[i].url())
+        .collect();
+    let after = agreed(
+        &survivors,
+        groups,
+        3 * T + Duration::from_secs(5),
+        |g, l, t| {
+            let (was, term) = &led[g];
+            if *was == victim {
+                l != victim && t > *term
+            } else {
+                l == was && t == *term
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the groups {victim} led elected again, the others kept theirs\n{}",
+            c.logs()
+        )
+    });
+    (victim, vi, after)
+}
+
 #[tokio::test]
 async fn groups_fail_over_on_their_own_and_never_have_two_leaders_in_a_term() {
     let _one = serial().await;
@@ -132,50 +178,18 @@ async fn groups_fail_over_on_their_own_and_never_have_two_leaders_in_a_term() {
         })
     };
 
-    // kill -9 of the node that leads the most groups.
-    let (victim, _) = per_node
-        .iter()
-        .max_by_key(|(_, n)| **n)
-        .map(|(v, n)| (v.to_string(), *n))
-        .unwrap();
-    let vi = c.index(&victim);
-    let its: Vec<String> = led
-        .iter()
-        .filter(|(_, (l, _))| *l == victim)
-        .map(|(g, _)| g.clone())
-        .collect();
-    c.nodes[vi].kill9();
     let killed = pilot_election::clock::now();
+    let (victim, vi, after) = kill_the_busiest(&mut c, &groups, &led).await;
+    let its = led.values().filter(|(l, _)| *l == victim).count();
+    eprintln!(
+        "{its} groups led by {victim} failed over in {:?} (the {} others kept their leaders)",
+        pilot_election::clock::since(killed),
+        groups.len() - its
+    );
     let survivors: Vec<String> = (0..3)
         .filter(|i| *i != vi)
         .map(|i| urls[i].clone())
         .collect();
-    let after = agreed(
-        &survivors,
-        &groups,
-        3 * T + Duration::from_secs(5),
-        |g, l, t| {
-            let (before, term) = &led[g];
-            if its.contains(&g.to_string()) {
-                l != victim && t > *term
-            } else {
-                l == before && t == *term
-            }
-        },
-    )
-    .await
-    .unwrap_or_else(|| {
-        panic!(
-            "the groups {victim} led elected again, the others kept theirs\n{}",
-            c.logs()
-        )
-    });
-    eprintln!(
-        "{} groups led by {victim} failed over in {:?} (the {} others kept their leaders)",
-        its.len(),
-        pilot_election::clock::since(killed),
-        groups.len() - its.len()
-    );
     // Exactly one survivor answers 200 on each group's /role/leader.
     for g in &groups {
         let mut leading = Vec::new();
@@ -295,4 +309,159 @@ async fn groups_fail_over_on_their_own_and_never_have_two_leaders_in_a_term() {
         "two leaders in one term: {violations:?}\n{}",
         c.logs()
     );
+}
+
+/// At every sample, at most one child per group (the groups are told apart by
+/// `PILOT_ELECTION_GROUP`); returns how many samples were taken.
+fn one_child_per_group(w: &crate::exec::Watch) -> usize {
+    let samples = w.samples.lock().unwrap();
+    for s in samples.iter() {
+        let mut per_group: BTreeMap<&str, Vec<&crate::exec::Seen>> = BTreeMap::new();
+        for c in &s.children {
+            per_group.entry(c.group.as_str()).or_default().push(c);
+        }
+        for (g, cs) in per_group {
+            assert!(cs.len() <= 1, "two children of {g} at once: {cs:?}");
+        }
+    }
+    samples.len()
+}
+
+/// `group -> (node, term)` of the children running now.
+fn children_now(w: &crate::exec::Watch) -> BTreeMap<String, (String, u64)> {
+    w.now()
+        .into_iter()
+        .map(|s| (s.group, (s.node, s.term)))
+        .collect()
+}
+
+/// Waits until the running children are exactly one per group of `want`, each on the node
+/// that leads it, in its term.
+async fn children_are(w: &crate::exec::Watch, want: &BTreeMap<String, (String, u64)>, what: &str) {
+    let ok = wait_for(Duration::from_secs(10), || async {
+        (children_now(w) == *want).then_some(())
+    })
+    .await;
+    assert!(
+        ok.is_some(),
+        "{what}: children {:?}, leaders {want:?}",
+        children_now(w)
+    );
+}
+
+/// `--exec-groups all` and `--on-change-groups all`, as an operator with one job per shard runs
+/// them: each group's child runs on the node that leads that group and nowhere else, moves with
+/// it on a kill -9 (the others stay where they are), starts for a group added at run time and
+/// stops when it is removed; the hook runs per group with the group in its environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_and_on_change_follow_each_groups_own_leader() {
+    let _one = serial().await;
+    let w = crate::exec::Watch::start();
+    let dir = w.dir.0.display().to_string();
+    let exec = format!(
+        r#"MARK={mark}; echo "start $PILOT_ELECTION_GROUP $PILOT_ELECTION_NODE_ID $PILOT_ELECTION_TERM" >>'{dir}/events'; while :; do sleep 0.05; done"#,
+        mark = w.mark
+    );
+    let hook = format!(
+        r#"echo "$PILOT_ELECTION_GROUP|$PILOT_ELECTION_NODE_ID|$PILOT_ELECTION_ROLE|$PILOT_ELECTION_TERM" >>'{dir}/hooks'"#
+    );
+    let extra: Vec<String> = (1..=5).map(|i| format!("job-{i}")).collect();
+    // Preemption off: the leaders stay where the kill -9 put them, so what moves is the test's.
+    let mut args: Vec<&str> = vec![
+        "--preempt-after",
+        "0s",
+        "--exec-groups",
+        "all",
+        "--on-change",
+        &hook,
+        "--on-change-groups",
+        "all",
+    ];
+    for g in &extra {
+        args.extend(["--group", g.as_str()]);
+    }
+    let mut c = Cluster::start_with_env(3, &args, &[("PILOT_ELECTION_EXEC", exec.as_str())]);
+    let groups: Vec<String> = std::iter::once("it".to_string())
+        .chain(extra.iter().cloned())
+        .collect();
+    let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
+
+    // 1. One child per group, on its leader.
+    let led = agreed(&urls, &groups, Duration::from_secs(30), |_, _, _| true)
+        .await
+        .unwrap_or_else(|| panic!("every group elected a leader\n{}", c.logs()));
+    children_are(&w, &led, "after the first elections").await;
+    eprintln!("exec per group: leaders {led:?}");
+
+    // 2. kill -9 of the node that leads the most groups: its children go, the new leaders'
+    // start, every other group's child runs on undisturbed (same process group).
+    let before: BTreeMap<String, i32> = w.now().into_iter().map(|s| (s.group, s.pgid)).collect();
+    let (victim, vi, after) = kill_the_busiest(&mut c, &groups, &led).await;
+    children_are(&w, &after, "after the kill -9").await;
+    for s in w.now() {
+        if led[&s.group].0 != victim {
+            assert_eq!(
+                before.get(&s.group),
+                Some(&s.pgid),
+                "{} kept its child",
+                s.group
+            );
+        }
+    }
+
+    // 3. Back, the node follows in every group and runs no child.
+    c.nodes[vi].start();
+    agreed(&urls, &groups, Duration::from_secs(30), |g, l, t| {
+        after[g] == (l.to_string(), t)
+    })
+    .await
+    .unwrap_or_else(|| panic!("{victim} rejoined as a follower\n{}", c.logs()));
+    children_are(&w, &after, "after the restart").await;
+
+    // 4. A group added at run time gets its child on its leader; removed, the child goes.
+    for url in &urls {
+        let (status, body) = crate::app::post_json(
+            url,
+            "/groups",
+            Some(TOKEN),
+            &serde_json::json!({"group": "job-added"}),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let added = vec!["job-added".to_string()];
+    let new = agreed(&urls, &added, Duration::from_secs(30), |_, _, _| true)
+        .await
+        .unwrap_or_else(|| panic!("job-added elected\n{}", c.logs()));
+    let mut with_added = after.clone();
+    with_added.extend(new.clone());
+    children_are(&w, &with_added, "after adding job-added").await;
+    for url in &urls {
+        let resp = crate::app::client()
+            .delete(format!("{url}/groups/job-added"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("DELETE /groups/job-added");
+        assert_eq!(resp.status().as_u16(), 200, "{url}");
+    }
+    children_are(&w, &after, "after removing job-added").await;
+
+    // 5. The hook ran per group: each leader was told, with its group, that it leads.
+    let hooks = std::fs::read_to_string(w.dir.0.join("hooks")).unwrap_or_default();
+    for (g, (l, t)) in after.iter().chain(new.iter()) {
+        let line = format!("{g}|{l}|leader|{t}");
+        assert!(
+            hooks.lines().any(|x| x == line),
+            "no `{line}` in the hooks' runs:\n{hooks}"
+        );
+    }
+    let events = std::fs::read_to_string(w.dir.0.join("events")).unwrap_or_default();
+    for (g, (l, t)) in after.iter().chain(new.iter()) {
+        let line = format!("start {g} {l} {t}");
+        assert!(events.lines().any(|x| x == line), "no `{line}`:\n{events}");
+    }
+    let samples = one_child_per_group(&w);
+    assert!(samples > 100, "the sampler looked {samples} times");
+    eprintln!("exec per group: {samples} samples, never two children of one group");
 }
