@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every figure of BENCHMARKS.md in one go (about 42 minutes at 30 runs, plus 3 for etcd), each scenario's output
+# Every figure of BENCHMARKS.md in one go (about 47 minutes at 30 runs, plus 3 for etcd), each scenario's output
 # in OUT_DIR/<name>.txt. The latency-sensitive scenarios (handover, idle cost, API) run last.
 #
 # scripts/bench-all.sh [RUNS] [OUT_DIR]   (defaults: 30, bench-out)
@@ -45,8 +45,10 @@ run tls "$B" tls --secs 10 --rounds 3
 run attack "$B" attack --secs 10
 # Issue 25: 100 /events watchers through the Rust client, 10 handovers; about a minute.
 run watchers "$B" watchers --watchers 100 --changes 10
-# Issue 38: 1, 10, 100 and 1000 groups per node (idle cost and kill -9 failover per group).
+# Issue 38: 1, 10, 100 and 1000 groups per node (idle cost, kill -9 failover and a rolling
+# restart per group), then 100 and 300 elections as processes and as groups side by side.
 run groups "$B" groups --groups 1,10,100,1000 --secs 20
+run side-by-side "$B" side-by-side --groups 100,300 --secs 20
 run sim-figures target/release/examples/sim-figures
 # Three minutes more: each etcd run waits out the 60 s session TTL.
 if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
