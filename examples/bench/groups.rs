@@ -13,7 +13,10 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use super::{clk_tck, cpu_ticks, http, publishes, rss_kib, settle, Opts};
+use super::{
+    children_of, clk_tck, cpu_ticks, http, pilot_cluster, publishes, reaped_ticks, rss_kib, settle,
+    Bed, Devnet, Opts,
+};
 use crate::app::{wait_for, wait_up, Cluster};
 
 /// A thousand elections' first campaigns, with a persisted vote each, on a loaded machine.
@@ -199,26 +202,50 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Three nodes, each in `count` groups (the default one and `shard-NNNN`s), up.
-async fn in_groups(count: usize) -> Cluster {
+/// Three nodes over `transport`, each in `count` groups (the default one and `shard-NNNN`s), up.
+async fn in_groups(count: usize, transport: &str) -> Bed {
     let names: Vec<String> = (1..count).map(|i| format!("shard-{i:04}")).collect();
     let max = count.max(1).to_string();
     let mut args: Vec<&str> = vec!["--preempt-after", "0s", "--max-groups", &max];
     for n in &names {
         args.extend(["--group", n.as_str()]);
     }
-    let c = Cluster::start(3, &args);
-    for n in &c.nodes {
+    let bed = match transport {
+        "pilot" => {
+            // Daemons n1..n3 for the nodes and n4 as the broker.
+            let net = Devnet::start(4);
+            Bed {
+                c: pilot_cluster::pilot_cluster_of(&net, 3, &args),
+                net: Some(net),
+            }
+        }
+        _ => Bed {
+            c: Cluster::start(3, &args),
+            net: None,
+        },
+    };
+    for n in &bed.c.nodes {
         wait_up(n).await;
     }
-    c
+    bed
+}
+
+/// A node's CPU ticks with its children's: the `pilotctl` processes it runs over pilot, those
+/// alive now and those that ended and were waited for.
+fn ticks_with_children(pid: u32) -> u64 {
+    cpu_ticks(pid) + reaped_ticks(pid) + children_of(pid).iter().map(|k| cpu_ticks(*k)).sum::<u64>()
+}
+
+/// A node's RSS with its live children's, in KiB.
+fn rss_with_children(pid: u32) -> u64 {
+    rss_kib(pid) + children_of(pid).iter().map(|k| rss_kib(*k)).sum::<u64>()
 }
 
 pub async fn groups(o: &Opts) {
     let client = http();
     println!(
-        "groups: 3 nodes over http at default timings, {}s windows",
-        o.secs
+        "groups: 3 nodes over {} at default timings, {}s windows (a node's RSS and CPU include its pilotctl processes)",
+        o.transport, o.secs
     );
     println!(
         "{:>6} {:>6} {:>8} {:>9} {:>10} {:>11} {:>9}",
@@ -226,7 +253,8 @@ pub async fn groups(o: &Opts) {
     );
     for &count in &o.groups {
         let started = pilot_election::clock::now();
-        let mut c = in_groups(count).await;
+        let mut bed = in_groups(count, &o.transport).await;
+        let c = &mut bed.c;
         let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
         let elected = all_agree(&client, &urls, count, ELECTED_WITHIN).await;
         let Some(led) = elected else {
@@ -240,7 +268,7 @@ pub async fn groups(o: &Opts) {
             .iter()
             .map(|n| n.child.as_ref().unwrap().id())
             .collect();
-        let ticks0: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p)).collect();
+        let ticks0: Vec<u64> = pids.iter().map(|p| ticks_with_children(*p)).collect();
         let pubs0 = join_all(urls.iter().map(|u| publishes(&client, u.clone()))).await;
         let t0 = pilot_election::clock::now();
         tokio::time::sleep(Duration::from_secs(o.secs)).await;
@@ -252,12 +280,13 @@ pub async fn groups(o: &Opts) {
             *per_node.entry(l.clone().unwrap_or_default()).or_default() += 1;
         }
         for (i, n) in c.nodes.iter().enumerate() {
-            let cpu = (cpu_ticks(pids[i]) - ticks0[i]) as f64 / hz / secs * 100.0;
+            let cpu =
+                ticks_with_children(pids[i]).saturating_sub(ticks0[i]) as f64 / hz / secs * 100.0;
             println!(
                 "{count:>6} {:>6} {:>8} {:>9.1} {:>9.2}% {:>11.1} {:>8.1}s",
                 n.id,
                 per_node.get(&n.id).copied().unwrap_or(0),
-                rss_kib(pids[i]) as f64 / 1024.0,
+                rss_with_children(pids[i]) as f64 / 1024.0,
                 cpu,
                 (pubs1[i] - pubs0[i]) / secs,
                 elected_in.as_secs_f64()
@@ -327,7 +356,7 @@ pub async fn groups(o: &Opts) {
             println!("{count:>6}: {victim} did not rejoin every group within {ELECTED_WITHIN:?}");
             continue;
         }
-        match rolling_restart(&mut c, &client, count).await {
+        match rolling_restart(c, &client, count).await {
             Ok((gaps, rounds, two, took)) => println!(
                 "{count:>6} rolling restart in {:.1}s: longest leaderless stretch per group p50 {:.2}s, p99 {:.2}s, max {:.2}s; {rounds} polls of all three nodes, {two} claims of a group in a term another node claimed too",
                 took.as_secs_f64(),
@@ -337,7 +366,7 @@ pub async fn groups(o: &Opts) {
             ),
             Err(e) => println!("{count:>6} rolling restart: {e}"),
         }
-        drop(c);
+        drop(bed);
     }
 }
 
@@ -482,7 +511,8 @@ pub async fn side_by_side(o: &Opts) {
 
         // Groups: one process per node.
         let started = pilot_election::clock::now();
-        let c = in_groups(count).await;
+        let bed = in_groups(count, "http").await;
+        let c = &bed.c;
         let urls: Vec<String> = c.nodes.iter().map(|n| n.url()).collect();
         if all_agree(&client, &urls, count, ELECTED_WITHIN)
             .await
