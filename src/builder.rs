@@ -80,6 +80,8 @@ pub struct NodeConfig {
     pub on_change: Option<HookConfig>,
     /// `--on-change-groups`: the groups whose changes run `on_change`.
     pub on_change_groups: GroupSelection,
+    /// `--metrics-groups`: the groups with series of their own in `/metrics` (`None`: none).
+    pub metrics_groups: Option<GroupSelection>,
     /// `--health-cmd` or `--health-url`: the application's health, which leadership follows
     /// (docs/protocol.md, rule 17).
     pub health_check: Option<HealthCheckConfig>,
@@ -318,6 +320,7 @@ impl NodeBuilder {
             ingress: ingress.as_ref().map(|i| i.router.clone()),
             last_turn,
             metrics,
+            metrics_groups: config.metrics_groups.clone(),
             auth: Arc::new(Auth {
                 token: config.admin_token.clone(),
                 allow_unauthenticated: config.allow_unauthenticated,
@@ -1011,6 +1014,7 @@ pub async fn run_observer(
         ingress: None,
         last_turn: observer.clock.clone(),
         metrics: metrics.clone(),
+        metrics_groups: None,
         auth: Arc::new(Auth {
             token: None,
             allow_unauthenticated: false,
@@ -1136,6 +1140,7 @@ mod tests {
             exec: None,
             exec_groups: Default::default(),
             on_change_groups: Default::default(),
+            metrics_groups: None,
             on_change: None,
             health_check: None,
             info: None,

@@ -229,6 +229,11 @@ pub struct RunArgs {
         default_value = "default"
     )]
     pub on_change_groups: String,
+    /// The groups whose own series /metrics exports (pilot_election_group_term{group=...} and
+    /// friends): `none`, `all`, `default`, or group names separated by commas. The totals over
+    /// every group (pilot_election_groups, _leading, _leaderless) are always there.
+    #[arg(long, env = "PILOT_ELECTION_METRICS_GROUPS", default_value = "none")]
+    pub metrics_groups: String,
     /// Check the application with this command line (through `sh -c`; exit 0 = healthy). An
     /// unhealthy node ranks below every healthy member and a leader hands over to a healthy
     /// one; with nobody healthy, one still leads.

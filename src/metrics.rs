@@ -69,6 +69,7 @@ label_set!(ResultLabel {
     result: ElectionResult
 });
 label_set!(MemberLabel { member: String });
+label_set!(GroupLabel { group: String });
 label_set!(PoolLabel { pool: Pool });
 label_set!(RefusedLabel { reason: Refused });
 label_set!(PhaseLabel { phase: Phase });
@@ -104,6 +105,16 @@ pub struct Metrics {
     pub leaderless_seconds: Counter<f64, AtomicU64>,
     pub last_heartbeat_age: Gauge<f64, AtomicU64>,
     member_last_seen_age: Family<MemberLabel, Gauge<f64, AtomicU64>>,
+    /// Over every group of the node, always (a total's cardinality does not grow with the
+    /// groups); set at scrape time.
+    pub groups: Gauge,
+    pub groups_leading: Gauge,
+    pub groups_leaderless: Gauge,
+    /// One series per group, only for the groups `--metrics-groups` names: a thousand groups
+    /// would otherwise be three thousand series on every scrape. Set at scrape time.
+    group_term: Family<GroupLabel, Gauge>,
+    group_is_leader: Family<GroupLabel, Gauge>,
+    group_leaderless: Family<GroupLabel, Gauge>,
     received: Family<ReceivedLabels, Counter>,
     pub publish_failures: Counter,
     /// Batches sent (rule 18) and the messages they carried.
@@ -160,6 +171,12 @@ impl Metrics {
             leaderless_seconds: Counter::default(),
             last_heartbeat_age: Gauge::default(),
             member_last_seen_age: Family::default(),
+            groups: Gauge::default(),
+            groups_leading: Gauge::default(),
+            groups_leaderless: Gauge::default(),
+            group_term: Family::default(),
+            group_is_leader: Family::default(),
+            group_leaderless: Family::default(),
             received: Family::default(),
             publish_failures: Counter::default(),
             batches_sent: Counter::default(),
@@ -235,6 +252,42 @@ impl Metrics {
             "member_last_seen_age_seconds",
             "Time since each member was last heard",
             self.member_last_seen_age.clone(),
+        );
+        self.register_groups(r);
+    }
+
+    /// Many elections in one process: totals over the groups, and the groups an operator asked
+    /// to see one by one.
+    fn register_groups(&self, r: &mut Registry) {
+        r.register(
+            "groups",
+            "Elections (groups) this node takes part in",
+            self.groups.clone(),
+        );
+        r.register(
+            "groups_leading",
+            "Groups this node leads with an unexpired lease",
+            self.groups_leading.clone(),
+        );
+        r.register(
+            "groups_leaderless",
+            "Groups in which this node can vouch for no leader now",
+            self.groups_leaderless.clone(),
+        );
+        r.register(
+            "group_term",
+            "Each group's term (--metrics-groups only)",
+            self.group_term.clone(),
+        );
+        r.register(
+            "group_is_leader",
+            "1 while this node leads the group with an unexpired lease (--metrics-groups only)",
+            self.group_is_leader.clone(),
+        );
+        r.register(
+            "group_leaderless",
+            "1 while this node can vouch for no leader of the group (--metrics-groups only)",
+            self.group_leaderless.clone(),
         );
     }
 
@@ -515,6 +568,29 @@ impl Metrics {
                 member: member.to_string(),
             })
             .set(age);
+    }
+
+    /// The per-group series of the groups asked for, and only those: a group removed since the
+    /// last scrape loses its series. Each entry is (group, term, leads, knows a leader).
+    pub fn set_groups_shown<'a>(
+        &self,
+        shown: impl IntoIterator<Item = (&'a str, u64, bool, bool)>,
+    ) {
+        self.group_term.clear();
+        self.group_is_leader.clear();
+        self.group_leaderless.clear();
+        for (group, term, leads, has_leader) in shown {
+            let label = GroupLabel {
+                group: group.to_string(),
+            };
+            self.group_term.get_or_create(&label).set(term as i64);
+            self.group_is_leader
+                .get_or_create(&label)
+                .set(i64::from(leads));
+            self.group_leaderless
+                .get_or_create(&label)
+                .set(i64::from(!has_leader));
+        }
     }
 
     /// The text exposition format.

@@ -21,7 +21,7 @@ use tower::ServiceExt as _;
 use pilot_election::api::{Auth, ROUTES};
 use pilot_election::runtime::Snapshot;
 use pilot_election::transport::memory::Bus;
-use support::app::{memory_node, node_config, wait_for, TempDir, TOKEN};
+use support::app::{memory_node, metric, node_config, wait_for, TempDir, TOKEN};
 use support::contract::Spec;
 
 /// One in-process node: its router and what its loop publishes.
@@ -537,6 +537,33 @@ async fn each_group_elects_on_its_own_and_answers_on_its_own_routes() {
             .sum();
     assert_eq!(leading, 7, "each group has one leader among the nodes");
 
+    // /metrics: the totals over the groups always, and one series per group (the harness's
+    // nodes ask for every group's, `--metrics-groups all`).
+    for (i, n) in c.nodes.iter().enumerate() {
+        let m = text(&n.router, "/metrics").await;
+        let (_, list) = get(&n.router, "/groups").await;
+        assert_eq!(metric(&m, "pilot_election_groups"), 7.0, "{m}");
+        assert_eq!(
+            metric(&m, "pilot_election_groups_leading"),
+            list["leading"].as_f64().unwrap(),
+            "{list}\n{m}"
+        );
+        assert!(m.contains("\npilot_election_groups_leaderless 0\n"), "{m}");
+        for (g, (li, term)) in &leaders {
+            let series = |name: &str| format!("pilot_election_{name}{{group=\"{g}\"}}");
+            assert_eq!(metric(&m, &series("group_term")), *term as f64, "{g}: {m}");
+            assert_eq!(
+                metric(&m, &series("group_is_leader")),
+                if *li == i { 1.0 } else { 0.0 },
+                "{g}: {m}"
+            );
+            assert!(
+                m.contains(&format!("{} 0\n", series("group_leaderless"))),
+                "{g}: {m}"
+            );
+        }
+    }
+
     for (g, (li, term)) in &leaders {
         let (leader, follower) = (&c.nodes[*li].router, &c.nodes[(li + 1) % 3].router);
         for router in [leader, follower] {
@@ -756,6 +783,11 @@ async fn each_group_elects_on_its_own_and_answers_on_its_own_routes() {
         json!(9),
         "nothing refused was added"
     );
+    let m = text(router, "/metrics").await;
+    assert!(
+        m.contains("pilot_election_group_term{group=\"added-1\"}"),
+        "a group added at run time has its series: {m}"
+    );
 
     // Removing: only what was added at run time, and then its routes are gone.
     for (path, status, code) in [
@@ -793,6 +825,11 @@ async fn each_group_elects_on_its_own_and_answers_on_its_own_routes() {
     }
     let (_, list) = get(router, "/groups").await;
     assert_eq!(list["count"], json!(8), "{list}");
+    let m = text(router, "/metrics").await;
+    assert!(
+        !m.contains("group=\"added-1\"") && m.contains("\npilot_election_groups 8\n"),
+        "a removed group's series go with it: {m}"
+    );
     for (g, led) in &leaders {
         if *g != "g1" {
             assert_eq!(

@@ -52,6 +52,7 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
         std::time::Duration::from_millis(5),
     );
     m.set_member_last_seen_age("b", 0.5);
+    m.set_groups_shown([("shard-1", 3, true, true)]);
     m.set_ready("http", true);
     m.set_cert_expiry("server", 86_400);
     m.observe_publish(std::time::Duration::from_millis(1));

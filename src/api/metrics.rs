@@ -17,6 +17,33 @@ impl From<Via> for ObserverVia {
     }
 }
 
+/// The totals over every group, and the series of the groups `--metrics-groups` names.
+fn groups(s: &AppState, now: tokio::time::Instant) {
+    let default_group = s.elections.default_group();
+    let (mut count, mut leading, mut leaderless) = (0, 0, 0);
+    let mut shown = Vec::new();
+    for e in s.elections.all() {
+        let snap = e.snapshot();
+        let leads = snap.view.is_leader_at(now);
+        let has_leader = super::current_leader(&snap.view, now).is_some();
+        count += 1;
+        leading += i64::from(leads);
+        leaderless += i64::from(!has_leader);
+        let asked = s
+            .metrics_groups
+            .as_ref()
+            .is_some_and(|sel| sel.includes(&e.group, e.group == default_group));
+        if asked {
+            shown.push((e.group.clone(), snap.view.term, leads, has_leader));
+        }
+    }
+    let m = &s.metrics;
+    m.groups.set(count);
+    m.groups_leading.set(leading);
+    m.groups_leaderless.set(leaderless);
+    m.set_groups_shown(shown.iter().map(|(g, t, l, h)| (g.as_str(), *t, *l, *h)));
+}
+
 pub async fn get_metrics(State(s): State<AppState>, e: Group) -> impl IntoResponse {
     let snap = e.snapshot();
     let now = crate::clock::now();
@@ -49,6 +76,7 @@ pub async fn get_metrics(State(s): State<AppState>, e: Group) -> impl IntoRespon
         None => super::health::readiness(&snap).ready,
     };
     m.set_ready(snap.transport.kind, ready);
+    groups(&s, now);
     for member in &snap.members {
         // -1 for a member never heard, like the heartbeat age without a leader.
         let age = member

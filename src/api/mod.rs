@@ -79,6 +79,9 @@ pub struct AppParts {
     pub ingress: Option<Router>,
     pub last_turn: LastTurn,
     pub metrics: Arc<Metrics>,
+    /// `--metrics-groups`: the groups whose own series `/metrics` exports (`None`: none; the
+    /// totals over every group are always there).
+    pub metrics_groups: Option<crate::group::GroupSelection>,
     pub auth: Arc<Auth>,
     /// The `/events` streams and their cap.
     pub subscribers: Subscribers,

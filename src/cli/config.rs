@@ -73,6 +73,10 @@ impl RunArgs {
         let exec_groups = GroupSelection::parse("--exec-groups", &self.exec_groups, &groups)?;
         let on_change_groups =
             GroupSelection::parse("--on-change-groups", &self.on_change_groups, &groups)?;
+        let metrics_groups = match self.metrics_groups.trim() {
+            "none" => None,
+            value => Some(GroupSelection::parse("--metrics-groups", value, &groups)?),
+        };
         let group = groups.remove(0);
         let pilot = self.pilot_settings()?;
         self.check_listeners(pilot.is_some())?;
@@ -111,6 +115,7 @@ impl RunArgs {
             exec_groups,
             on_change,
             on_change_groups,
+            metrics_groups,
             health_check,
             priority: self.priority.unwrap_or_else(|| default_priority(&node_id)),
             data_dir: self
@@ -212,6 +217,7 @@ impl RunArgs {
                 self.on_change_groups.trim() != "default",
                 "--on-change-groups",
             ),
+            (self.metrics_groups.trim() != "none", "--metrics-groups"),
             (self.groups_file.is_some(), "--groups-file"),
             (self.health_cmd.is_some(), "--health-cmd"),
             (self.health_url.is_some(), "--health-url"),

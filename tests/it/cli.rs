@@ -65,6 +65,22 @@ fn invalid_configuration_exits_64_with_one_line() {
             "--group: the group name \"a/b\" has '/' at byte 1: a group name is ASCII letters, digits",
         ),
         (
+            &["run", "--node-id", "a", "--metrics-groups", "shard-9"],
+            "--metrics-groups: shard-9 is not one of this node's --group(s)",
+        ),
+        (
+            &["run", "--node-id", "a", "--metrics-groups", " , "],
+            "--metrics-groups: give `all`, `default` or group names",
+        ),
+        (
+            &["run", "--node-id", "a", "--exec-groups", "all"],
+            "--exec-groups needs --exec",
+        ),
+        (
+            &["run", "--observe", "--metrics-groups", "all"],
+            "--metrics-groups cannot be used with --observe",
+        ),
+        (
             // Checked before the pilot settings: the topic is made from it.
             &pilot_no_group,
             "--group: a group name may not be empty",

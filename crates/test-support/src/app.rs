@@ -551,6 +551,8 @@ pub fn node_config(
         exec_groups: Default::default(),
         on_change: None,
         on_change_groups: Default::default(),
+        // Every group's own series, so that the API tests see them.
+        metrics_groups: Some(pilot_election::group::GroupSelection::All),
         health_check: None,
         info: None,
         tls: None,
