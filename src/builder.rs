@@ -971,7 +971,7 @@ pub async fn run_observer(
     crate::open_files::prepare(&mut config.limits, 0);
     let listeners = listeners.into();
     let o = &config.observer;
-    let (node_id, group, timings) = (o.node_id.clone(), o.group.clone(), o.timings);
+    let (node_id, group, timings) = (o.node_id.clone(), o.follows.clone(), o.timings);
     tracing::info!(
         node = %node_id,
         members = %o.members,

@@ -260,6 +260,10 @@ pub struct RunArgs {
     /// pilot it subscribes to the topic.
     #[arg(long, env = "PILOT_ELECTION_OBSERVE")]
     pub observe: bool,
+    /// With --observe: the group to follow when it is not the members' default group (the
+    /// --group, whose topic carries every group's messages over pilot).
+    #[arg(long, env = "PILOT_ELECTION_OBSERVE_GROUP")]
+    pub observe_group: Option<String>,
 }
 
 #[derive(Debug, Args)]

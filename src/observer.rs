@@ -66,7 +66,11 @@ pub enum Source {
 pub struct ObserverConfig {
     /// Its own name: in its announcements, its `/events` requests' header, its API's answers.
     pub node_id: String,
+    /// The members' default group: over pilot, the topic every group's messages travel on.
     pub group: String,
+    /// The group it follows (`--observe-group`; the default group unless told otherwise): the
+    /// messages of any other group on the topic are not its business.
+    pub follows: String,
     /// The voting members (the observer is not one).
     pub members: MemberSet,
     pub source: Source,
@@ -110,7 +114,7 @@ impl Observer {
         let now = clock::now();
         let observed = Observed::new(
             &config.node_id,
-            &config.group,
+            &config.follows,
             config.members.clone(),
             match config.source {
                 Source::Http { .. } => HTTP_SILENCE,
@@ -257,7 +261,7 @@ impl Follower {
             timings: Some(Announced::of(&self.config.timings)),
             observer: true,
             ..Message::new(
-                self.config.group.clone(),
+                self.config.follows.clone(),
                 self.config.node_id.clone(),
                 Body::Presence {
                     advert: Advert {
@@ -311,7 +315,7 @@ impl Follower {
         };
         let now = clock::now();
         self.metrics.received((&m.body).into(), Received::Observed);
-        if m.group == self.config.group && self.config.members.contains(&m.from) {
+        if m.group == self.config.follows && self.config.members.contains(&m.from) {
             Arc::make_mut(&mut self.directory).record(&m.from, m.seq, m.info.as_ref());
         }
         let changes = self.observed.on_message(now, &m);
@@ -328,6 +332,10 @@ impl Follower {
             .reconnect_backoff(Duration::from_millis(100), Duration::from_secs(2));
         if let Some(http) = self.config.http.clone() {
             builder = builder.http_client(http);
+        }
+        // The default group's routes name none, as members of every release serve them.
+        if self.config.follows != self.config.group {
+            builder = builder.group(self.config.follows.clone());
         }
         let client = match builder.build() {
             Ok(c) => c,

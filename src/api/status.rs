@@ -98,6 +98,8 @@ pub struct ObserverBody {
     rejected: u64,
     /// How long ago it last heard of the leader it reports; `null` when it knows none.
     leader_heard_ms: Option<u64>,
+    /// The group it follows (`--observe-group`, or the members' default group).
+    group: String,
 }
 
 #[derive(Serialize)]
@@ -369,6 +371,7 @@ pub async fn get_status(State(s): State<AppState>, e: Group) -> Json<StatusBody>
                     .as_ref()
                     .and(v.leader_heard_at)
                     .map(|at| age_ms(at, now)),
+                group: e.group.clone(),
             }
         }),
     })

@@ -97,6 +97,9 @@ impl RunArgs {
         if on_change.is_none() && on_change_groups != GroupSelection::Default {
             return Err("--on-change-groups needs --on-change".into());
         }
+        if self.observe_group.is_some() {
+            return Err("--observe-group needs --observe".into());
+        }
         let health_check = HealthCheckConfig::from_flags(HealthFlags {
             command: self.health_cmd.as_deref(),
             url: self.health_url.as_deref(),
@@ -299,9 +302,17 @@ impl RunArgs {
                 )
             }
         };
+        let group = self.group()?;
+        let follows = match &self.observe_group {
+            Some(g) => crate::group::GroupName::new(g)
+                .map_err(|e| format!("--observe-group: {e}"))?
+                .to_string(),
+            None => group.clone(),
+        };
         let observer = ObserverConfig {
             node_id,
-            group: self.group()?,
+            group,
+            follows,
             members,
             source: match pilot {
                 Some(pilot) => ObserverSource::Pilot(pilot),

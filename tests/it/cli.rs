@@ -81,6 +81,10 @@ fn invalid_configuration_exits_64_with_one_line() {
             "--metrics-groups cannot be used with --observe",
         ),
         (
+            &["run", "--node-id", "a", "--observe-group", "shard-01"],
+            "--observe-group needs --observe",
+        ),
+        (
             // Checked before the pilot settings: the topic is made from it.
             &pilot_no_group,
             "--group: a group name may not be empty",

@@ -403,3 +403,110 @@ async fn fifty_observers_over_pilot_follow_a_kill9_failover_without_a_vote() {
     never_led(roles, OBSERVERS).await;
     no_strays(&c);
 }
+
+/// The leader and term every member names for `group`, once they agree (accepted by `accept`).
+async fn group_agreed(
+    c: &Cluster,
+    which: &[usize],
+    group: &str,
+    accept: impl Fn(&str, u64) -> bool,
+) -> (String, u64) {
+    let got = wait_for(SETTLE, || async {
+        let mut seen = Vec::new();
+        for &i in which {
+            let (code, b) = get_json(&format!("{}/groups/{group}/leader", c.nodes[i].url())).await;
+            if code != 200 {
+                return None;
+            }
+            seen.push((b["leader"].as_str()?.to_string(), b["term"].as_u64()?));
+        }
+        let first = seen[0].clone();
+        (seen.iter().all(|s| *s == first) && accept(&first.0, first.1)).then_some(first)
+    })
+    .await;
+    got.unwrap_or_else(|| panic!("the members agreed on no leader of {group}\n{}", c.logs()))
+}
+
+/// Waits until the observer names `leader` in `term`, and says it follows `group`.
+async fn observer_names(o: &App, group: &str, leader: &str, term: u64) {
+    let got = wait_for(SETTLE, || async {
+        let (code, body) = get_json(&format!("{}/leader", o.url())).await;
+        (code == 200 && body["leader"] == leader && body["term"] == term).then_some(())
+    })
+    .await;
+    assert!(
+        got.is_some(),
+        "observer {} never named {leader} in term {term} of {group}: {}\n{}",
+        o.id,
+        get_json(&format!("{}/leader", o.url())).await.1,
+        o.log()
+    );
+    let s = status(&o.url()).await;
+    assert_eq!(s["observer"]["group"], group, "{s}");
+}
+
+/// `--observe-group`: an observer follows a group other than the members' default one, names
+/// that group's leader (not the default group's), follows its failover, and the members count
+/// it under that group.
+async fn observe_a_group(mut c: Cluster, mut o: App, via: &str) {
+    let all = [0, 1, 2];
+    for n in &c.nodes {
+        wait_up(n).await;
+    }
+    o.args
+        .extend(["--observe-group".to_string(), "shard-01".to_string()]);
+    o.start();
+    let (leader, term) = group_agreed(&c, &all, "shard-01", |_, _| true).await;
+    observer_names(&o, "shard-01", &leader, term).await;
+    // The members count it in shard-01, not in the default group: over pilot every member hears
+    // its announcements on the topic, over http the one member whose stream it follows counts it.
+    let expected = if via == "topic" { c.nodes.len() } else { 1 } as u64;
+    let counted = wait_for(ANNOUNCED, || async {
+        let mut n = 0;
+        for m in &c.nodes {
+            let s = status(&format!("{}/groups/shard-01", m.url())).await;
+            n += s["observers"][via].as_u64()?;
+        }
+        (n == expected).then_some(())
+    })
+    .await;
+    assert!(
+        counted.is_some(),
+        "{expected} count(s) of the observer in shard-01 ({via})"
+    );
+    for m in &c.nodes {
+        let s = status(&m.url()).await;
+        assert_eq!(s["observers"][via], 0, "the default group has none: {s}");
+    }
+
+    // kill -9 of shard-01's leader: the observer names its successor.
+    let li = c.index(&leader);
+    c.nodes[li].kill9();
+    let rest: Vec<usize> = all.iter().copied().filter(|&i| i != li).collect();
+    let (next, next_term) = group_agreed(&c, &rest, "shard-01", |l, _| l != leader).await;
+    observer_names(&o, "shard-01", &next, next_term).await;
+    let (code, _) = get_json(&format!("{}/role/leader", o.url())).await;
+    assert_ne!(code, 200, "an observer never answers as leader");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_follows_a_group_other_than_the_default_one_over_http() {
+    let _serial = crate::app::serial().await;
+    let c = Cluster::start(3, &["--group", "shard-01"]);
+    let members: Vec<(String, u16)> = c.nodes.iter().map(|n| (n.id.clone(), n.port)).collect();
+    let o = http_observer(&observer_id(0), &members);
+    observe_a_group(c, o, "events").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_follows_a_group_other_than_the_default_one_over_pilot() {
+    let _serial = crate::app::serial().await;
+    let net = Devnet::start(5);
+    let c = pilot_cluster(&net, &["--group", "shard-01"]);
+    let member_ids: Vec<String> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|d| node_id(&net, d))
+        .collect();
+    let o = pilot_observer(&net, &observer_id(0), "n5", "n4", &member_ids);
+    observe_a_group(c, o, "topic").await;
+}
