@@ -10,10 +10,12 @@
 //! through the same harness to show that it does catch split brain.
 
 pub mod checker;
+pub mod groups;
 pub mod previous;
 pub mod scenario;
 pub mod world;
 
 pub use checker::Violation;
+pub use groups::{run_groups, run_groups_seed, GroupsReport, Mix};
 pub use scenario::{run_scenario, run_seed, Family, Scenario, SeedReport};
 pub use world::{Build, Protocol, World, WorldConfig};

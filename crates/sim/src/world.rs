@@ -254,25 +254,27 @@ enum Kind {
     Exec { node: usize, incarnation: u64 },
 }
 
+/// Something that happens at a true time; `seq` orders events of one instant as they were
+/// scheduled.
 #[derive(Debug)]
-struct Event {
-    at: u64,
-    seq: u64,
-    kind: Kind,
+pub(crate) struct Event<K> {
+    pub(crate) at: u64,
+    pub(crate) seq: u64,
+    pub(crate) kind: K,
 }
 
-impl PartialEq for Event {
+impl<K> PartialEq for Event<K> {
     fn eq(&self, o: &Self) -> bool {
         (self.at, self.seq) == (o.at, o.seq)
     }
 }
-impl Eq for Event {}
-impl PartialOrd for Event {
+impl<K> Eq for Event<K> {}
+impl<K> PartialOrd for Event<K> {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Event {
+impl<K> Ord for Event<K> {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         (self.at, self.seq).cmp(&(o.at, o.seq))
     }
@@ -342,7 +344,7 @@ pub struct World {
     seq: u64,
     rng: Rng,
     slots: Vec<Slot>,
-    queue: BinaryHeap<Reverse<Event>>,
+    queue: BinaryHeap<Reverse<Event<Kind>>>,
     blocked: BTreeSet<(usize, usize)>,
     /// `heard[to][from]`: the incarnation of `from` whose message `to` last took, if any (for
     /// the version check at every send).
@@ -380,7 +382,7 @@ pub fn slowest<'a>(all: impl IntoIterator<Item = &'a Timings>) -> Timings {
 
 /// Node `i`'s beat epoch after the world's base: under a second, from the seed (splitmix64), so
 /// that the nodes' beats differ and drawing them leaves the scenario's own draws alone.
-fn beat_offset(seed: u64, i: usize) -> Duration {
+pub(crate) fn beat_offset(seed: u64, i: usize) -> Duration {
     let mut z = seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
