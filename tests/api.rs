@@ -841,6 +841,208 @@ async fn each_group_elects_on_its_own_and_answers_on_its_own_routes() {
     }
 }
 
+/// A stream of server-sent events read from a router's answer: `(event, data)` pairs.
+struct Events {
+    body: axum::body::BodyDataStream,
+    buf: String,
+}
+
+impl Events {
+    async fn open(router: &Router, path: &str) -> Events {
+        let req = Request::builder().uri(path).body(Body::empty()).unwrap();
+        let resp = send(router, req).await;
+        assert_eq!(resp.status(), 200, "{path}");
+        Events {
+            body: resp.into_body().into_data_stream(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next event (keep-alive comments skipped), within 20 s.
+    async fn next(&mut self) -> (String, Value) {
+        use futures_util::StreamExt as _;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..end + 2).collect();
+                let (mut event, mut data) = (String::new(), String::new());
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        event = v.to_string();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if event.is_empty() && data.is_empty() {
+                    continue;
+                }
+                return (event, serde_json::from_str(&data).expect("JSON data"));
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .expect("an event within 20 s")
+                .expect("the stream goes on")
+                .expect("bytes");
+            self.buf
+                .push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+
+    /// The next event that `pick` takes, skipping the others.
+    async fn until<T>(&mut self, mut pick: impl FnMut(&str, &Value) -> Option<T>) -> T {
+        loop {
+            let (event, data) = self.next().await;
+            if let Some(t) = pick(&event, &data) {
+                return t;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn one_stream_follows_many_groups() {
+    let spec = Spec::load();
+    let auth = Auth {
+        token: Some(TOKEN.into()),
+        allow_unauthenticated: false,
+    };
+    let c = Cluster::start_groups(&["a1", "a2", "a3"], auth, &["g1", "g2", "g3"]);
+    let mut leaders = BTreeMap::new();
+    for g in ["g1", "g2", "g3"] {
+        leaders.insert(g, c.agreed_in(g).await);
+    }
+    let router = &c.nodes[0].router;
+    let name = |i: usize| format!("a{}", i + 1);
+
+    // Two groups by name: each one's current state first, nothing of the others.
+    let mut two = Events::open(router, "/events?groups=g1,g2").await;
+    let mut first = BTreeMap::new();
+    for _ in 0..2 {
+        let (event, data) = two.next().await;
+        assert_eq!(event, "leader", "{data}");
+        first.insert(data["group"].as_str().unwrap().to_string(), data);
+    }
+    for g in ["g1", "g2"] {
+        let (li, term) = leaders[g];
+        assert_eq!(first[g]["leader"], json!(name(li)), "{g}: {:?}", first[g]);
+        assert_eq!(first[g]["term"], json!(term), "{g}: {:?}", first[g]);
+        assert_eq!(first[g]["node"], json!("a1"));
+    }
+    // `all`: every group, the default one too.
+    let mut all = Events::open(router, "/events?groups=all").await;
+    let mut seen = BTreeSet::new();
+    while seen.len() < 4 {
+        let (event, data) = all.next().await;
+        assert_eq!(event, "leader", "{data}");
+        seen.insert(data["group"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        seen,
+        BTreeSet::from(["g1", "g2", "g3", "in-process"].map(String::from))
+    );
+
+    // A step-down in g2 comes on both streams with g2's new leader; g3's reaches only `all`.
+    let (li, term) = leaders["g2"];
+    let (status, body) = call(
+        &c.nodes[li].router,
+        "post",
+        "/groups/g2/step-down",
+        Some(TOKEN),
+        Some("application/json"),
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let (after, new_term) = wait_for(Duration::from_secs(20), || async {
+        let (i, t) = c.agreed_in("g2").await;
+        (t > term).then_some((i, t))
+    })
+    .await
+    .expect("g2 has a new leader");
+    for s in [&mut two, &mut all] {
+        let data = s
+            .until(|_, d| {
+                (d["group"] == "g2" && d["term"] == json!(new_term) && !d["leader"].is_null())
+                    .then(|| d.clone())
+            })
+            .await;
+        assert_eq!(data["leader"], json!(name(after)), "{data}");
+    }
+
+    // A group added while the streams are open: `all` follows it, the named stream does not.
+    let (status, body) = call(
+        router,
+        "post",
+        "/groups",
+        Some(TOKEN),
+        Some("application/json"),
+        json!({ "group": "late" }).to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    all.until(|e, d| (e == "leader" && d["group"] == "late").then_some(()))
+        .await;
+
+    // Removed: `removed` on both streams that follow it; the named one goes on with g1.
+    let (status, body) = call(
+        router,
+        "delete",
+        "/groups/late",
+        Some(TOKEN),
+        None,
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    all.until(|e, d| (e == "removed" && d["group"] == "late").then_some(()))
+        .await;
+    let (gi, gterm) = leaders["g1"];
+    let (status, body) = call(
+        &c.nodes[gi].router,
+        "post",
+        "/groups/g1/step-down",
+        Some(TOKEN),
+        Some("application/json"),
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let data = two
+        .until(|e, d| {
+            assert_ne!(d["group"], "late", "the named stream never follows late");
+            assert_ne!(d["group"], "g3", "nor g3");
+            (e == "leader" && d["group"] == "g1" && d["term"].as_u64() > Some(gterm))
+                .then(|| d.clone())
+        })
+        .await;
+    assert_eq!(data["group"], "g1", "{data}");
+
+    // Bad requests: a 4xx in the error body, and no stream.
+    for (path, status, code) in [
+        ("/events?groups=nope", 404, "unknown_group"),
+        ("/events?groups=g1,nope", 404, "unknown_group"),
+        ("/events?groups=-x", 400, "invalid_group"),
+        ("/events?groups=a%2Fb", 400, "invalid_group"),
+        ("/events?groups=", 400, "invalid_query"),
+        ("/events?groups=all,g1", 400, "invalid_query"),
+    ] {
+        let (s, body) = get(router, path).await;
+        assert_eq!(
+            (s, body["error"].as_str()),
+            (status, Some(code)),
+            "{path}: {body}"
+        );
+        spec.check("get", "/events", s, &body);
+    }
+    let (s, body) = get(router, "/groups/g1/events?groups=g1").await;
+    assert_eq!(
+        (s, body["error"].as_str()),
+        (400, Some("invalid_query")),
+        "{body}"
+    );
+    spec.check("get", "/groups/{group}/events", s, &body);
+}
+
 #[tokio::test]
 async fn without_a_token_mutations_are_refused_unless_explicitly_allowed() {
     let refused = Cluster::start(&["lonely"], Auth::default());

@@ -129,6 +129,9 @@ impl EventSource {
 pub struct Elections {
     default: Arc<ElectionApi>,
     by_group: RwLock<BTreeMap<String, Arc<ElectionApi>>>,
+    /// Counts the additions and removals, so that a stream of many groups (`GET
+    /// /events?groups=`) notices them.
+    changes: watch::Sender<u64>,
 }
 
 impl Elections {
@@ -140,6 +143,7 @@ impl Elections {
         Elections {
             default,
             by_group: RwLock::new(by_group),
+            changes: watch::Sender::new(0),
         }
     }
 
@@ -173,10 +177,17 @@ impl Elections {
 
     pub(super) fn insert(&self, election: Arc<ElectionApi>) {
         self.write().insert(election.group.clone(), election);
+        self.changes.send_modify(|n| *n += 1);
     }
 
     pub(super) fn remove(&self, group: &str) {
         self.write().remove(group);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Changes each time a group is added or removed.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 

@@ -178,8 +178,73 @@ async fn groups_fail_over_on_their_own_and_never_have_two_leaders_in_a_term() {
         })
     };
 
+    // A client follows every group on one stream (`GET /events?groups=all`) across the kill.
+    let client = pilot_election_client::Client::builder(urls.clone())
+        .watch_idle_timeout(Duration::from_secs(3))
+        .reconnect_backoff(Duration::from_millis(50), Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let seen: Arc<Mutex<Vec<(String, u64, String)>>> = Default::default();
+    let follower = {
+        let (mut stream, seen) = (client.watch_all_groups(), seen.clone());
+        tokio::spawn(async move {
+            use futures_util::StreamExt as _;
+            while let Some(event) = stream.next().await {
+                if let pilot_election_client::GroupEvent::Leader(c) = event {
+                    seen.lock().unwrap().push((c.group, c.term, c.leader));
+                }
+            }
+        })
+    };
+    // Once the stream has named the leader and term of every group in `want`.
+    let named = |want: BTreeMap<String, (String, u64)>, within: Duration| {
+        let (seen, groups) = (seen.clone(), groups.clone());
+        wait_for(within, move || {
+            let (seen, groups, want) = (seen.clone(), groups.clone(), want.clone());
+            async move {
+                let seen = seen.lock().unwrap();
+                groups
+                    .iter()
+                    .all(|g| {
+                        let (l, t) = &want[g];
+                        seen.contains(&(g.clone(), *t, l.clone()))
+                    })
+                    .then_some(())
+            }
+        })
+    };
+    let watched = named(led.clone(), Duration::from_secs(10)).await;
+    assert!(
+        watched.is_some(),
+        "the client's stream named every group's leader: {:?}",
+        seen.lock().unwrap()
+    );
+
     let killed = pilot_election::clock::now();
     let (victim, vi, after) = kill_the_busiest(&mut c, &groups, &led).await;
+    // The stream (on the killed node's or another member's connection) names every new leader,
+    // each group's terms only rising.
+    let followed = named(after.clone(), Duration::from_secs(15)).await;
+    assert!(
+        followed.is_some(),
+        "the client followed every group across the kill: {:?}",
+        seen.lock().unwrap()
+    );
+    follower.abort();
+    {
+        let seen = seen.lock().unwrap();
+        for g in &groups {
+            let terms: Vec<u64> = seen
+                .iter()
+                .filter(|(s, _, _)| s == g)
+                .map(|(_, t, _)| *t)
+                .collect();
+            assert!(
+                terms.windows(2).all(|w| w[0] < w[1]),
+                "{g}: terms {terms:?}"
+            );
+        }
+    }
     let its = led.values().filter(|(l, _)| *l == victim).count();
     eprintln!(
         "{its} groups led by {victim} failed over in {:?} (the {} others kept their leaders)",

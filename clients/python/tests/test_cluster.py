@@ -5,13 +5,24 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 from pathlib import Path
+import urllib.request
 from typing import Dict, List, Optional, Set, Tuple
 
 import pytest
 
-from pilot_election_client import Client, Fence, LeaderChange, StaleTerm, Tenure, Unavailable, Watch
+from pilot_election_client import (
+    Client,
+    Fence,
+    GroupChange,
+    GroupRemoved,
+    LeaderChange,
+    StaleTerm,
+    Tenure,
+    Unavailable,
+    Watch,
+)
 
-from cluster import Cluster, Node, Proxy, get_json, post_json, wait_until
+from cluster import TOKEN, Cluster, Node, Proxy, get_json, post_json, wait_until
 
 
 class Collector:
@@ -303,5 +314,96 @@ def test_a_client_of_a_group_follows_that_groups_election(tmp_path: Path) -> Non
         assert cluster.agreed_leader() == default, "the default group moved with g2"
         with pytest.raises(ValueError, match="group must be"):
             Client(cluster.urls, group="a/b")
+    finally:
+        cluster.stop()
+
+
+def test_watch_groups_follows_many_groups_on_one_stream_across_a_kill(tmp_path: Path) -> None:
+    """Each node is in g1, g2 and g3 beside the default group: one ``watch_groups`` stream
+    names every group's leader, follows a step-down and a kill -9 of the member it is
+    connected to, yields each group's terms once and rising, and says when a group that an
+    operator removes is gone."""
+    extra = {n: ["--group", "g1", "--group", "g2", "--group", "g3"] for n in ("a", "b", "c")}
+    cluster = Cluster(tmp_path, extra)
+    cluster.start()
+    try:
+
+        def leaders() -> Optional[Dict[str, Tuple[str, int]]]:
+            out: Dict[str, Tuple[str, int]] = {}
+            for g in ("g1", "g2", "g3"):
+                seen = set()
+                for n in cluster.nodes.values():
+                    if n.alive:
+                        status, body = get_json(f"{n.url}/groups/{g}/leader")
+                        if status != 200:
+                            return None
+                        seen.add((body["leader"], body["term"]))
+                if len(seen) != 1:
+                    return None
+                out[g] = seen.pop()
+            return out
+
+        led = wait_until("every group to elect", leaders)
+        # g4, added while the nodes run (the only kind an operator can remove).
+        for n in cluster.nodes.values():
+            status, body = post_json(n.url + "/groups", {"group": "g4"})
+            assert status == 201, body
+        client = Client(cluster.urls, timeout=1.0, group="g1")
+        events: List[object] = []
+        lock = threading.Lock()
+        w = client.watch_groups(["g1", "g2", "g4"], idle_timeout=2.0, backoff_max=0.5)
+
+        def run() -> None:
+            for e in w:
+                with lock:
+                    events.append(e)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+
+        def changes() -> List[Tuple[str, int, str]]:
+            with lock:
+                return [(e.group, e.term, e.leader) for e in events if isinstance(e, GroupChange)]
+
+        for g in ("g1", "g2"):
+            leader, term = led[g]
+            wait_until(f"the stream to name {g}'s leader", lambda: (g, term, leader) in changes())
+        assert not any(g == "g3" for g, _, _ in changes()), "g3 is not followed"
+
+        # A step-down in g2, then a kill -9 of the member the stream is connected to.
+        leader, term = led["g2"]
+        status, body = post_json(cluster[leader].url + "/groups/g2/step-down", {})
+        assert status == 202, body
+        wait_until("a new g2 leader on the stream", lambda: any(g == "g2" and t > term for g, t, _ in changes()))
+        connected = w._member
+        assert connected is not None
+        victim = next(n for n in cluster.nodes.values() if n.url == connected.url)
+        victim.kill()
+        after = wait_until("the survivors to agree on every group", leaders)
+        for g in ("g1", "g2"):
+            l2, t2 = after[g]
+            wait_until(f"the stream to name {g}'s leader after the kill", lambda: (g, t2, l2) in changes())
+        for g in ("g1", "g2"):
+            terms = [t for s, t, _ in changes() if s == g]
+            assert terms == sorted(set(terms)), f"{g}: terms not once and rising: {terms}"
+
+        # g4 removed from the member the stream is on: `removed`.
+        on = w._member
+        assert on is not None
+        req = urllib.request.Request(
+            on.url + "/groups/g4", method="DELETE", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        with urllib.request.urlopen(req, timeout=2.0) as resp:
+            assert resp.status == 200
+        wait_until(
+            "the stream to say g4 was removed",
+            lambda: any(isinstance(e, GroupRemoved) and e.group == "g4" for e in list(events)),
+        )
+        w.close()
+        thread.join(10)
+        assert not thread.is_alive(), "the stream did not stop"
+        for bad in ([], "g1", ["a/b"]):
+            with pytest.raises(ValueError):
+                client.watch_groups(bad)
     finally:
         cluster.stop()

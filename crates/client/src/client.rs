@@ -44,6 +44,9 @@ pub(crate) struct Member {
     pub(crate) name: String,
     /// The base URL, ending in `/`, that the endpoints are joined to.
     pub(crate) base: Url,
+    /// The node's own base URL, without the group's prefix: where a stream of many groups
+    /// (`events?groups=`) is asked for.
+    pub(crate) root: Url,
 }
 
 impl Member {
@@ -338,7 +341,11 @@ fn parse_member(given: &str) -> Result<Member, ConfigError> {
         url.set_path(&path);
     }
     let name = url.as_str().trim_end_matches('/').to_string();
-    Ok(Member { name, base: url })
+    Ok(Member {
+        name,
+        root: url.clone(),
+        base: url,
+    })
 }
 
 /// The current leader as one member reported it, with how fresh that report is.
@@ -638,11 +645,24 @@ impl Client {
         &self,
         i: usize,
         last_id: Option<&str>,
+        groups: Option<&str>,
     ) -> reqwest::RequestBuilder {
         let inner = &self.inner;
+        let member = &inner.members[i];
+        let url = match groups {
+            None => member.endpoint("events"),
+            Some(groups) => {
+                let mut url = member
+                    .root
+                    .join("events")
+                    .unwrap_or_else(|_| member.root.clone());
+                url.query_pairs_mut().append_pair("groups", groups);
+                url
+            }
+        };
         let mut req = inner
             .http
-            .get(inner.members[i].endpoint("events"))
+            .get(url)
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .header(reqwest::header::CACHE_CONTROL, "no-cache");
         if let Some(id) = last_id {

@@ -297,7 +297,7 @@ struct RoleData {
 impl Client {
     /// Opens the node's event stream, if it answers one in time.
     async fn role_events(&self) -> Option<RoleEvents> {
-        let req = self.events_request(0, None);
+        let req = self.events_request(0, None, None);
         let resp = tokio::time::timeout(self.inner.opts.request_timeout, req.send())
             .await
             .ok()?

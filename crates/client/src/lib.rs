@@ -14,6 +14,8 @@
 //!   connections: every state a member reports, leaderless ones included, repeated at each
 //!   keep-alive, for an observer that must know how fresh its knowledge is
 //!   ([`ClientBuilder::observer`] marks its streams as an observer's).
+//! - [`Client::watch_groups`]: the changes of many groups (one coordinator per shard or task)
+//!   on one connection, each group's terms once and rising.
 //! - [`Client::lead`]: runs work only while the service's own node leads, and cancels it
 //!   before that node's lease can run out.
 //! - [`Fence`]: refuses a term lower than one already seen.
@@ -137,6 +139,7 @@ mod client;
 mod clock;
 mod error;
 mod fence;
+mod groups;
 mod lead;
 mod sse;
 mod watch;
@@ -144,6 +147,7 @@ mod watch;
 pub use client::{Client, ClientBuilder, Leader, Transition};
 pub use error::{Attempt, ConfigError, Error, StaleTerm};
 pub use fence::Fence;
+pub use groups::{GroupChange, GroupEvent, GroupsWatch};
 pub use lead::{Tenure, TenureEnd};
 pub use watch::{ChangeSource, LeaderChange, Observation, Observe, Watch, WatchStatus};
 

@@ -186,20 +186,20 @@ impl Stream for Observe {
 }
 
 /// The stream of items and the status behind [`Watch`] and [`Observe`].
-struct Streamed<T> {
-    inner: Pin<Box<dyn Stream<Item = T> + Send>>,
+pub(crate) struct Streamed<T> {
+    pub(crate) inner: Pin<Box<dyn Stream<Item = T> + Send>>,
     status: Arc<Mutex<WatchStatus>>,
 }
 
 impl<T> Streamed<T> {
-    fn status(&self) -> WatchStatus {
+    pub(crate) fn status(&self) -> WatchStatus {
         self.status
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    pub(crate) fn debug(&self, name: &str, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct(name)
             .field("status", &self.status())
             .finish_non_exhaustive()
@@ -255,7 +255,7 @@ impl Client {
 
     /// The items `items` makes of the events of `GET /events`, over connections that are
     /// reopened and failed over (see [`Watch`]); the first one sends `last_event_id`.
-    fn streamed<I: Items>(
+    pub(crate) fn streamed<I: Items>(
         &self,
         items: I,
         last_event_id: Option<String>,
@@ -291,7 +291,7 @@ impl Client {
 
 /// What a stream of `GET /events` yields: the items it makes of the events (and of the bytes
 /// between them) of each connection in turn.
-trait Items: Send + Sync + 'static {
+pub(crate) trait Items: Send + Sync + 'static {
     type Item: Send + Sync + 'static;
 
     /// A new connection is open: what comes next is its member's.
@@ -314,6 +314,11 @@ trait Items: Send + Sync + 'static {
 
     /// The term an item is of ([`WatchStatus::last_term`]).
     fn term(item: &Self::Item) -> u64;
+
+    /// The `groups` parameter of a stream of many groups (`None`: the client's own group).
+    fn groups(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The connections of one stream, and what has been taken from them.
@@ -443,7 +448,9 @@ impl<I: Items> State<I> {
 
     async fn open(&self, i: usize) -> Result<reqwest::Response, String> {
         let inner = &self.client.inner;
-        let req = self.client.events_request(i, self.last_id.as_deref());
+        let req = self
+            .client
+            .events_request(i, self.last_id.as_deref(), self.items.groups());
         let timeout = inner.opts.request_timeout;
         let resp = tokio::time::timeout(timeout, req.send())
             .await

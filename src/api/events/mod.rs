@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures_util::Stream;
+use axum::http::{HeaderMap, Uri};
+use axum::response::sse::{Event, KeepAlive, KeepAliveStream, Sse};
+use futures_util::stream::{BoxStream, StreamExt};
 use serde::Serialize;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -23,6 +23,7 @@ use super::{ApiError, AppState, Group};
 use crate::runtime::Snapshot;
 use crate::store::HistoryEntry;
 
+mod groups;
 mod log;
 pub use log::{start as start_log, EventLog, LastId, LeaderEvent, Logged};
 
@@ -47,11 +48,22 @@ impl Subscribers {
     }
 }
 
+/// The events of one group, or of many on one connection (`?groups=`, [`groups`]).
+type Events = BoxStream<'static, Result<Event, Infallible>>;
+
 pub async fn get_events(
     State(s): State<AppState>,
     e: Group,
+    uri: Uri,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<Sse<KeepAliveStream<Events>>, ApiError> {
+    let wanted = groups::Wanted::from_query(&uri)?;
+    if wanted.is_some() && uri.path().starts_with("/groups/") {
+        return Err(ApiError::InvalidQuery(
+            "groups: only GET /events follows many groups; /groups/{group}/events follows one"
+                .into(),
+        ));
+    }
     let slot = s
         .subscribers
         .slots
@@ -63,6 +75,10 @@ pub async fn get_events(
                 max: s.subscribers.max,
             }
         })?;
+    if let Some(wanted) = wanted {
+        let stream = groups::stream(s.clone(), wanted, slot)?.boxed();
+        return Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)));
+    }
     // An observer (`run --observe`) says who it is: recorded while its stream is open, and
     // kept alive every second so that it notices a silent member within its 3 s bound.
     let observer = headers
@@ -118,7 +134,7 @@ pub async fn get_events(
             (w.cursor, w.term) = (latest.seq, latest.event.term);
         }
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(keep_alive)))
+    Ok(Sse::new(stream.boxed()).keep_alive(KeepAlive::new().interval(keep_alive)))
 }
 
 /// The header an observer's `/events` request names it in (docs/clients.md, "Observers").

@@ -4,11 +4,11 @@ this service's node leads, and fencing writes by term.
 See ``clients/python/README.md`` and the repository's ``docs/clients.md``.
 """
 
-from ._client import Client, Watch
+from ._client import Client, GroupsWatch, Watch
 from ._errors import PilotElectionError, ProtocolError, StaleTerm, Unavailable
 from ._fence import Fence
 from ._lead import Tenure
-from ._model import Leader, LeaderChange
+from ._model import GroupChange, GroupRemoved, Leader, LeaderChange
 from ._sse import SseEvent, SseParser
 from ._tracker import ChangeTracker
 
@@ -16,6 +16,9 @@ __all__ = [
     "ChangeTracker",
     "Client",
     "Fence",
+    "GroupChange",
+    "GroupRemoved",
+    "GroupsWatch",
     "Leader",
     "LeaderChange",
     "PilotElectionError",

@@ -16,6 +16,7 @@ import time
 from typing import (
     Any,
     Deque,
+    Dict,
     Iterable,
     Iterator,
     List,
@@ -25,12 +26,12 @@ from typing import (
     Union,
 )
 from types import MappingProxyType, TracebackType
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ._errors import ProtocolError, Unavailable
 from ._http import Connection, Member, Response, parse_member, request
 from ._lead import Tenure, WorkFn, _WorkThread, lease_end
-from ._model import Leader, LeaderChange
+from ._model import GroupChange, GroupRemoved, Leader, LeaderChange
 from ._sse import SseEvent, SseParser
 from ._tracker import (
     ChangeTracker,
@@ -99,6 +100,7 @@ class Client:
                 "(such as ['http://10.0.0.1:7070', 'http://10.0.0.2:7070'])"
             )
         members = [parse_member(u) for u in urls]
+        self._roots = [m.prefix for m in members]
         if group is not None:
             suffix = "/groups/" + check_group(group)
             members = [dataclasses.replace(m, prefix=m.prefix + suffix) for m in members]
@@ -259,6 +261,45 @@ class Client:
         if idle_timeout <= 0 or backoff_initial < 0 or backoff_max < backoff_initial:
             raise ValueError("idle_timeout must be positive and 0 <= backoff_initial <= backoff_max")
         w = Watch(self, include_leaderless, idle_timeout, backoff_initial, backoff_max)
+        with self._lock:
+            self._watches.add(w)
+        return w
+
+    def watch_groups(
+        self,
+        groups: Optional[Iterable[str]] = None,
+        *,
+        idle_timeout: float = 25.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 2.0,
+    ) -> "GroupsWatch":
+        """An iterator of the leader changes of many groups on one connection
+        (``GET /events?groups=``): :class:`GroupChange` for a group's new leader, and
+        :class:`GroupRemoved` when the member stops taking part in a group.
+
+        ``groups``: the group names to follow (each must be one of every member's groups), or
+        ``None`` for every group of the member, those added while the stream is open too. The
+        groups are the cluster's, whatever ``group`` the client was made for.
+
+        A member starts each stream with every group's current state, so after a reconnection
+        (to the same member or the next, with the backoff of :meth:`watch`) a group's leader is
+        yielded only if its term is above the last one yielded for it: each group's changes
+        once, in rising term order. Changes made while no stream was open are not recovered one
+        by one (each group's ``/history`` has them); the state after them is. Stretches without
+        a leader are not yielded.
+        """
+        if idle_timeout <= 0 or backoff_initial < 0 or backoff_max < backoff_initial:
+            raise ValueError("idle_timeout must be positive and 0 <= backoff_initial <= backoff_max")
+        if groups is None:
+            query = "all"
+        else:
+            if isinstance(groups, str):
+                raise ValueError("groups must be a list of group names (or None for every group), not one string")
+            names = [check_group(g) for g in groups]
+            if not names:
+                raise ValueError("groups is empty: name at least one group, or give None for every group")
+            query = ",".join(names)
+        w = GroupsWatch(self, query, idle_timeout, backoff_initial, backoff_max)
         with self._lock:
             self._watches.add(w)
         return w
@@ -515,24 +556,30 @@ class Watch(Iterator[LeaderChange]):
         return self
 
     def __next__(self) -> LeaderChange:
-        while True:
-            if self._pending:
-                return self._pending.popleft()
-            if self._closed.is_set() or self._client._closed.is_set():
-                self.close()
+        while not self._pending:
+            if not self._pump():
                 raise StopIteration
-            if self._resp is None:
-                self._connect()
-                continue
-            try:
-                chunk = self._resp.read1(65536)
-            except (OSError, http.client.HTTPException, ValueError, AttributeError):
-                chunk = b""
-            if not chunk:
-                self._drop()
-                continue
-            for event in self._parser.feed(self._decoder.decode(chunk)):
-                self._on_event(event)
+        return self._pending.popleft()
+
+    def _pump(self) -> bool:
+        """One step of the stream: connects, or reads what has arrived and takes its events
+        in. False once the watch is closed."""
+        if self._closed.is_set() or self._client._closed.is_set():
+            self.close()
+            return False
+        if self._resp is None:
+            self._connect()
+            return True
+        try:
+            chunk = self._resp.read1(65536)
+        except (OSError, http.client.HTTPException, ValueError, AttributeError):
+            chunk = b""
+        if not chunk:
+            self._drop()
+            return True
+        for event in self._parser.feed(self._decoder.decode(chunk)):
+            self._on_event(event)
+        return True
 
     def _connect(self) -> None:
         n = len(self._client._members)
@@ -559,7 +606,7 @@ class Watch(Iterator[LeaderChange]):
                 self._sock = conn.sock
             if self._closed.is_set():
                 raise _Failed("closed")
-            conn.request("GET", member.prefix + "/events", headers=headers)
+            conn.request("GET", self._path(member), headers=headers)
             resp = conn.getresponse()
             ctype = resp.getheader("Content-Type", "") or ""
             if resp.status != 200 or not ctype.startswith("text/event-stream"):
@@ -582,6 +629,10 @@ class Watch(Iterator[LeaderChange]):
         self._sent_id = sent_id
         self._first_event = True
         self._got_event = False
+
+    def _path(self, member: Member) -> str:
+        """What the stream asks the member for."""
+        return member.prefix + "/events"
 
     def _drop(self) -> None:
         """Closes the stream; the next one is asked of the next member, at once if this one
@@ -660,6 +711,72 @@ class Watch(Iterator[LeaderChange]):
         tb: Optional[TracebackType],
     ) -> None:
         self.close()
+
+
+class GroupsWatch(Watch):
+    """The iterator :meth:`Client.watch_groups` returns; see there. Thread-safe :meth:`close`."""
+
+    def __init__(
+        self,
+        client: Client,
+        query: str,
+        idle_timeout: float,
+        backoff_initial: float,
+        backoff_max: float,
+    ) -> None:
+        super().__init__(client, False, idle_timeout, backoff_initial, backoff_max)
+        self._query = query
+        self._terms: Dict[str, int] = {}
+        self._group_pending: Deque[Union[GroupChange, GroupRemoved]] = collections.deque()
+
+    def __iter__(self) -> "GroupsWatch":
+        return self
+
+    def __next__(self) -> Union[GroupChange, GroupRemoved]:  # type: ignore[override]
+        while not self._group_pending:
+            if not self._pump():
+                raise StopIteration
+        return self._group_pending.popleft()
+
+    def _path(self, member: Member) -> str:
+        assert self._index is not None
+        root = self._client._roots[self._index]
+        return root + "/events?groups=" + quote(self._query, safe=",")
+
+    def _on_event(self, event: SseEvent) -> None:
+        member = self._member
+        if member is None or event.event not in ("leader", "removed"):
+            return
+        try:
+            data = json.loads(event.data)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+            group = str(data["group"])
+            if event.event == "removed":
+                self._terms.pop(group, None)
+                self._group_pending.append(GroupRemoved(group=group, answered_by=member.url))
+            else:
+                leader = data.get("leader")
+                term = int(data["term"])
+                if leader is not None and term > self._terms.get(group, -1):
+                    self._terms[group] = term
+                    self._group_pending.append(
+                        GroupChange(
+                            group=group,
+                            term=term,
+                            leader=str(leader),
+                            url=data.get("leader_url"),
+                            reported_by=str(data.get("node", "")),
+                            answered_by=member.url,
+                            received_at=time.monotonic(),
+                        )
+                    )
+        except (ValueError, TypeError, KeyError):
+            return
+        self._got_event = True
+        self._delay = 0.0
+        assert self._index is not None
+        self._client._answered(self._index)
 
 
 class _Failed(Exception):

@@ -61,3 +61,32 @@ class LeaderChange:
     previous: Optional[str]
     at: Optional[str]
     received_at: float
+
+
+@dataclass(frozen=True)
+class GroupChange:
+    """A group's new leader, as :meth:`Client.watch_groups` yields it: ``leader`` leads
+    ``group`` in ``term`` (the group's fencing token).
+
+    - ``url``: the leader's URL as it announced it (``None`` when it announced none).
+    - ``reported_by``: the node id of the member whose stream told it; ``answered_by``: the URL
+      the client reached that member at.
+    - ``received_at``: ``time.monotonic()`` when the client learned it.
+    """
+
+    group: str
+    term: int
+    leader: str
+    url: Optional[str]
+    reported_by: str
+    answered_by: str
+    received_at: float
+
+
+@dataclass(frozen=True)
+class GroupRemoved:
+    """The member at ``answered_by`` no longer takes part in ``group`` (an operator removed it).
+    If the group comes back, its leader is yielded again."""
+
+    group: str
+    answered_by: str
