@@ -775,6 +775,29 @@ pub fn group_priority(config: &NodeConfig, group: &str) -> u32 {
     u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
 }
 
+/// This node's timings in `group`: the configured ones, but for every group beside the default
+/// one a preemption wait of `P` plus a share of `P` of its own (from the SHA-256 of
+/// `<group>/<node-id>`, as its rank), between `P` and `2P`. A node that comes back steady and
+/// ranks first in a third of a thousand groups is then handed them back spread over `P`, not in
+/// one instant (about 67 handovers a second at the defaults, none of them in a burst), and a
+/// leader's preemption, which no rule reads but the leader's own wait (rule 12), never comes
+/// sooner than the configured `P`. Zero (no preemption) stays zero.
+pub fn group_timings(config: &NodeConfig, group: &str) -> crate::election::Timings {
+    use sha2::{Digest, Sha256};
+    let mut t = config.timings;
+    if group == config.group || t.preempt_after.is_zero() {
+        return t;
+    }
+    let digest = Sha256::digest(format!("{group}/{}", config.node_id).as_bytes());
+    let share = u32::from_be_bytes([digest[4], digest[5], digest[6], digest[7]]);
+    let extra = t
+        .preempt_after
+        .mul_f64(f64::from(share) / (f64::from(u32::MAX) + 1.0));
+    // Whole milliseconds, as every timing is.
+    t.preempt_after += std::time::Duration::from_millis(extra.as_millis() as u64);
+    t
+}
+
 /// The election core of the default group, from the configuration and what the data directory
 /// held.
 fn core(config: &NodeConfig, loaded: &Loaded, seed: u64, beat: Instant) -> Node {
@@ -798,7 +821,7 @@ fn core_of(
             eligible: config.eligible,
             // With a check, unhealthy until it first passes (rule 17).
             healthy: config.health_check.is_none(),
-            timings: config.timings,
+            timings: group_timings(config, group),
             beat: Some(beat),
         },
         loaded.persistent.clone(),
@@ -1064,6 +1087,7 @@ pub async fn run_observer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// A data directory of its own under the system's temp dir, removed at the end.
     struct Dir(PathBuf);
@@ -1115,6 +1139,39 @@ mod tests {
         assert_eq!(group_priority(&c, &c.group), c.priority);
         let fixed = config("n1", false);
         assert_eq!(group_priority(&fixed, "shard-0001"), fixed.priority);
+    }
+
+    #[test]
+    fn each_groups_preemption_wait_is_spread_over_p_and_never_below_it() {
+        let c = minimal("n1");
+        let p = c.timings.preempt_after;
+        assert!(!p.is_zero());
+        let waits: Vec<Duration> = (1..1000)
+            .map(|i| group_timings(&c, &format!("shard-{i:04}")).preempt_after)
+            .collect();
+        assert!(waits.iter().all(|w| *w >= p && *w < 2 * p), "{waits:?}");
+        // Spread over the whole of [P, 2P): each fifth of it holds about a fifth of the groups.
+        let mut fifths = [0usize; 5];
+        for w in &waits {
+            fifths[((*w - p).as_secs_f64() / p.as_secs_f64() * 5.0) as usize] += 1;
+        }
+        assert!(fifths.iter().all(|n| (150..250).contains(n)), "{fifths:?}");
+        // Each a whole number of milliseconds; the rest of the timings as configured.
+        let t = group_timings(&c, "shard-0001");
+        assert_eq!(t.preempt_after.subsec_nanos() % 1_000_000, 0);
+        assert_eq!(
+            (t.heartbeat, t.lease, t.election_timeout),
+            (
+                c.timings.heartbeat,
+                c.timings.lease,
+                c.timings.election_timeout
+            )
+        );
+        // The default group keeps P; no preemption stays none.
+        assert_eq!(group_timings(&c, &c.group), c.timings);
+        let mut off = minimal("n1");
+        off.timings.preempt_after = Duration::ZERO;
+        assert!(group_timings(&off, "shard-0001").preempt_after.is_zero());
     }
 
     /// A node's configuration with nothing configured but its id.

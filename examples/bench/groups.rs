@@ -4,8 +4,10 @@
 //! published per second over a `--secs` window; then a kill -9 of the node that leads the most
 //! groups, and how long each group it led took to have a new leader that both survivors name
 //! (p50, p99 and max over those groups), polling `GET /groups` on both every 20 ms; then, the
-//! node back, a rolling restart of all three and each group's longest leaderless stretch
-//! during it (p50, p99 and max over all groups).
+//! node back, a rolling restart of all three (each restarted node ready before the next is
+//! stopped) and each group's longest leaderless stretch
+//! during it (p50, p99 and max over all groups). With `--runs N` the kill -9 and the rolling
+//! restart are done N times, and a last line pools every group of every run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -17,7 +19,7 @@ use super::{
     children_of, clk_tck, cpu_ticks, http, pilot_cluster, publishes, reaped_ticks, rss_kib, settle,
     Bed, Devnet, Opts,
 };
-use crate::app::{wait_for, wait_up, Cluster};
+use crate::app::{wait_for, wait_ready, wait_up, Cluster};
 
 /// A thousand elections' first campaigns, with a persisted vote each, on a loaded machine.
 const ELECTED_WITHIN: Duration = Duration::from_secs(120);
@@ -118,8 +120,19 @@ async fn rolling_restart(
         let (client, urls, stop) = (client.clone(), urls.clone(), stop.clone());
         tokio::spawn(async move {
             let start = pilot_election::clock::now();
-            let mut rounds = Vec::new();
-            while !stop.is_cancelled() {
+            let mut rounds: Vec<Round> = Vec::new();
+            // Until told to stop and a round has seen every group claimed (a handover may be
+            // in flight at the last moment), or 30 s more.
+            let mut every: BTreeSet<String> = BTreeSet::new();
+            let mut stopped_at = None;
+            loop {
+                if stop.is_cancelled() {
+                    let at = *stopped_at.get_or_insert_with(pilot_election::clock::now);
+                    let all = rounds.last().is_some_and(|r| r.led.len() >= every.len());
+                    if all || pilot_election::clock::since(at) > Duration::from_secs(30) {
+                        break;
+                    }
+                }
                 let at = pilot_election::clock::since(start);
                 let mut claims: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
                 let mut two = 0;
@@ -130,11 +143,9 @@ async fn rolling_restart(
                         }
                     }
                 }
-                rounds.push(Round {
-                    at,
-                    led: claims.into_keys().collect(),
-                    two,
-                });
+                let led: BTreeSet<String> = claims.into_keys().collect();
+                every.extend(led.iter().cloned());
+                rounds.push(Round { at, led, two });
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             rounds
@@ -150,6 +161,17 @@ async fn rolling_restart(
         }
         c.nodes[i].start();
         wait_up(&c.nodes[i]).await;
+        // As the documented procedure has it: the next node only once this one is ready (it
+        // can vote again, past its start-up guard). Without the gate a node stopped while the
+        // previous one cannot vote yet leaves two members of which one cannot vote: no quorum
+        // for up to `T`, which is the operator's doing, not the election's.
+        if let Err(last) = wait_ready(&urls[i], ELECTED_WITHIN).await {
+            stop.cancel();
+            return Err(format!(
+                "{} not ready after its restart: {last}",
+                c.nodes[i].id
+            ));
+        }
         if all_agree(client, &urls, count, ELECTED_WITHIN)
             .await
             .is_none()
@@ -191,6 +213,41 @@ async fn rolling_restart(
         .collect();
     gaps.sort();
     let two = rounds.iter().map(|r| r.two).sum();
+    // The group that waited longest, when that was more than a handover: what its members'
+    // histories say happened, to tell a handover to a node that went away from a slow one.
+    if let Some((g, gap)) = worst.iter().max_by_key(|(_, d)| **d) {
+        if *gap > Duration::from_secs(1) {
+            println!(
+                "       longest: {g}, {:.2}s without a leader; its transitions:",
+                gap.as_secs_f64()
+            );
+            for url in &urls {
+                let Ok(resp) = client.get(format!("{url}/groups/{g}/history")).send().await else {
+                    continue;
+                };
+                let Ok(body) = resp.json::<Value>().await else {
+                    continue;
+                };
+                let list = body["transitions"].as_array().cloned().unwrap_or_default();
+                let tail: Vec<String> = list
+                    .iter()
+                    .rev()
+                    .take(6)
+                    .rev()
+                    .map(|t| {
+                        format!(
+                            "t{} {} {} ({})",
+                            t["term"],
+                            t["leader"].as_str().unwrap_or("-"),
+                            t["reason"].as_str().unwrap_or("-"),
+                            t["at"].as_str().unwrap_or("-")
+                        )
+                    })
+                    .collect();
+                println!("         {url}: {}", tail.join("; "));
+            }
+        }
+    }
     Ok((gaps, rounds.len(), two, took))
 }
 
@@ -206,7 +263,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn in_groups(count: usize, transport: &str) -> Bed {
     let names: Vec<String> = (1..count).map(|i| format!("shard-{i:04}")).collect();
     let max = count.max(1).to_string();
-    let mut args: Vec<&str> = vec!["--preempt-after", "0s", "--max-groups", &max];
+    // Default timings, preemption included: a restarted node takes back the groups it ranks
+    // first in once it is steady again (rule 12), which is how the leaders spread again.
+    let mut args: Vec<&str> = vec!["--max-groups", &max];
     for n in &names {
         args.extend(["--group", n.as_str()]);
     }
@@ -262,6 +321,15 @@ pub async fn groups(o: &Opts) {
             continue;
         };
         let elected_in = pilot_election::clock::since(started);
+        // The first leaders are not all the ones that rank first: the others hand over once
+        // their wait (P to 2P per group) is up. The cost is measured once that has settled.
+        let led = match steady(&client, &urls, count).await {
+            Some(now) => now,
+            None => {
+                println!("{count:>6}: the leaders did not settle within {SPREAD_WITHIN:?}");
+                led
+            }
+        };
         settle(pilot_election::clock::now()).await;
         let pids: Vec<u32> = c
             .nodes
@@ -293,81 +361,191 @@ pub async fn groups(o: &Opts) {
             );
         }
 
-        // kill -9 of the node that leads the most groups.
-        let (victim, _) = per_node
-            .iter()
-            .max_by_key(|(_, n)| **n)
-            .map(|(v, n)| (v.clone(), *n))
-            .unwrap();
-        let vi = c.nodes.iter().position(|n| n.id == victim).unwrap();
-        let its: BTreeSet<String> = led
-            .iter()
-            .filter(|(_, (l, _))| l.as_deref() == Some(victim.as_str()))
-            .map(|(g, _)| g.clone())
-            .collect();
-        let survivors: Vec<String> = (0..3)
-            .filter(|i| *i != vi)
-            .map(|i| urls[i].clone())
-            .collect();
-        c.nodes[vi].kill9();
-        let killed = pilot_election::clock::now();
-        let mut new_leader_at: BTreeMap<String, Duration> = BTreeMap::new();
-        while new_leader_at.len() < its.len()
-            && pilot_election::clock::since(killed) < FAILED_OVER_WITHIN
-        {
-            let views = join_all(survivors.iter().map(|u| leaders(&client, u))).await;
-            if let [Some(a), Some(b)] = &views[..] {
-                let now = pilot_election::clock::since(killed);
-                for g in &its {
-                    if new_leader_at.contains_key(g) {
-                        continue;
+        // `--runs` rounds of a kill -9 of the node that leads the most groups and, the node
+        // back, a rolling restart of all three; the figures pool every group of every round.
+        let runs = if o.runs_given { o.runs.max(1) } else { 1 };
+        let mut led = led;
+        let mut failovers: Vec<Duration> = Vec::new();
+        let mut expected = 0;
+        let mut gaps_all: Vec<Duration> = Vec::new();
+        let mut twos = 0;
+        for run in 1..=runs {
+            if run > 1 {
+                // The restarted nodes take back the groups they rank first in, each group
+                // after its own wait (P to 2P): the next kill waits until that has settled, so
+                // that it takes down a node that leads about a third of the groups.
+                let since = pilot_election::clock::now();
+                match steady(&client, &urls, count).await {
+                    Some(now) => {
+                        println!(
+                            "{count:>6} leaders settled {:.1}s after the rolling restart (no change for the last 11 s): {}",
+                            pilot_election::clock::since(since).as_secs_f64(),
+                            leads_per_node(&now)
+                        );
+                        led = now;
                     }
-                    let (Some((la, ta)), Some((lb, tb))) = (a.get(g), b.get(g)) else {
-                        continue;
-                    };
-                    if la.is_some()
-                        && la == lb
-                        && ta == tb
-                        && la.as_deref() != Some(victim.as_str())
-                    {
-                        new_leader_at.insert(g.clone(), now);
+                    None => {
+                        println!("{count:>6}: the leaders did not settle within {SPREAD_WITHIN:?}");
+                        break;
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            let Some(times) = kill_busiest(c, &client, &urls, &led, count).await else {
+                break;
+            };
+            expected += times.0;
+            failovers.extend(times.1);
+            match rolling_restart(c, &client, count).await {
+                Ok((gaps, rounds, two, took)) => {
+                    println!(
+                        "{count:>6} rolling restart {run}/{runs} in {:.1}s: longest leaderless stretch per group p50 {:.2}s, p99 {:.2}s, max {:.2}s; {rounds} polls of all three nodes, {two} claims of a group in a term another node claimed too",
+                        took.as_secs_f64(),
+                        percentile(&gaps, 0.5).as_secs_f64(),
+                        percentile(&gaps, 0.99).as_secs_f64(),
+                        gaps.last().copied().unwrap_or_default().as_secs_f64()
+                    );
+                    gaps_all.extend(gaps);
+                    twos += two;
+                }
+                Err(e) => {
+                    println!("{count:>6} rolling restart {run}/{runs}: {e}");
+                    break;
+                }
+            }
         }
-        let mut times: Vec<Duration> = new_leader_at.values().copied().collect();
-        times.sort();
-        println!(
-            "{count:>6} kill -9 of {victim} (leading {}): {} of them have a new leader; p50 {:.2}s, p99 {:.2}s, max {:.2}s",
-            its.len(),
-            times.len(),
-            percentile(&times, 0.5).as_secs_f64(),
-            percentile(&times, 0.99).as_secs_f64(),
-            times.last().copied().unwrap_or_default().as_secs_f64()
-        );
-
-        c.nodes[vi].start();
-        wait_up(&c.nodes[vi]).await;
-        if all_agree(&client, &urls, count, ELECTED_WITHIN)
-            .await
-            .is_none()
-        {
-            println!("{count:>6}: {victim} did not rejoin every group within {ELECTED_WITHIN:?}");
-            continue;
-        }
-        match rolling_restart(c, &client, count).await {
-            Ok((gaps, rounds, two, took)) => println!(
-                "{count:>6} rolling restart in {:.1}s: longest leaderless stretch per group p50 {:.2}s, p99 {:.2}s, max {:.2}s; {rounds} polls of all three nodes, {two} claims of a group in a term another node claimed too",
-                took.as_secs_f64(),
-                percentile(&gaps, 0.5).as_secs_f64(),
-                percentile(&gaps, 0.99).as_secs_f64(),
-                gaps.last().copied().unwrap_or_default().as_secs_f64()
-            ),
-            Err(e) => println!("{count:>6} rolling restart: {e}"),
+        if runs > 1 {
+            failovers.sort();
+            gaps_all.sort();
+            println!(
+                "{count:>6} over {runs} runs: kill -9, {} of {expected} groups failed over, p50 {:.2}s, p99 {:.2}s, max {:.2}s; rolling restarts, {} group stretches, p50 {:.2}s, p99 {:.2}s, max {:.2}s, {twos} double claims",
+                failovers.len(),
+                percentile(&failovers, 0.5).as_secs_f64(),
+                percentile(&failovers, 0.99).as_secs_f64(),
+                failovers.last().copied().unwrap_or_default().as_secs_f64(),
+                gaps_all.len(),
+                percentile(&gaps_all, 0.5).as_secs_f64(),
+                percentile(&gaps_all, 0.99).as_secs_f64(),
+                gaps_all.last().copied().unwrap_or_default().as_secs_f64(),
+            );
         }
         drop(bed);
     }
+}
+
+/// kill -9 of the node that leads the most groups in `led`; once each group it led has a new
+/// leader that both survivors name, or after [`FAILED_OVER_WITHIN`], the node is started again
+/// and every group has a leader all three name. How many groups it led, and how long each
+/// took; `None` when the node did not rejoin.
+async fn kill_busiest(
+    c: &mut Cluster,
+    client: &reqwest::Client,
+    urls: &[String],
+    led: &BTreeMap<String, (Option<String>, u64)>,
+    count: usize,
+) -> Option<(usize, Vec<Duration>)> {
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for (l, _) in led.values() {
+        *per_node.entry(l.clone().unwrap_or_default()).or_default() += 1;
+    }
+    let (victim, _) = per_node
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(v, n)| (v.clone(), *n))
+        .unwrap();
+    let vi = c.nodes.iter().position(|n| n.id == victim).unwrap();
+    let its: BTreeSet<String> = led
+        .iter()
+        .filter(|(_, (l, _))| l.as_deref() == Some(victim.as_str()))
+        .map(|(g, _)| g.clone())
+        .collect();
+    let survivors: Vec<String> = (0..3)
+        .filter(|i| *i != vi)
+        .map(|i| urls[i].clone())
+        .collect();
+    c.nodes[vi].kill9();
+    let killed = pilot_election::clock::now();
+    let mut new_leader_at: BTreeMap<String, Duration> = BTreeMap::new();
+    while new_leader_at.len() < its.len()
+        && pilot_election::clock::since(killed) < FAILED_OVER_WITHIN
+    {
+        let views = join_all(survivors.iter().map(|u| leaders(client, u))).await;
+        if let [Some(a), Some(b)] = &views[..] {
+            let now = pilot_election::clock::since(killed);
+            for g in &its {
+                if new_leader_at.contains_key(g) {
+                    continue;
+                }
+                let (Some((la, ta)), Some((lb, tb))) = (a.get(g), b.get(g)) else {
+                    continue;
+                };
+                if la.is_some() && la == lb && ta == tb && la.as_deref() != Some(victim.as_str()) {
+                    new_leader_at.insert(g.clone(), now);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut times: Vec<Duration> = new_leader_at.values().copied().collect();
+    times.sort();
+    println!(
+        "{count:>6} kill -9 of {victim} (leading {}): {} of them have a new leader; p50 {:.2}s, p99 {:.2}s, max {:.2}s",
+        its.len(),
+        times.len(),
+        percentile(&times, 0.5).as_secs_f64(),
+        percentile(&times, 0.99).as_secs_f64(),
+        times.last().copied().unwrap_or_default().as_secs_f64()
+    );
+
+    c.nodes[vi].start();
+    wait_up(&c.nodes[vi]).await;
+    if all_agree(client, urls, count, ELECTED_WITHIN)
+        .await
+        .is_none()
+    {
+        println!("{count:>6}: {victim} did not rejoin every group within {ELECTED_WITHIN:?}");
+        return None;
+    }
+    Some((its.len(), times))
+}
+
+/// How long the leaders may take to settle after a start or a rolling restart: every group's
+/// preemption wait (up to 2P) and the handovers after it, on a loaded machine.
+const SPREAD_WITHIN: Duration = Duration::from_secs(180);
+
+/// `n1 337, n2 301, n3 362`: how many groups each node leads.
+fn leads_per_node(led: &BTreeMap<String, (Option<String>, u64)>) -> String {
+    let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for (l, _) in led.values() {
+        *per_node.entry(l.as_deref().unwrap_or("none")).or_default() += 1;
+    }
+    per_node
+        .iter()
+        .map(|(n, k)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Once no group has changed leader for `2P` plus a second (P is 5 s, and a group's own wait
+/// at most `2P`): `group -> (leader, term)`.
+async fn steady(
+    client: &reqwest::Client,
+    urls: &[String],
+    count: usize,
+) -> Option<BTreeMap<String, (Option<String>, u64)>> {
+    let quiet = Duration::from_secs(11);
+    let deadline = pilot_election::clock::now() + SPREAD_WITHIN;
+    let mut last = all_agree(client, urls, count, ELECTED_WITHIN).await?;
+    let mut since = pilot_election::clock::now();
+    while pilot_election::clock::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = all_agree(client, urls, count, Duration::from_secs(5)).await?;
+        if now != last {
+            (last, since) = (now, pilot_election::clock::now());
+        } else if pilot_election::clock::since(since) >= quiet {
+            return Some(last);
+        }
+    }
+    None
 }
 
 /// What one process costs when each election is a cluster of its own, measured with room to
