@@ -78,6 +78,17 @@ pub enum TransportKind {
     Pilot,
 }
 
+/// `--pilot-io`: how the pilot transport reaches its brokers (docs/pilot.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PilotIoChoice {
+    /// The daemon's socket if, at start, it answers as a 1.18 daemon does; else pilotctl.
+    Auto,
+    /// The daemon's socket: one connection per broker and purpose, no process per message.
+    Socket,
+    /// A pilotctl process per message (and one pilotctl subscribe per broker).
+    Pilotctl,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -144,6 +155,19 @@ pub struct RunArgs {
     /// or PILOT_SOCKET from the environment).
     #[arg(long, env = "PILOT_ELECTION_PILOT_SOCKET")]
     pub pilot_socket: Option<PathBuf>,
+    /// How the pilot transport reaches its brokers: through the daemon's socket (one
+    /// connection per broker, no process per message), through a pilotctl process per message,
+    /// or auto: the socket if the daemon answers as a 1.18 daemon does at start.
+    #[arg(
+        long,
+        env = "PILOT_ELECTION_PILOT_IO",
+        value_enum,
+        default_value = "auto"
+    )]
+    pub pilot_io: PilotIoChoice,
+    /// What `--pilot-io auto` chose at start (set by `check_pilotctl`).
+    #[arg(skip)]
+    pub pilot_io_chosen: Option<crate::transport::pilot::PilotIo>,
     /// A voting member's node id (repeatable; comma-separated in the env var). Required with
     /// the pilot transport; with http the members are this node and its peers. This node is
     /// added when missing. The quorum is N/2 + 1 of these.
@@ -436,8 +460,9 @@ pub fn main() -> i32 {
                 }
             };
             init_tracing(args.log_format);
-            if let Some((ctl, verdict)) = pilotctl {
+            if let Some((ctl, verdict, io)) = pilotctl {
                 verdict.log(&ctl);
+                io.log();
             }
             match node {
                 NodeKind::Member(c) => rt.block_on(run_node(*c, &args.listen, &args.server)),

@@ -91,6 +91,16 @@ struct ReceivedLabels {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct PilotIoLabel {
+    io: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThrottledLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BrokerStateLabels {
     broker: String,
     state: &'static str,
@@ -123,6 +133,8 @@ pub struct Metrics {
     pub publish_latency: Histogram,
     pub subscription_restarts: Counter,
     broker_state: Family<BrokerStateLabels, Gauge>,
+    pilot_io: Family<PilotIoLabel, Gauge>,
+    publish_throttled: Family<ThrottledLabel, Counter>,
     connections_open: Family<PoolLabel, Gauge>,
     refusals: Family<RefusedLabel, Counter>,
     timeouts: Family<PhaseLabel, Counter>,
@@ -184,6 +196,8 @@ impl Metrics {
             publish_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 12)),
             subscription_restarts: Counter::default(),
             broker_state: Family::default(),
+            pilot_io: Family::default(),
+            publish_throttled: Family::default(),
             connections_open: Family::default(),
             refusals: Family::default(),
             timeouts: Family::default(),
@@ -324,6 +338,16 @@ impl Metrics {
             self.broker_state.clone(),
         );
         r.register(
+            "pilot_io",
+            "Pilot transport: 1 for the way the node reaches its brokers, socket (one connection per broker through the daemon's socket) or pilotctl (a process per publish), chosen at start",
+            self.pilot_io.clone(),
+        );
+        r.register(
+            "publish_throttled",
+            "Pilot transport over the daemon's socket: publishes held back (delayed) or dropped to stay within the broker's 100 events/s per connection",
+            self.publish_throttled.clone(),
+        );
+        r.register(
             "publish_latency_seconds",
             "Time to deliver one message to one peer",
             self.publish_latency.clone(),
@@ -458,6 +482,22 @@ impl Metrics {
                 .get_or_create(&labels)
                 .set(i64::from(s == state));
         }
+    }
+
+    /// The pilot transport's path: `socket` or `pilotctl`, 1 for the one in use.
+    pub fn set_pilot_io(&self, io: &'static str) {
+        for s in ["socket", "pilotctl"] {
+            self.pilot_io
+                .get_or_create(&PilotIoLabel { io: s })
+                .set(i64::from(s == io));
+        }
+    }
+
+    /// A publish held back (`delayed`) or `dropped` by the per-connection rate limit.
+    pub fn publish_throttled(&self, outcome: &'static str) {
+        self.publish_throttled
+            .get_or_create(&ThrottledLabel { outcome })
+            .inc();
     }
 
     pub fn exec_exit(&self, outcome: ExecExit) {

@@ -128,6 +128,7 @@ impl Observer {
             members: observed.members(now),
             member_set: Arc::new(config.members.clone()),
             transport: Arc::new(Health {
+                io: None,
                 kind: source_kind(&config.source),
                 healthy: false,
                 last_error: None,
@@ -393,6 +394,7 @@ impl Follower {
             })
             .collect();
         let health = Health {
+            io: None,
             kind: "http",
             healthy: connected.is_some(),
             last_error: status.last_error.clone(),

@@ -110,6 +110,14 @@ pub enum PilotctlError {
         message: String,
         hint: Option<String>,
     },
+    /// The daemon, spoken to over its socket (the pilot transport's path without a process per
+    /// message), reported an error or broke off; the code is the one pilotctl would give.
+    #[error("daemon socket {command}: {code}: {message}")]
+    Daemon {
+        command: &'static str,
+        code: ErrorCode,
+        message: String,
+    },
     /// Our own deadline passed; the child's whole process group was killed.
     #[error("pilotctl {command} did not finish within {after:?}; process group {pgid} killed")]
     TimedOut {
@@ -134,7 +142,7 @@ pub enum PilotctlError {
 impl PilotctlError {
     pub fn code(&self) -> Option<&ErrorCode> {
         match self {
-            PilotctlError::Cli { code, .. } => Some(code),
+            PilotctlError::Cli { code, .. } | PilotctlError::Daemon { code, .. } => Some(code),
             _ => None,
         }
     }
@@ -143,7 +151,9 @@ impl PilotctlError {
     /// `timeout`; a missing binary or garbled output will not fix itself.
     pub fn is_retryable(&self) -> bool {
         match self {
-            PilotctlError::Cli { code, .. } => code.is_retryable(),
+            PilotctlError::Cli { code, .. } | PilotctlError::Daemon { code, .. } => {
+                code.is_retryable()
+            }
             PilotctlError::TimedOut { .. } => true,
             _ => false,
         }

@@ -1,5 +1,7 @@
 //! The pilotctl wrapper against the REAL pilotctl 1.18.0 talking to pilot-devnet's emulated
-//! daemons. Nothing here is mocked except where a test needs a misbehaving binary on purpose.
+//! daemons, and the transport's other path, the daemon's socket spoken directly, checked
+//! against the same real CLI (what one publishes the other hears). Nothing here is mocked
+//! except where a test needs a misbehaving binary on purpose.
 
 use support::devnet;
 
@@ -8,6 +10,7 @@ use std::time::Duration;
 
 use devnet::{event_frame, pilotctl_path, temp_dir, write_script, Devnet, StreamClient, DEADLINE};
 use pilot_election::pilotctl::{ErrorCode, Pilotctl, PilotctlError, Subscription};
+use pilot_election::transport::pilot::daemon::{self, EventStream, Probe};
 use serde_json::json;
 
 async fn next_event(sub: &mut Subscription) -> String {
@@ -518,4 +521,158 @@ async fn publish_latency_through_pilotctl() {
         percentile(&delivered, 0.5),
         percentile(&delivered, 0.99),
     );
+}
+
+/// A stream through node `node`'s daemon socket to `broker`, subscribed to `topic`.
+async fn socket_stream(net: &Devnet, node: &str, broker: &str, topic: &str) -> EventStream {
+    match EventStream::open(&net.socket(node), broker, topic, "subscribe").await {
+        Ok(s) => s,
+        Err(e) => panic!("open {node} -> {broker} {topic}: {e}"),
+    }
+}
+
+async fn socket_event(stream: &mut EventStream) -> String {
+    match tokio::time::timeout(DEADLINE, stream.next()).await {
+        Ok(Ok(data)) => data,
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+/// One long-lived connection publishes any number of events, each routed by its own topic, and
+/// the real `pilotctl subscribe` hears them in order; the real `pilotctl publish` reaches a
+/// socket subscriber. The publishing connection, subscribed to a topic nobody publishes on,
+/// hears nothing, not even its own events, while another connection of the same node does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_path_and_the_real_pilotctl_hear_each_other() {
+    let net = Devnet::start(3);
+    let mut cli_a = subscribe(&net, "n3", "n2", "election:a").await;
+    let mut cli_b = subscribe(&net, "n3", "n2", "election:b").await;
+    let mut own = socket_stream(&net, "n1", "n2", "election:a").await;
+    // Addressed three ways, as pilotctl accepts them: hostname, address, bare node id.
+    let mut publisher = socket_stream(&net, "n1", "0:0000.0000.0002", "election:a/publisher").await;
+    let mut by_id = socket_stream(&net, "n3", "2", "election:b").await;
+    net.wait_subscribers(5).await;
+    for i in 0..5 {
+        publisher
+            .send("election:a", format!("a{i}").as_bytes())
+            .await
+            .expect("send");
+    }
+    publisher.send("election:b", b"b0").await.expect("send");
+    for i in 0..5 {
+        assert_eq!(next_event(&mut cli_a).await, format!("a{i}"));
+        assert_eq!(socket_event(&mut own).await, format!("a{i}"));
+    }
+    assert_eq!(
+        next_event(&mut cli_b).await,
+        "b0",
+        "routed by the event's own topic"
+    );
+    assert_eq!(socket_event(&mut by_id).await, "b0");
+    let quiet = tokio::time::timeout(Duration::from_millis(300), publisher.next()).await;
+    assert!(quiet.is_err(), "the publishing connection heard {quiet:?}");
+    // The other way: pilotctl publishes, the socket subscriber hears it, byte for byte.
+    let text = r#"{"type":"heartbeat","term":7,"data":"--not a flag"}"#;
+    publish(&net, "n3", "n2", "election:a", text).await;
+    assert_eq!(socket_event(&mut own).await, text);
+    assert_eq!(next_event(&mut cli_a).await, text);
+    net.wait_status("7 publishes", |s| s["stats"]["published"] == 7)
+        .await;
+}
+
+/// Every failure of the socket path carries the code pilotctl gives for it, so the broker
+/// diagnosis reads both paths alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_failures_carry_the_codes_pilotctl_gives() {
+    let net = Devnet::start(3);
+    let open = |node: &'static str, broker: &'static str| {
+        let socket = net.socket(node);
+        async move { EventStream::open(&socket, broker, "election:g1", "subscribe").await }
+    };
+    let code = |r: Result<EventStream, PilotctlError>| match r {
+        Ok(_) => panic!("opened"),
+        Err(e) => (e.code().cloned(), e.is_retryable(), e.to_string()),
+    };
+    let dir = temp_dir("nosocket");
+    let absent = EventStream::open(&dir.join("absent.sock"), "n2", "t", "subscribe").await;
+    let (c, retry, text) = code(absent);
+    assert_eq!(c, Some(ErrorCode::NotRunning), "{text}");
+    assert!(retry);
+    let _ = std::fs::remove_dir_all(dir);
+    let (c, retry, text) = code(open("n1", "nobody").await);
+    assert_eq!(c, Some(ErrorCode::NotFound), "{text}");
+    assert!(!retry);
+    // And the same for the real pilotctl, side by side.
+    assert_eq!(
+        publish_err(&net, "n1", "nobody").await.code(),
+        Some(&ErrorCode::NotFound)
+    );
+
+    net.post("/cut", json!({"a": "n1", "b": "n2"})).await;
+    let (c, retry, text) = code(open("n1", "n2").await);
+    assert_eq!(c, Some(ErrorCode::ConnectionFailed), "{text}");
+    assert!(retry);
+    assert!(
+        !text.contains("recv"),
+        "a dial failure is not a closed stream: {text}"
+    );
+    net.post("/restore", json!({"a": "n1", "b": "n2"})).await;
+
+    // This node does not trust the broker: refused before dialling, for pilotctl to decide.
+    net.post("/revoke-trust", json!({"node": "n1", "peer": "n2"}))
+        .await;
+    let (c, _, text) = code(open("n1", "n2").await);
+    assert_eq!(c, Some(ErrorCode::Other("trust_required".into())), "{text}");
+    assert!(text.contains(daemon::NOT_TRUSTED), "{text}");
+    net.post("/grant-trust", json!({"node": "n1", "peer": "n2"}))
+        .await;
+
+    // The broker does not trust this node: it closes the stream right after the first frame,
+    // which reads as pilotctl's `recv: EOF`.
+    net.post("/revoke-trust", json!({"node": "n2", "peer": "n1"}))
+        .await;
+    let mut refused = socket_stream(&net, "n1", "n2", "election:g1").await;
+    let end = tokio::time::timeout(DEADLINE, refused.next()).await;
+    match end {
+        Ok(Err(e)) => {
+            assert_eq!(e.code(), Some(&ErrorCode::ConnectionFailed), "{e}");
+            assert!(e.to_string().contains("recv: EOF"), "{e}");
+        }
+        other => panic!("expected the broker to close the stream, got {other:?}"),
+    }
+    net.post("/grant-trust", json!({"node": "n2", "peer": "n1"}))
+        .await;
+
+    // A running stream whose link is cut ends the same way.
+    let mut sub = socket_stream(&net, "n1", "n2", "election:g1").await;
+    net.wait_subscribers(1).await;
+    net.post("/isolate", json!({"node": "n1"})).await;
+    match tokio::time::timeout(DEADLINE, sub.next()).await {
+        Ok(Err(e)) => assert_eq!(e.code(), Some(&ErrorCode::ConnectionFailed), "{e}"),
+        other => panic!("expected the stream to end, got {other:?}"),
+    }
+}
+
+/// The start-up probe: a 1.18 daemon speaks, another version differs, no daemon is unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_tells_a_1_18_daemon_from_another_and_from_none() {
+    let net = Devnet::start(1);
+    match daemon::probe(&net.socket("n1")).await {
+        Probe::Speaks(info) => assert_eq!(
+            (info.node_id, info.address.as_str()),
+            (1, "0:0000.0000.0001")
+        ),
+        other => panic!("{other:?}"),
+    }
+    let older = Devnet::start_with(1, &["--daemon-version", "1.17.3"]);
+    match daemon::probe(&older.socket("n1")).await {
+        Probe::Differs(why) => assert!(why.contains("1.17.3"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let dir = temp_dir("noprobe");
+    assert!(matches!(
+        daemon::probe(&dir.join("absent.sock")).await,
+        Probe::Unreachable(_)
+    ));
+    let _ = std::fs::remove_dir_all(dir);
 }

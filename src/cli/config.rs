@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{RunArgs, TransportKind, EXIT_UNAVAILABLE, EXIT_USAGE};
+use super::{PilotIoChoice, RunArgs, TransportKind, EXIT_UNAVAILABLE, EXIT_USAGE};
 use crate::directory;
 use crate::election::{default_priority, MemberSet, NodeInfo, Timings};
 use crate::exec::ExecConfig;
@@ -16,7 +16,7 @@ use crate::observer::{ObserverConfig, Source as ObserverSource};
 use crate::pilotctl::Pilotctl;
 use crate::signing::KeyRing;
 use crate::transport::http::Peer;
-use crate::transport::pilot::PilotConfig;
+use crate::transport::pilot::{daemon, PilotConfig, PilotIo};
 use crate::transport::TransportConfig;
 use crate::{NodeConfig, ObserverNodeConfig};
 
@@ -469,11 +469,22 @@ impl RunArgs {
         // A checked group name is far shorter than the broker's 1024-byte topic limit.
         let topic = format!("election:{}", self.groups()?[0]);
         let pilotctl = self.pilotctl()?;
+        let io = match (&self.pilot_io_chosen, self.pilot_io) {
+            (Some(chosen), _) => chosen.clone(),
+            (None, PilotIoChoice::Pilotctl) => PilotIo::Pilotctl,
+            (None, _) => PilotIo::Socket(self.daemon_socket()),
+        };
         Ok(PilotConfig {
             pilotctl,
             brokers,
             topic,
+            io,
         })
+    }
+
+    /// The daemon's socket, as pilotctl would find it.
+    fn daemon_socket(&self) -> PathBuf {
+        crate::transport::pilot::daemon::socket_path(self.pilot_socket.as_deref())
     }
 
     /// The pilotctl to run; missing or not executable is exit 69, naming the path.
@@ -500,7 +511,13 @@ impl RunArgs {
     /// With the pilot transport, refuses a pilotctl outside the tested range (exit 69) before
     /// anything else runs it (a usage error is still reported first, exit 64); the verdict is
     /// logged once logging is set up.
-    pub async fn check_pilotctl(&self) -> Result<Option<PilotctlVerdict>, ConfigError> {
+    ///
+    /// Then it chooses the way to the brokers (`--pilot-io`): with `auto`, the daemon's socket
+    /// when the daemon answers `info` there as a 1.18 daemon does, or when nothing answers yet
+    /// (a daemon that is down or starting; the socket path reports `daemon_down` until it is
+    /// up, as pilotctl would); pilotctl when it answers otherwise. With `socket`, a daemon that
+    /// answers otherwise is exit 69.
+    pub async fn check_pilotctl(&mut self) -> Result<Option<PilotctlVerdict>, ConfigError> {
         let Some(pilot) = self.pilot_settings()? else {
             return Ok(None);
         };
@@ -508,7 +525,44 @@ impl RunArgs {
         let verdict = crate::pilotctl::compat::check(&pilot.pilotctl)
             .await
             .map_err(ConfigError::Unavailable)?;
-        Ok(Some((pilot.pilotctl, verdict)))
+        let socket = self.daemon_socket();
+        let (io, why) = match self.pilot_io {
+            PilotIoChoice::Pilotctl => (PilotIo::Pilotctl, "--pilot-io pilotctl".to_string()),
+            choice => match daemon::probe(&socket).await {
+                daemon::Probe::Speaks(info) => (
+                    PilotIo::Socket(socket.clone()),
+                    format!(
+                        "the daemon at {} answers as Pilot {}",
+                        socket.display(),
+                        info.version.unwrap_or_default()
+                    ),
+                ),
+                daemon::Probe::Unreachable(e) => (
+                    PilotIo::Socket(socket.clone()),
+                    format!("the daemon does not answer yet ({e}); taken to be a 1.18 daemon"),
+                ),
+                daemon::Probe::Differs(reason) if choice == PilotIoChoice::Socket => {
+                    return Err(ConfigError::Unavailable(format!(
+                        "--pilot-io socket: the daemon at {} does not answer as a 1.18 daemon does: {reason}",
+                        socket.display()
+                    )));
+                }
+                daemon::Probe::Differs(reason) => (
+                    PilotIo::Pilotctl,
+                    format!(
+                        "the daemon at {} does not answer as a 1.18 daemon does ({reason}); publishing through a pilotctl process per message",
+                        socket.display()
+                    ),
+                ),
+            },
+        };
+        self.pilot_io_chosen = Some(io.clone());
+        let fell_back = io == PilotIo::Pilotctl && self.pilot_io == PilotIoChoice::Auto;
+        Ok(Some((
+            pilot.pilotctl,
+            verdict,
+            PilotIoVerdict { io, why, fell_back },
+        )))
     }
 
     /// With the pilot transport the node id defaults to the Pilot node id of the local daemon.
@@ -530,7 +584,26 @@ impl RunArgs {
 }
 
 /// The pilotctl a node will run and what its version check found.
-pub type PilotctlVerdict = (Pilotctl, crate::pilotctl::compat::Verdict);
+pub type PilotctlVerdict = (Pilotctl, crate::pilotctl::compat::Verdict, PilotIoVerdict);
+
+/// The pilot transport's way to the brokers and why, logged once logging is set up.
+pub struct PilotIoVerdict {
+    pub io: PilotIo,
+    pub why: String,
+    /// `auto` found a daemon that does not speak as expected.
+    pub fell_back: bool,
+}
+
+impl PilotIoVerdict {
+    pub fn log(&self) {
+        let io = self.io.as_str();
+        if self.fell_back {
+            tracing::warn!(pilot_io = io, "{}", self.why);
+        } else {
+            tracing::info!(pilot_io = io, "{}", self.why);
+        }
+    }
+}
 
 /// A pilotctl run that takes longer than this is killed (with its process group).
 const PILOTCTL_TIMEOUT: Duration = Duration::from_secs(2);

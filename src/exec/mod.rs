@@ -329,6 +329,7 @@ mod tests {
             members: Vec::new(),
             member_set: Arc::new(crate::election::MemberSet::new("n1", ["n2", "n3"]).unwrap()),
             transport: Arc::new(Health {
+                io: None,
                 kind: "memory",
                 healthy: true,
                 last_error: None,

@@ -152,6 +152,7 @@ impl Reach {
             .filter(|p| p.state == PeerState::Reachable)
             .count();
         Health {
+            io: None,
             kind: "http",
             healthy: reachable >= self.needed,
             last_error: self

@@ -46,6 +46,7 @@ impl Transport for MemoryTransport {
 
     fn health(&self) -> Health {
         Health {
+            io: None,
             kind: "memory",
             healthy: true,
             last_error: None,

@@ -125,6 +125,9 @@ pub struct Health {
     /// Why the transport is not healthy, in words an operator can act on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Pilot only: how the node reaches its brokers, `socket` or `pilotctl` (chosen at start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<&'static str>,
     /// What each of its links is doing (pilot: its brokers; http: its peers).
     #[serde(flatten)]
     pub links: Option<Links>,

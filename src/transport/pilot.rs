@@ -1,30 +1,34 @@
-//! The Pilot Protocol transport: the election runs over the overlay's event-stream brokers,
-//! driven through the real `pilotctl`.
+//! The Pilot Protocol transport: the election runs over the overlay's event-stream brokers.
 //!
-//! Events reach a node only through a live `pilotctl subscribe` (never through `inbox`), so one
+//! Events reach a node only through a live subscription (never through `inbox`), so one
 //! long-lived subscription per broker is kept running and restarted with capped exponential
 //! backoff; readiness follows it, and [`broker_link`] explains what each one is doing (a broker
-//! that refuses this node, one that dropped it silently, one that is down). Each message is one
-//! `pilotctl publish` per broker, a separate process under a deadline that kills its whole
-//! process group. With several brokers every message arrives once per broker, so duplicates
-//! are dropped by `(from, seq)`; this node's own messages coming back are only used as proof
-//! that the subscription works.
+//! that refuses this node, one that dropped it silently, one that is down). With several brokers
+//! every message arrives once per broker, so duplicates are dropped by `(from, seq)`; this
+//! node's own messages coming back are only used as proof that the subscription works.
+//!
+//! Two ways to the brokers, chosen at start ([`PilotIo`]): through the daemon's socket
+//! ([`daemon`]), one subscribing and one publishing connection per broker for the node's whole
+//! life; or, where the daemon does not answer as a 1.18 daemon does, through `pilotctl`: one
+//! `pilotctl subscribe` per broker and one `pilotctl publish` process per message, each under a
+//! deadline that kills its whole process group.
 
 mod broker_link;
+pub mod daemon;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Health, Inbound, Links, Transport};
 use crate::backoff::Backoff;
 use crate::metrics::{MessageType, Metrics, Received};
-use crate::pilotctl::Pilotctl;
+use crate::pilotctl::{Pilotctl, PilotctlError};
 pub use broker_link::{BrokerHealth, LinkState};
 use broker_link::{BrokerLink, Context, Ending, Note};
 
@@ -43,6 +47,14 @@ const SUBSCRIBE_RETRY: Backoff = Backoff::new(Duration::from_millis(100), Durati
 const DIAGNOSIS_TICK: Duration = Duration::from_millis(250);
 /// How many recent `(from, seq)` pairs are remembered for duplicate suppression.
 const DEDUP_MEMORY: usize = 4096;
+/// The broker's limit on what one connection may publish: 100 events a second with a burst of
+/// 200; beyond it the broker drops events without a word. The socket path's publishing
+/// connection holds itself to it (docs/pilot.md).
+pub const BROKER_RATE: f64 = 100.0;
+pub const BROKER_BURST: f64 = 200.0;
+/// How long a publishing connection that this node cannot open through the socket for want of
+/// trust leaves its publishes to pilotctl before it tries the socket again.
+const TRUST_FALLBACK_FOR: Duration = Duration::from_secs(30);
 
 /// Where and how to reach the overlay.
 #[derive(Debug, Clone)]
@@ -52,6 +64,33 @@ pub struct PilotConfig {
     pub brokers: Vec<String>,
     /// `election:<group>`.
     pub topic: String,
+    /// Through the daemon's socket or through pilotctl processes.
+    pub io: PilotIo,
+}
+
+/// The way to the brokers, chosen at start (`--pilot-io`, docs/pilot.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PilotIo {
+    /// One long-lived connection per broker and purpose through the daemon at this socket.
+    Socket(std::path::PathBuf),
+    /// A `pilotctl publish` process per message, a `pilotctl subscribe` per broker.
+    Pilotctl,
+}
+
+impl PilotIo {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            PilotIo::Socket(_) => "socket",
+            PilotIo::Pilotctl => "pilotctl",
+        }
+    }
+}
+
+/// The topic a publishing connection subscribes to with its first frame: one nobody publishes
+/// on (a group name cannot hold `/`), so that the broker sends it nothing. Its later frames
+/// carry the election topic; the broker routes each event by its own topic.
+fn publisher_topic(topic: &str) -> String {
+    format!("{topic}/publisher")
 }
 
 /// Recently seen messages, bounded. The key includes a hash of the exact text: copies of one
@@ -99,6 +138,12 @@ struct Identity {
 /// Every broker's diagnosis, shared by its subscription task, the publishes and `health()`.
 struct Brokers {
     brokers: Mutex<Vec<BrokerLink>>,
+    /// `socket` or `pilotctl`, for `/status`.
+    io: &'static str,
+    /// Per broker: woken when its subscription was found silent, so that the socket path's
+    /// publishing connection is opened afresh too (the echoes that went missing may have been
+    /// lost on it rather than on the subscription).
+    reopen: Vec<Arc<tokio::sync::Notify>>,
     /// The latest error of any publish or subscription.
     last_error: Mutex<Option<String>>,
     metrics: Arc<Metrics>,
@@ -175,6 +220,7 @@ impl Brokers {
         });
         Health {
             kind: "pilot",
+            io: Some(self.io),
             healthy,
             last_error: self
                 .last_error
@@ -205,6 +251,16 @@ pub struct PilotTransport {
     links: Arc<Brokers>,
     in_flight: Arc<Semaphore>,
     metrics: Arc<Metrics>,
+    /// Over the socket: each broker's publishing connection's queue.
+    outboxes: Vec<mpsc::Sender<Outgoing>>,
+}
+
+/// A message on its way to one broker's publishing connection; the permit bounds how many wait
+/// and tells `flushed` when they have left.
+struct Outgoing {
+    text: Arc<str>,
+    hash: u64,
+    permit: OwnedSemaphorePermit,
 }
 
 impl PilotTransport {
@@ -229,10 +285,35 @@ impl PilotTransport {
             .collect();
         let links = Arc::new(Brokers {
             brokers: Mutex::new(brokers),
+            io: config.io.as_str(),
+            reopen: config
+                .brokers
+                .iter()
+                .map(|_| Arc::new(tokio::sync::Notify::new()))
+                .collect(),
             last_error: Mutex::new(None),
             metrics: metrics.clone(),
         });
+        metrics.set_pilot_io(config.io.as_str());
         let dedup = Arc::new(Mutex::new(Dedup::default()));
+        let mut outboxes = Vec::new();
+        if let PilotIo::Socket(socket) = &config.io {
+            for (i, broker) in config.brokers.iter().enumerate() {
+                let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
+                outboxes.push(tx);
+                tokio::spawn(
+                    Publisher {
+                        index: i,
+                        broker: broker.clone(),
+                        socket: socket.clone(),
+                        config: config.clone(),
+                        links: links.clone(),
+                        metrics: metrics.clone(),
+                    }
+                    .run(rx, stop.clone()),
+                );
+            }
+        }
         for (i, broker) in config.brokers.iter().enumerate() {
             tokio::spawn(subscribe_loop(
                 i,
@@ -250,6 +331,7 @@ impl PilotTransport {
             links,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             metrics,
+            outboxes,
         }
     }
 }
@@ -274,17 +356,24 @@ impl Transport for PilotTransport {
         for (index, broker) in self.config.brokers.iter().enumerate() {
             let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
                 self.metrics.publish_failed();
-                tracing::warn!(broker = %broker, "too many pilotctl publishes in flight; dropped one");
+                tracing::warn!(broker = %broker, "too many publishes in flight; dropped one");
                 continue;
             };
+            self.links
+                .update(index, |l| l.publishing(crate::clock::now(), hash));
+            if let Some(outbox) = self.outboxes.get(index) {
+                let text = text.clone();
+                if outbox.try_send(Outgoing { text, hash, permit }).is_err() {
+                    self.metrics.publish_failed();
+                }
+                continue;
+            }
             let ctl = self.config.pilotctl.clone();
             let topic = self.config.topic.clone();
             let broker = broker.clone();
             let text = text.clone();
             let metrics = self.metrics.clone();
             let links = self.links.clone();
-            let sent_at = crate::clock::now();
-            links.update(index, |l| l.publishing(sent_at, hash));
             tokio::spawn(async move {
                 let _permit = permit;
                 let ok = publish_one(&ctl, &broker, &topic, &text, &metrics, &links).await;
@@ -295,7 +384,8 @@ impl Transport for PilotTransport {
         }
     }
 
-    /// Every publish holds a permit of `in_flight` until its `pilotctl publish` is done.
+    /// Every publish holds a permit of `in_flight` until its `pilotctl publish` is done, or its
+    /// bytes are written to the daemon's socket.
     fn flushed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
         let in_flight = self.in_flight.clone();
         Box::pin(async move {
@@ -362,10 +452,10 @@ async fn subscribe_loop(
             }
         }
         // `None`: the diagnosis found the running subscription silent and wants a new one.
-        let ending = match config.pilotctl.subscribe(&broker, &config.topic) {
+        let ending = match Feed::open(&config, &broker).await {
             Ok(mut sub) => {
                 links.update(index, |l| l.started(crate::clock::now()));
-                tracing::debug!(broker = %broker, topic = %config.topic, pid = sub.pid(), "pilotctl subscribe started");
+                tracing::debug!(broker = %broker, topic = %config.topic, via = sub.via(), "subscription started");
                 let ending = loop {
                     let next = tokio::select! {
                         _ = stop.cancelled() => return,
@@ -373,6 +463,9 @@ async fn subscribe_loop(
                             let (restart, notes) = links.update(index, |l| l.tick(crate::clock::now()));
                             log(notes, &broker);
                             if restart {
+                                if let Some(reopen) = links.reopen.get(index) {
+                                    reopen.notify_one();
+                                }
                                 break None;
                             }
                             continue;
@@ -395,9 +488,9 @@ async fn subscribe_loop(
                         None => break Some(Ending::of(None)),
                     }
                 };
-                let skipped = sub.garbage_lines() + sub.oversized_lines();
+                let skipped = sub.skipped();
                 if skipped > 0 {
-                    tracing::warn!(broker = %broker, skipped, "pilotctl printed lines that were not events");
+                    tracing::warn!(broker = %broker, skipped, "the subscription received events that were not election messages (not text, or over 256 KiB)");
                 }
                 ending
             }
@@ -429,6 +522,245 @@ async fn subscribe_loop(
     }
 }
 
+/// One broker's subscription, by either path.
+enum Feed {
+    Process(Box<crate::pilotctl::Subscription>),
+    Socket(daemon::EventStream),
+}
+
+impl Feed {
+    /// Over the socket, unless this node does not trust the broker: pilotctl then decides
+    /// (it asks the registry whether the broker is public, which the socket path does not).
+    async fn open(config: &PilotConfig, broker: &str) -> Result<Feed, PilotctlError> {
+        if let PilotIo::Socket(socket) = &config.io {
+            match daemon::EventStream::open(socket, broker, &config.topic, "subscribe").await {
+                Ok(stream) => return Ok(Feed::Socket(stream)),
+                Err(e) if is_untrusted(&e) => {
+                    tracing::debug!(broker, "broker not trusted; subscribing through pilotctl");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        config
+            .pilotctl
+            .subscribe(broker, &config.topic)
+            .map(|sub| Feed::Process(Box::new(sub)))
+    }
+
+    async fn next(&mut self) -> Option<Result<String, PilotctlError>> {
+        match self {
+            Feed::Process(sub) => sub.next().await,
+            Feed::Socket(stream) => Some(stream.next().await),
+        }
+    }
+
+    fn via(&self) -> &'static str {
+        match self {
+            Feed::Process(_) => "pilotctl",
+            Feed::Socket(_) => "socket",
+        }
+    }
+
+    /// Events received that were not text of a sane size.
+    fn skipped(&self) -> u64 {
+        match self {
+            Feed::Process(sub) => sub.garbage_lines() + sub.oversized_lines(),
+            Feed::Socket(stream) => stream.garbage_events() + stream.oversized_events(),
+        }
+    }
+}
+
+fn is_untrusted(e: &PilotctlError) -> bool {
+    matches!(e, PilotctlError::Daemon { message, .. } if message == daemon::NOT_TRUSTED)
+}
+
+/// A token bucket at the broker's per-connection rate: what this node may still publish on one
+/// connection before the broker would start dropping.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(now: Instant) -> Bucket {
+        Bucket {
+            tokens: BROKER_BURST,
+            at: now,
+        }
+    }
+
+    /// Takes a token, or says how long until one is there.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let since = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + since * BROKER_RATE).min(BROKER_BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / BROKER_RATE))
+        }
+    }
+}
+
+/// One broker's publishing connection over the daemon's socket: opened once, every message of
+/// the node written on it in order, at most at the broker's rate; opened again after it broke,
+/// after the subscription was found silent, or (through pilotctl meanwhile) after the broker
+/// was not trusted.
+struct Publisher {
+    index: usize,
+    broker: String,
+    socket: std::path::PathBuf,
+    config: PilotConfig,
+    links: Arc<Brokers>,
+    metrics: Arc<Metrics>,
+}
+
+impl Publisher {
+    async fn run(self, mut outbox: mpsc::Receiver<Outgoing>, stop: CancellationToken) {
+        let topic = publisher_topic(&self.config.topic);
+        let mut backoff = SUBSCRIBE_RETRY;
+        let mut bucket = Bucket::full(crate::clock::now());
+        let mut throttled = false;
+        let reopen = self.links.reopen[self.index].clone();
+        loop {
+            let opened = tokio::select! {
+                _ = stop.cancelled() => return,
+                o = daemon::EventStream::open(&self.socket, &self.broker, &topic, "publish") => o,
+            };
+            let mut stream = match opened {
+                Ok(stream) => stream,
+                Err(e) if is_untrusted(&e) => {
+                    // pilotctl knows whether an untrusted broker is public; let it publish.
+                    self.through_pilotctl(&mut outbox, &stop).await;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(broker = %self.broker, error = %e, "publishing connection not opened");
+                    self.links.set_error(format!("{}: {e}", self.broker));
+                    if !self.idle(&mut outbox, backoff.next_delay(), &stop).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            tracing::debug!(broker = %self.broker, "publishing connection open");
+            let mut sent = false;
+            let broke = loop {
+                let m = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = reopen.notified() => break None,
+                    // The broker sends nothing on this topic; reading still notices a close.
+                    r = stream.next() => match r {
+                        Ok(_) => continue,
+                        Err(e) => break Some(e),
+                    },
+                    m = outbox.recv() => match m {
+                        Some(m) => m,
+                        None => return,
+                    },
+                };
+                if let Err(wait) = bucket.take(crate::clock::now()) {
+                    self.metrics.publish_throttled("delayed");
+                    if !throttled {
+                        throttled = true;
+                        tracing::warn!(broker = %self.broker, "publishing faster than the broker's 100 events/s per connection; holding messages back");
+                    }
+                    tokio::time::sleep(wait).await;
+                    let _ = bucket.take(crate::clock::now());
+                } else if throttled && outbox.is_empty() {
+                    throttled = false;
+                }
+                let started = crate::clock::now();
+                match stream.send(&self.config.topic, m.text.as_bytes()).await {
+                    Ok(()) => {
+                        sent = true;
+                        self.metrics.observe_publish(crate::clock::since(started));
+                        self.links
+                            .update(self.index, |l| l.published(m.hash, started));
+                        backoff.reset();
+                    }
+                    Err(e) => {
+                        self.metrics.publish_failed();
+                        break Some(e);
+                    }
+                }
+            };
+            if let Some(e) = broke {
+                // A connection that carried messages and broke is news; one the broker closes
+                // as soon as it opens (it does not trust this node) is the subscription's
+                // diagnosis to report, once.
+                if sent {
+                    tracing::warn!(broker = %self.broker, error = %e, "publishing connection broke; opening another");
+                } else {
+                    tracing::debug!(broker = %self.broker, error = %e, "publishing connection closed at once");
+                }
+                self.links.set_error(format!("{}: {e}", self.broker));
+                if !self.idle(&mut outbox, backoff.next_delay(), &stop).await {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits `wait` before the next attempt to open; what the node publishes meanwhile is lost,
+    /// as it would be on the wire (a queue of stale heartbeats would only arrive late). False
+    /// when the transport stops.
+    async fn idle(
+        &self,
+        outbox: &mut mpsc::Receiver<Outgoing>,
+        wait: Duration,
+        stop: &CancellationToken,
+    ) -> bool {
+        let wait = tokio::time::sleep(wait);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                _ = &mut wait => return true,
+                m = outbox.recv() => match m {
+                    Some(_) => self.metrics.publish_failed(),
+                    None => return false,
+                },
+            }
+        }
+    }
+
+    /// Publishes through pilotctl, a process per message, for [`TRUST_FALLBACK_FOR`].
+    async fn through_pilotctl(
+        &self,
+        outbox: &mut mpsc::Receiver<Outgoing>,
+        stop: &CancellationToken,
+    ) {
+        let until = tokio::time::sleep(TRUST_FALLBACK_FOR);
+        tokio::pin!(until);
+        loop {
+            let m = tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = &mut until => return,
+                m = outbox.recv() => match m {
+                    Some(m) => m,
+                    None => return,
+                },
+            };
+            let (ctl, broker, topic) = (
+                self.config.pilotctl.clone(),
+                self.broker.clone(),
+                self.config.topic.clone(),
+            );
+            let (metrics, links, index) = (self.metrics.clone(), self.links.clone(), self.index);
+            tokio::spawn(async move {
+                let _permit = m.permit;
+                if let Some(sent_at) =
+                    publish_one(&ctl, &broker, &topic, &m.text, &metrics, &links).await
+                {
+                    links.update(index, |l| l.published(m.hash, sent_at));
+                }
+            });
+        }
+    }
+}
+
 fn deliver(data: String, hash: u64, inbound: &Inbound, dedup: &Mutex<Dedup>, metrics: &Metrics) {
     // Duplicates from several brokers are dropped here; anything unparsable goes on to the
     // runtime, which counts it as malformed.
@@ -450,6 +782,36 @@ fn deliver(data: String, hash: u64, inbound: &Inbound, dedup: &Mutex<Dedup>, met
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bucket_allows_the_brokers_burst_then_its_rate_and_says_how_long_to_wait() {
+        let t0 = crate::clock::now();
+        let mut b = Bucket::full(t0);
+        for i in 0..200 {
+            assert!(b.take(t0).is_ok(), "token {i} of the burst");
+        }
+        let wait = b.take(t0).expect_err("the burst is spent");
+        assert!(
+            wait > Duration::from_millis(9) && wait <= Duration::from_millis(10),
+            "{wait:?}"
+        );
+        // A second later a hundred more, not one more.
+        let t1 = t0 + Duration::from_secs(1);
+        for i in 0..100 {
+            assert!(b.take(t1).is_ok(), "token {i} of the second's rate");
+        }
+        assert!(b.take(t1).is_err());
+        // Never more than the burst, however long it rested.
+        let t2 = t1 + Duration::from_secs(3600);
+        assert_eq!((0..300).filter(|_| b.take(t2).is_ok()).count(), 200);
+    }
+
+    #[test]
+    fn the_publishing_connections_topic_is_one_no_group_can_have() {
+        let topic = publisher_topic("election:shard-01");
+        assert_eq!(topic, "election:shard-01/publisher");
+        assert!(crate::group::GroupName::new(&topic["election:".len()..]).is_err());
+    }
 
     #[test]
     fn dedup_remembers_a_bounded_window() {

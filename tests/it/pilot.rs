@@ -22,11 +22,35 @@ async fn role_leader(url: &str) -> u16 {
     get_json(&format!("{url}/role/leader")).await.0
 }
 
+/// Through the daemon's socket (the default where the daemon answers as 1.18 does): one
+/// connection per broker and purpose, no pilotctl process at all once the node runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
+    elect_fail_over_and_survive_isolation(&[], "socket").await;
+}
+
+/// The same through today's path, a pilotctl process per message (`--pilot-io pilotctl`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_elect_fail_over_and_survive_isolation_through_pilotctl_processes() {
+    elect_fail_over_and_survive_isolation(&["--pilot-io", "pilotctl"], "pilotctl").await;
+}
+
+/// The pilotctl processes a node runs at this moment.
+fn pilotctl_children(node: &App) -> usize {
+    let pid = node.child.as_ref().expect("running").id();
+    crate::app::children_of(pid)
+        .into_iter()
+        .filter(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/comm"))
+                .is_ok_and(|comm| comm.trim() == "pilotctl")
+        })
+        .count()
+}
+
+async fn elect_fail_over_and_survive_isolation(extra: &[&str], io: &str) {
     let _serial = crate::app::serial().await;
     let net = Devnet::start(4);
-    let mut c = pilot_cluster(&net, &[]);
+    let mut c = pilot_cluster(&net, extra);
     for n in &c.nodes {
         wait_up(n).await;
     }
@@ -40,6 +64,29 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
     let (_, status) = get_json(&format!("{}/status", c.nodes[li].url())).await;
     assert_eq!(status["transport"]["kind"], "pilot", "{status}");
     assert_eq!(status["transport"]["healthy"], true, "{status}");
+    assert_eq!(status["transport"]["io"], io, "{status}");
+    let metrics = metrics_text(&c.nodes[li].url()).await;
+    assert_eq!(
+        metric(&metrics, &format!("pilot_election_pilot_io{{io=\"{io}\"}}")),
+        1.0,
+        "{metrics}"
+    );
+    // Over the socket no node runs a pilotctl process (sampled for 2 s, some 4 heartbeats);
+    // through pilotctl, the subscription alone is one per node.
+    let mut most = 0;
+    let until = pilot_election::clock::now() + Duration::from_secs(2);
+    while pilot_election::clock::now() < until {
+        most = most.max(c.nodes.iter().map(pilotctl_children).max().unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if io == "socket" {
+        assert_eq!(most, 0, "pilotctl processes over the socket path");
+        let devnet = net.status().await;
+        assert_eq!(devnet["stats"]["rate_limited"], 0, "{devnet}");
+        assert!(devnet["stats"]["published"].as_u64() > Some(0), "{devnet}");
+    } else {
+        assert!(most >= 1, "no pilotctl subscription through pilotctl");
+    }
     shell_observer_sees_heartbeats(&net, &leader, term);
 
     // kill -9 of the leader: the survivors agree on a new leader with a higher term.
@@ -115,6 +162,46 @@ async fn three_nodes_elect_fail_over_and_survive_isolation_over_pilot() {
     let metrics = metrics_text(&c.nodes[ni].url()).await;
     let restarts = metric(&metrics, "pilot_election_subscription_restarts_total");
     assert!(restarts >= 1.0, "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_that_answers_otherwise_is_used_through_pilotctl() {
+    let _serial = crate::app::serial().await;
+    // The devnet's daemons report another version in `info`: auto chooses pilotctl, says why,
+    // and the cluster elects that way.
+    let net = Devnet::start_with(4, &["--daemon-version", "1.17.3"]);
+    let c = pilot_cluster(&net, &[]);
+    for n in &c.nodes {
+        wait_up(n).await;
+    }
+    let (leader, _) = c.agreed(&[0, 1, 2], T * 4, |_, _| true).await;
+    let (_, status) = get_json(&format!("{}/status", c.nodes[c.index(&leader)].url())).await;
+    assert_eq!(status["transport"]["io"], "pilotctl", "{status}");
+    let why = log_lines(&c.nodes[0], "does not answer as a 1.18 daemon does");
+    assert!(
+        why.iter()
+            .any(|l| l.contains("1.17.3") && l.contains("WARN")),
+        "{}",
+        c.nodes[0].log()
+    );
+    // `--pilot-io socket` refuses such a daemon: exit 69, saying why, in one line.
+    let dir = TempDir::new("pilot-io");
+    let socket = net.nodes[0]["socket"].as_str().unwrap().to_string();
+    let out = Command::new(bin())
+        .args(["run", "--transport", "pilot", "--listen", "127.0.0.1:0"])
+        .args(["--member", "a,b,c", "--node-id", "a", "--broker", "n4"])
+        .args(["--pilot-io", "socket", "--pilot-socket", &socket])
+        .args(["--pilotctl", &pilotctl_path().display().to_string()])
+        .args(["--data-dir", &dir.0.join("data").display().to_string()])
+        .output()
+        .expect("run the binary");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("1.17.3") && err.contains("--pilot-io socket"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -519,8 +606,8 @@ async fn with_two_brokers_revoking_trust_at_one_changes_nothing_and_shows_in_sta
         .post("/revoke-trust", json!({"node": "n4", "peer": daemon}))
         .await;
     assert_eq!(
-        closed["closed"], 1,
-        "the leader's subscription to n4 was torn down"
+        closed["closed"], 2,
+        "the leader's subscribing and publishing connections to n4 were torn down"
     );
     // Longer than a lease and an election timeout: nobody moves, nobody else claims.
     hold_steady(&c, &all, &leader, term, Duration::from_secs(2) + T).await;

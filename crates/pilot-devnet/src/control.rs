@@ -17,6 +17,10 @@
 //!   open (a `pilotctl subscribe` that silently hears nothing more, even after `/heal`).
 //! - `POST /mute {"node"}`: every event this node publishes is read by the broker and dropped
 //!   (counted as `muted`); its subscriptions still hear everyone. A mute node: heard by nobody.
+//! - `POST /deafen {"node"}`: this node's stream connections hear nothing (counted as
+//!   `deafened`) while what it publishes is still delivered: a deaf node. A heal lets the node's
+//!   new connections hear again; the ones deafened stay deaf, as subscribers a broker dropped
+//!   without closing them, so the node has to notice and replace them itself.
 //! - `POST /heal`: clear every fault (trust is not a fault: it stays as it is).
 //!
 //! Trust is directed, as in Pilot: every node trusts every other at start, and always itself.
@@ -182,6 +186,16 @@ async fn mute(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply {
     }
 }
 
+async fn deafen(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply {
+    match node(&net, &n.node) {
+        Ok(i) => {
+            net.set_deaf(i);
+            ok(json!({}))
+        }
+        Err(e) => e,
+    }
+}
+
 async fn stall(State(net): State<Arc<Net>>, Json(n): Json<NodeRef>) -> Reply {
     match node(&net, &n.node) {
         Ok(i) => {
@@ -232,6 +246,7 @@ pub async fn serve(net: Arc<Net>, listener: tokio::net::TcpListener) {
         .route("/stall", post(stall))
         .route("/fail-delivery", post(fail_delivery))
         .route("/mute", post(mute))
+        .route("/deafen", post(deafen))
         .route("/revoke-trust", post(revoke_trust))
         .route("/grant-trust", post(grant_trust))
         .route("/drop", post(drop_fraction))

@@ -14,17 +14,10 @@ use crate::net::{
     encode_frame, ClientTx, DialError, Net, Outbound, SendError, TrustError, CLIENT_QUEUE,
 };
 
-const CMD_DIAL: u8 = 0x03;
-const CMD_DIAL_OK: u8 = 0x04;
-const CMD_SEND: u8 = 0x06;
-const CMD_CLOSE: u8 = 0x08;
-const CMD_ERROR: u8 = 0x0A;
-const CMD_INFO: u8 = 0x0D;
-const CMD_INFO_OK: u8 = 0x0E;
-const CMD_TRUST: u8 = 0x0F;
-const CMD_TRUST_OK: u8 = 0x10;
-const CMD_RESOLVE: u8 = 0x11;
-const CMD_RESOLVE_OK: u8 = 0x12;
+use pilot_election::transport::pilot::daemon::command::{
+    CMD_CLOSE, CMD_DIAL, CMD_DIAL_OK, CMD_ERROR, CMD_INFO, CMD_INFO_OK, CMD_RESOLVE,
+    CMD_RESOLVE_OK, CMD_SEND, CMD_TRUST, CMD_TRUST_OK, TRUST_CHECK,
+};
 
 /// The first payload byte of a trust request, as pilotctl 1.18.0 sends it (found by capturing
 /// its frames); the node id that follows is a u32 BE, then any free text.
@@ -37,7 +30,7 @@ const TRUST_UNTRUST: u8 = 6;
 /// "Is this peer trusted (waiting up to N ms)?": pilotctl asks before `publish` and `subscribe`
 /// dial; on `false` it would go on to ask the registry whether the peer is public, which the
 /// devnet does not emulate.
-const TRUST_WAIT: u8 = 7;
+const TRUST_WAIT: u8 = TRUST_CHECK;
 
 /// pilotctl refuses frames over 64 MiB; a larger length from a client means a broken stream.
 const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -117,7 +110,7 @@ fn handle(net: &Net, node: usize, client: u64, tx: &ClientTx, cmd: u8, payload: 
                 "node_id": me.node_id,
                 "address": me.address,
                 "hostname": me.hostname,
-                "version": "1.18.0",
+                "version": net.daemon_version,
                 "emulated": true,
             });
             reply(tx, CMD_INFO_OK, info.to_string().as_bytes());

@@ -45,6 +45,9 @@ struct Args {
     /// Seed for the delivery-drop fault, so a lossy run can be replayed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The version every daemon's `info` reports.
+    #[arg(long, default_value = "1.18.0")]
+    daemon_version: String,
     /// Exit when stdin reaches end of file, so a crashed parent never leaves us behind.
     #[arg(long)]
     exit_on_stdin_eof: bool,
@@ -163,7 +166,9 @@ async fn run(args: Args) -> Result<(), String> {
     let names = node_names(&args)?;
     let bound = bind_nodes(&args.dir, &names)?;
     let (infos, listeners): (Vec<NodeInfo>, Vec<UnixListener>) = bound.into_iter().unzip();
-    let net = Arc::new(Net::new(infos, args.seed));
+    let mut net = Net::new(infos, args.seed);
+    net.daemon_version = args.daemon_version.clone();
+    let net = Arc::new(net);
 
     let control = tokio::net::TcpListener::bind(args.control)
         .await

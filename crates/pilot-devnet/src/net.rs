@@ -43,11 +43,11 @@ pub const RETRY_AFTER: Duration = Duration::from_millis(20);
 /// Failed deliveries in a row (each after its retry) that take a subscriber off the list.
 const MAX_FAILURES_IN_A_ROW: u32 = 3;
 
-pub const CMD_RECV: u8 = 0x07;
 /// Daemon → client: the remote end of a stream closed. Found by probing pilotctl 1.18.0: only
 /// this opcode makes a running `subscribe` exit with `recv: EOF` (a `0x08` from the daemon is
 /// ignored).
-pub const CMD_REMOTE_CLOSED: u8 = 0x09;
+pub use pilot_election::transport::pilot::daemon::command::CMD_CLOSED as CMD_REMOTE_CLOSED;
+pub use pilot_election::transport::pilot::daemon::command::CMD_RECV;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NodeInfo {
@@ -98,6 +98,9 @@ struct StreamConn {
     failures: u32,
     /// Bytes sent so far that do not yet form a whole event frame: sends are a byte stream.
     pending: Vec<u8>,
+    /// Made deaf while its node was (`/deafen`): it hears nothing more, even after a heal, as
+    /// a subscriber the broker dropped without closing it. New connections hear again.
+    deafened: bool,
     out: ClientTx,
     tokens: f64,
     refilled: Instant,
@@ -138,6 +141,8 @@ pub struct Stats {
     pub subscribers_dropped: u64,
     /// Events from muted nodes, read and dropped.
     pub muted: u64,
+    /// Deliveries not made to a deafened connection.
+    pub deafened: u64,
 }
 
 /// A delivery to try again once `due` has come.
@@ -197,6 +202,9 @@ struct State {
     /// their subscriptions still hear everyone (a mute node, as a path that loses only what
     /// the node sends would make it).
     muted: HashSet<usize>,
+    /// Nodes whose stream connections hear nothing (`/deafen`), while what they publish is
+    /// still delivered: a deaf node, whatever way it reaches the broker.
+    deaf: HashSet<usize>,
     retries: mpsc::UnboundedSender<Retry>,
     drop_fraction: f64,
     rng: Rng,
@@ -209,6 +217,9 @@ struct State {
 
 pub struct Net {
     pub nodes: Vec<NodeInfo>,
+    /// What each daemon's `info` names as its version (`--daemon-version`): another one lets a
+    /// test see a node choose pilotctl over the daemon's socket.
+    pub daemon_version: String,
     seed: u64,
     state: Mutex<State>,
     retry_queue: Mutex<Option<mpsc::UnboundedReceiver<Retry>>>,
@@ -359,6 +370,7 @@ impl Net {
         let (retries, retry_queue) = mpsc::unbounded_channel();
         Net {
             nodes,
+            daemon_version: "1.18.0".into(),
             seed,
             retry_queue: Mutex::new(Some(retry_queue)),
             state: Mutex::new(State {
@@ -371,6 +383,7 @@ impl Net {
                 started_at: unix_secs(),
                 failing_delivery: HashSet::new(),
                 muted: HashSet::new(),
+                deaf: HashSet::new(),
                 retries,
                 drop_fraction: 0.0,
                 rng: Rng::new(seed),
@@ -447,6 +460,7 @@ impl Net {
                 listed: false,
                 failures: 0,
                 pending: Vec::new(),
+                deafened: false,
                 out: out.clone(),
                 tokens: RATE_BURST,
                 refilled: pilot_election::clock::now(),
@@ -625,6 +639,10 @@ impl Net {
         self.lock().muted.insert(node);
     }
 
+    pub fn set_deaf(&self, node: usize) {
+        self.lock().deaf.insert(node);
+    }
+
     /// Runs the broker's delayed second attempts, in the order they fell due.
     pub async fn run_retries(self: std::sync::Arc<Self>) {
         let queue = self
@@ -689,6 +707,7 @@ impl Net {
         st.stalled.clear();
         st.failing_delivery.clear();
         st.muted.clear();
+        st.deaf.clear();
         st.drop_fraction = 0.0;
         st.delay = Duration::ZERO;
         st.rng = Rng::new(self.seed);
@@ -714,6 +733,8 @@ impl Net {
         failing.sort();
         let mut muted: Vec<String> = st.muted.iter().map(|&i| name(i)).collect();
         muted.sort();
+        let mut deaf: Vec<String> = st.deaf.iter().map(|&i| name(i)).collect();
+        deaf.sort();
         let subscribers = st.conns.values().filter(|c| c.listed).count();
         serde_json::json!({
             "cuts": cuts,
@@ -722,6 +743,8 @@ impl Net {
             "untrusted": untrusted,
             "failing_delivery": failing,
             "muted": muted,
+            "deaf": deaf,
+            "deafened_connections": st.conns.values().filter(|c| c.deafened).count(),
             "drop_fraction": st.drop_fraction,
             "delay_ms": st.delay.as_millis() as u64,
             "connections": st.conns.len(),
@@ -747,6 +770,19 @@ impl State {
         self.stats.published += 1;
         let at = pilot_election::clock::now() + self.delay;
         let event = encode_event(topic, payload);
+        let deaf = &self.deaf;
+        for c in self.conns.values_mut() {
+            if deaf.contains(&c.origin) {
+                c.deafened = true;
+            }
+        }
+        let deafened = self
+            .conns
+            .iter()
+            .filter(|(id, c)| **id != from && c.broker == broker && c.listed && c.deafened)
+            .filter(|(_, c)| c.topic.as_deref().is_some_and(|t| t == topic || t == "*"))
+            .count();
+        self.stats.deafened += deafened as u64;
         let mut targets: Vec<u32> = self
             .conns
             .iter()
@@ -754,6 +790,7 @@ impl State {
                 **id != from
                     && c.broker == broker
                     && c.listed
+                    && !c.deafened
                     && c.topic.as_deref().is_some_and(|t| t == topic || t == "*")
             })
             .map(|(id, _)| *id)
@@ -994,12 +1031,14 @@ mod tests {
             .any(|(_, p)| p.windows(text.len()).any(|w| w == text))
     }
 
-    #[test]
-    fn a_muted_node_hears_everyone_and_nobody_hears_it_until_healed() {
+    type Client = (ClientTx, mpsc::Receiver<Outbound>);
+
+    /// n1 and n2 each subscribed to `t` on n3's broker and each publishing on a connection of
+    /// its own: the clients and the two publishing connections.
+    fn two_subscribers_and_publishers() -> (Net, Client, Client, u32, u32) {
         let net = test_net();
-        let (tx1, mut rx1) = mpsc::channel(16);
-        let (tx2, mut rx2) = mpsc::channel(16);
-        // Both nodes subscribe on n2's broker, and each publishes on a connection of its own.
+        let (tx1, rx1) = mpsc::channel(16);
+        let (tx2, rx2) = mpsc::channel(16);
         let sub1 = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx1).expect("dial");
         let sub2 = net.dial(2, 1, 2, EVENT_STREAM_PORT, &tx2).expect("dial");
         let pub1 = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx1).expect("dial");
@@ -1008,6 +1047,12 @@ mod tests {
             net.send(client, conn, &encode_event("t", b""))
                 .expect("open");
         }
+        (net, (tx1, rx1), (tx2, rx2), pub1, pub2)
+    }
+
+    #[test]
+    fn a_muted_node_hears_everyone_and_nobody_hears_it_until_healed() {
+        let (net, (_, mut rx1), (_, mut rx2), pub1, pub2) = two_subscribers_and_publishers();
         net.set_muted(0);
         net.send(1, pub1, &encode_event("t", b"from n1"))
             .expect("publish");
@@ -1021,6 +1066,33 @@ mod tests {
         net.send(1, pub1, &encode_event("t", b"again"))
             .expect("publish");
         assert!(heard(&mut rx2, b"again"), "heard again after /heal");
+    }
+
+    #[test]
+    fn a_deafened_node_is_heard_and_hears_nothing_its_old_connections_stay_deaf_after_a_heal() {
+        let (net, (tx1, mut rx1), (_, mut rx2), pub1, pub2) = two_subscribers_and_publishers();
+        net.set_deaf(0);
+        net.send(1, pub1, &encode_event("t", b"from n1"))
+            .expect("publish");
+        net.send(2, pub2, &encode_event("t", b"from n2"))
+            .expect("publish");
+        assert!(heard(&mut rx2, b"from n1"), "n1 is still heard");
+        assert!(!heard(&mut rx1, b"from n2"), "n1 hears nobody");
+        // n1's subscription missed both events, its publishing connection the one of n2.
+        assert_eq!(net.lock().stats.deafened, 3);
+        assert_eq!(net.status_json()["deaf"], serde_json::json!(["n1"]));
+        net.heal();
+        net.send(2, pub2, &encode_event("t", b"after"))
+            .expect("publish");
+        assert!(
+            !heard(&mut rx1, b"after"),
+            "the old subscription stays deaf"
+        );
+        let fresh = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx1).expect("dial");
+        net.send(1, fresh, &encode_event("t", b"")).expect("open");
+        net.send(2, pub2, &encode_event("t", b"again"))
+            .expect("publish");
+        assert!(heard(&mut rx1, b"again"), "a new subscription hears");
     }
 
     #[test]

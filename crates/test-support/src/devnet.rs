@@ -56,8 +56,14 @@ pub struct Devnet {
 
 impl Devnet {
     pub fn start(nodes: u32) -> Devnet {
+        Devnet::start_with(nodes, &[])
+    }
+
+    /// A devnet started with more of its flags (`--daemon-version 1.17.0`, ...).
+    pub fn start_with(nodes: u32, extra: &[&str]) -> Devnet {
         let dir = temp_dir("net");
         let mut child = Command::new(devnet_bin())
+            .args(extra)
             .arg("--dir")
             .arg(&dir)
             .arg("--nodes")

@@ -13,17 +13,12 @@
 //!
 //! | fault | http (per-link proxies, [`crate::proxy`]) | pilot (real pilotctl, pilot-devnet) |
 //! | --- | --- | --- |
-//! | deaf | links into the node held (leader) or refused (follower) | its `pilotctl subscribe` processes stopped ([`Freezer`]), its replacements too |
+//! | deaf | links into the node held (leader) or refused (follower) | pilot-devnet's `/deafen`: the broker delivers nothing to its connections, its replacements too; after the heal the deafened ones stay deaf |
 //! | mute | links out of the node held | pilot-devnet's `/mute`: the broker drops what it publishes |
 //! | crash loop | `kill -9` by PID, restart on the same data dir | the same |
 
-use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -366,88 +361,16 @@ impl Observed {
     }
 }
 
-/// The `pilotctl subscribe` processes of node process `pid`: its children with `subscribe`
-/// among their arguments.
-pub fn subscriptions_of(pid: u32) -> Vec<i32> {
-    crate::app::children_of(pid)
-        .into_iter()
-        .filter(|child| {
-            let args = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-            args.split(|b| *b == 0).any(|a| a == b"subscribe")
-        })
-        .map(|child| child as i32)
-        .collect()
-}
-
-/// Keeps every `pilotctl subscribe` of one node stopped (SIGSTOP, by PID) while it runs, the
-/// ones the node starts to replace a subscription it found silent included: the node still
-/// publishes, and hears nothing.
-pub struct Freezer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<BTreeSet<i32>>>,
-    pid: u32,
-}
-
-impl Freezer {
-    pub fn start(pid: u32) -> Freezer {
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut stopped = BTreeSet::new();
-                while !stop.load(Ordering::Relaxed) {
-                    for child in subscriptions_of(pid) {
-                        // A child that already exited (ESRCH) is simply gone.
-                        if kill(Pid::from_raw(child), Signal::SIGSTOP).is_ok() {
-                            stopped.insert(child);
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                stopped
-            })
-        };
-        Freezer {
-            stop,
-            thread: Some(thread),
-            pid,
-        }
-    }
-
-    /// Stops freezing new subscriptions but leaves the stopped ones stopped, as a broker that
-    /// delivers again would leave a subscriber it had dropped: the node has to notice and
-    /// replace the one it has by itself. The PIDs that were stopped.
-    pub fn release(&mut self) -> BTreeSet<i32> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .take()
-            .map(|t| t.join().expect("the freezer does not panic"))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Freezer {
-    /// Continues whatever is still stopped, so that nothing outlives a failed test stopped.
-    fn drop(&mut self) {
-        self.release();
-        for child in subscriptions_of(self.pid) {
-            let _ = kill(Pid::from_raw(child), Signal::SIGCONT);
-        }
-    }
-}
-
 /// Three started nodes at the default timings that hear each other either through per-link
 /// proxies (http) or through pilot-devnet's broker (pilot), and the means to fault them.
 pub struct Bed {
     pub via: Via,
-    // Dropped in this order: stopped subscriptions continued while their node still runs, the
-    // nodes killed, then the network under them.
-    freezer: Option<Freezer>,
+    // Dropped in this order: the nodes killed, then the network under them.
     pub cluster: Cluster,
     links: Option<Links>,
     net: Option<Devnet>,
-    /// The subscriptions a [`Freezer`] stopped in the last fault (pilot).
-    pub stopped: BTreeSet<i32>,
+    /// The connections pilot-devnet deafened in the last fault (pilot).
+    pub deafened: u64,
 }
 
 impl Bed {
@@ -470,8 +393,7 @@ impl Bed {
             cluster,
             links,
             net,
-            freezer: None,
-            stopped: BTreeSet::new(),
+            deafened: 0,
         }
     }
 
@@ -504,14 +426,6 @@ impl Bed {
             Fault::DeafLeader | Fault::MuteLeader | Fault::CrashLoopTopRanked => ranked[0],
             Fault::DeafFollower => ranked[1],
         };
-        let pid = self.pid(target);
-        if self.via == Via::Pilot && matches!(fault, Fault::DeafLeader | Fault::DeafFollower) {
-            assert!(
-                !subscriptions_of(pid).is_empty(),
-                "{} (PID {pid}) has no pilotctl subscribe child",
-                ids[target]
-            );
-        }
         let name = match self.via {
             Via::Http => format!("{fault:?}"),
             Via::Pilot => format!("{fault:?} over pilot"),
@@ -521,13 +435,13 @@ impl Bed {
             (Fault::DeafLeader, Some(links), _) => links.deafen(target, Mode::Hold),
             (Fault::DeafFollower, Some(links), _) => links.deafen(target, Mode::Refuse),
             (Fault::MuteLeader, Some(links), _) => links.mute(target, Mode::Hold),
-            (Fault::DeafLeader | Fault::DeafFollower, None, _) => {
-                self.freezer = Some(Freezer::start(pid));
+            (Fault::DeafLeader | Fault::DeafFollower, None, Some(net)) => {
+                net.post("/deafen", json!({"node": ids[target]})).await;
             }
             (Fault::MuteLeader, None, Some(net)) => {
                 net.post("/mute", json!({"node": ids[target]})).await;
             }
-            (Fault::MuteLeader, None, None) => unreachable!("a bed has links or a network"),
+            (_, None, None) => unreachable!("a bed has links or a network"),
             (Fault::CrashLoopTopRanked, _, _) => {}
         }
         let mut note = String::new();
@@ -537,12 +451,12 @@ impl Bed {
         } else {
             watch.wait_window().await;
         }
-        if let Some(f) = &mut self.freezer {
-            self.stopped = f.release();
+        if let (Some(net), Fault::DeafLeader | Fault::DeafFollower) = (&self.net, fault) {
+            let status = net.status().await;
+            self.deafened = status["deafened_connections"].as_u64().unwrap_or(0);
             note = format!(
-                "; {} subscriptions of {} stopped (the first and the node's replacements)",
-                self.stopped.len(),
-                ids[target]
+                "; {} connections of {} deafened (the first ones and the node's replacements)",
+                self.deafened, ids[target]
             );
         }
         watch.finish(note).await
@@ -569,8 +483,8 @@ impl Bed {
         restarts
     }
 
-    /// Ends every fault: links pass, the broker forwards, a crash-looped node runs. A stopped
-    /// subscription is left stopped: the node must replace it by itself (see [`Freezer`]).
+    /// Ends every fault: links pass, the broker forwards, a crash-looped node runs. A deafened
+    /// connection stays deaf: the node must replace its subscription by itself.
     pub async fn heal(&mut self) {
         if let Some(links) = &self.links {
             links.heal();

@@ -138,7 +138,8 @@ impl Ending {
         };
         let text = e.to_string();
         match e {
-            PilotctlError::Cli { code, message, .. } => match code {
+            PilotctlError::Cli { code, message, .. }
+            | PilotctlError::Daemon { code, message, .. } => match code {
                 ErrorCode::NotRunning => Ending::DaemonDown(text),
                 ErrorCode::NotFound => Ending::UnknownBroker(text),
                 ErrorCode::Other(c) if c == "trust_required" => Ending::TrustRequired(text),
