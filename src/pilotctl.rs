@@ -1,9 +1,10 @@
 //! A typed async wrapper around the real `pilotctl` binary (Pilot Protocol 1.18.0), for the pilot
 //! transport.
 //!
-//! We drive the CLI instead of speaking the daemon protocol ourselves: pilotctl is AGPL, and the
-//! CLI's `--json` output is its documented, stable surface (the versions it is tested with:
-//! [`compat`]). Every child runs in its own process group so that a timeout can kill it
+//! The CLI's `--json` output is Pilot's documented, stable surface (the versions it is tested
+//! with: [`compat`]): the start-up checks use it, and so does the pilot transport where the
+//! daemon's socket is not used (`--pilot-io`, `transport::pilot::daemon`, which speaks the
+//! daemon's IPC as observed, no Pilot code being linked or copied: Pilot is AGPL). Every child runs in its own process group so that a timeout can kill it
 //! together with anything it spawned: the pip console script, for one, is a Python wrapper
 //! whose Go child would otherwise outlive it.
 

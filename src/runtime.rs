@@ -49,7 +49,7 @@ pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
 use election::{Election, Shared};
 pub use election::{ElectionParts, Keeps};
 pub use maintenance::MaintenanceRequest;
-use outbox::Outbox;
+use outbox::{Outbox, Pacing};
 
 use crate::exit_budget::{FLUSH as FLUSH_GRACE, HANDOVER as SHUTDOWN_GRACE};
 
@@ -373,7 +373,7 @@ impl Runtime {
                     .sync_maintenance(&self.shared, &mut self.out)
                     .await?;
             }
-            self.flush().await?;
+            self.flush(Self::pacing(&stopping)).await?;
             let now = clock::now();
             self.shared.refresh_health();
             *self.last_turn.lock().unwrap_or_else(|e| e.into_inner()) = now;
@@ -388,8 +388,15 @@ impl Runtime {
             if let Some(s) = &stopping {
                 deadline = deadline.min(s.since + SHUTDOWN_GRACE);
             }
+            // Messages held back for the transport's pace leave at the end of the turn that
+            // wakes here.
+            let release = self
+                .out
+                .release_at(self.shared.transport.as_ref())
+                .filter(|r| *r < deadline);
             tokio::select! {
                 _ = clock::sleep_until(deadline) => self.tick(deadline).await?,
+                _ = clock::sleep_until(release.unwrap_or(deadline)), if release.is_some() => {}
                 Some(bytes) = self.inbound.recv() => self.on_bytes(&bytes).await?,
                 Some((group, request)) = self.requests.next() => {
                     self.on_request(&group, request).await?;
@@ -402,14 +409,24 @@ impl Runtime {
                 }
             }
             // What the turn persisted, then what it sent (rule 18).
-            self.flush().await?;
+            self.flush(Self::pacing(&stopping)).await?;
         }
     }
 
-    /// Ends the turn: its state on disk, then its messages on the wire.
-    async fn flush(&mut self) -> Result<(), RuntimeError> {
+    /// A stopping node sends at once: its resigns must leave before it exits.
+    fn pacing(stopping: &Option<Stopping>) -> Pacing {
+        if stopping.is_some() {
+            Pacing::Now
+        } else {
+            Pacing::Paced
+        }
+    }
+
+    /// Ends the turn: its state on disk, then its messages on the wire (or held back for the
+    /// transport's pace, unless `send` is [`Pacing::Now`]).
+    async fn flush(&mut self, send: Pacing) -> Result<(), RuntimeError> {
         self.out
-            .flush(self.shared.transport.as_ref(), &self.shared.metrics)
+            .flush(self.shared.transport.as_ref(), &self.shared.metrics, send)
             .await
     }
 
@@ -438,7 +455,7 @@ impl Runtime {
                     .step(&self.shared, &mut self.out, cmd.input)
                     .await?;
                 // Answered once what the command did has left.
-                self.flush().await?;
+                self.flush(Pacing::Now).await?;
                 let _ = cmd.reply.send(result);
             }
             Request::Maintenance(req) => {
@@ -489,7 +506,7 @@ impl Runtime {
                 let _ = election
                     .step(&self.shared, &mut self.out, Input::Shutdown)
                     .await?;
-                self.flush().await?;
+                self.flush(Pacing::Now).await?;
                 election.close_history();
                 tracing::info!(group = %group, was_leader, groups = self.elections.len(), "group removed");
                 let _ = reply.send(true);

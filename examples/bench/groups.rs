@@ -269,8 +269,9 @@ async fn in_groups(count: usize, transport: &str) -> Bed {
     for n in &names {
         args.extend(["--group", n.as_str()]);
     }
+    args.extend_from_slice(crate::pilot_io_args(transport));
     let bed = match transport {
-        "pilot" => {
+        "pilot" | "pilot-pilotctl" => {
             // Daemons n1..n3 for the nodes and n4 as the broker.
             let net = Devnet::start(4);
             Bed {
@@ -426,6 +427,13 @@ pub async fn groups(o: &Opts) {
                 percentile(&gaps_all, 0.5).as_secs_f64(),
                 percentile(&gaps_all, 0.99).as_secs_f64(),
                 gaps_all.last().copied().unwrap_or_default().as_secs_f64(),
+            );
+        }
+        if let Some(net) = &bed.net {
+            let stats = net.status().await["stats"].clone();
+            println!(
+                "{count:>6} broker: {} events published, {} delivered, {} rate-limited, {} dropped",
+                stats["published"], stats["delivered"], stats["rate_limited"], stats["dropped"]
             );
         }
         drop(bed);

@@ -59,6 +59,7 @@ use support::watch::{Round, Watcher};
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 const STARTUP_LIMIT: Duration = Duration::from_secs(30);
 
+#[derive(Clone)]
 struct Opts {
     scenario: String,
     nodes: usize,
@@ -146,7 +147,7 @@ fn parse() -> Opts {
 fn usage(what: &str) -> ! {
     eprintln!(
         "bench: {what}\nusage: bench failover|step-down|sigterm|rolling|idle|api|stability|attack|faults|kernel-deaf|watchers|observers|tls|groups|side-by-side|consistent [--nodes N] \
-         [--transport http|pilot] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] [--before nothing|cut (kernel-deaf)] \
+         [--transport http|pilot|pilot-pilotctl (idle: a comma list)] [--runs N] [--secs S] [--rounds R] [--change none|timings|upgrade (rolling)] [--build current|previous (kernel-deaf)] [--before nothing|cut (kernel-deaf)] \
          [--watchers N] [--changes N] (watchers) [--observers 0,50,200] (observers) [--groups 1,10,100,1000] (groups, side-by-side)"
     );
     std::process::exit(64)
@@ -159,16 +160,26 @@ struct Bed {
     net: Option<Devnet>,
 }
 
+/// The node flags a bench transport stands for: `pilot` is the default way over Pilot (the
+/// daemon's socket), `pilot-pilotctl` the process-per-message path (`--pilot-io pilotctl`).
+pub fn pilot_io_args(transport: &str) -> &'static [&'static str] {
+    match transport {
+        "pilot-pilotctl" => &["--pilot-io", "pilotctl"],
+        _ => &[],
+    }
+}
+
 async fn start(transport: &str, n: usize) -> Bed {
     // Each says how to build it if it is missing.
     let _ = (bin(), devnet::devnet_bin());
-    let extra = ["--preempt-after", "0s"];
+    let mut extra = vec!["--preempt-after", "0s"];
+    extra.extend_from_slice(pilot_io_args(transport));
     let bed = match transport {
         "http" => Bed {
             c: Cluster::start(n, &extra),
             net: None,
         },
-        "pilot" => {
+        "pilot" | "pilot-pilotctl" => {
             // Daemons n1..nN for the nodes and one more as the broker.
             let net = Devnet::start(n as u32 + 1);
             Bed {
@@ -631,8 +642,19 @@ async fn publishes(client: &reqwest::Client, url: String) -> f64 {
         .sum()
 }
 
-/// RSS and CPU per node over `secs` of steady state at default timings.
+/// RSS and CPU per node over `secs` of steady state at default timings; `--transport a,b,c`
+/// measures each in turn, side by side in one run.
 async fn idle(o: &Opts) {
+    for transport in o.transport.split(',') {
+        let one = Opts {
+            transport: transport.to_string(),
+            ..o.clone()
+        };
+        idle_one(&one).await;
+    }
+}
+
+async fn idle_one(o: &Opts) {
     let bed = start(&o.transport, o.nodes).await;
     let c = &bed.c;
     let client = http();

@@ -174,7 +174,7 @@ impl Election {
         // The core takes it that the previous step's actions have run (a round it started is
         // on disk): if they still wait in the outbox, they are carried out first.
         if self.unflushed == Some(out.turn()) {
-            out.flush(shared.transport.as_ref(), &shared.metrics)
+            out.flush(shared.transport.as_ref(), &shared.metrics, Pacing::Paced)
                 .await?;
         }
         let now = clock::now();

@@ -11,11 +11,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use tokio::time::Instant;
+
 use crate::election::batch;
 use crate::election::Persistent;
 use crate::metrics::Metrics;
 use crate::store::{Book, Store, StoreError};
-use crate::transport::Transport;
+use crate::transport::{Pace, Transport};
 
 use super::RuntimeError;
 
@@ -34,6 +36,18 @@ pub(super) struct Outbox {
     node_id: String,
     /// The other members, each with whether its latest message said it reads batches.
     readers: BTreeMap<String, bool>,
+    /// The transport's pace, if it has one: the wire messages it may still be handed now, and
+    /// when that was counted.
+    tokens: Option<(f64, Instant)>,
+}
+
+/// Whether a flush may hold the turn's messages back for the transport's pace. Commands, a
+/// group's removal and everything while stopping send at once: their answer or the exit
+/// follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pacing {
+    Paced,
+    Now,
 }
 
 impl Outbox {
@@ -45,7 +59,26 @@ impl Outbox {
             turn: 0,
             node_id,
             readers: BTreeMap::new(),
+            tokens: None,
         }
+    }
+
+    /// The tokens of `pace` at `now`, refilled since they were last counted.
+    fn tokens_at(&self, pace: Pace, now: Instant) -> f64 {
+        match self.tokens {
+            None => pace.burst,
+            Some((tokens, at)) => (tokens
+                + now.saturating_duration_since(at).as_secs_f64() * pace.per_second)
+                .min(pace.burst),
+        }
+    }
+
+    /// When messages held back for the transport's pace may leave; `None` when none are held.
+    pub(super) fn release_at(&self, transport: &dyn Transport) -> Option<Instant> {
+        let pace = transport.pace()?;
+        let (tokens, at) = self.tokens?;
+        (!self.messages.is_empty() && tokens < 1.0)
+            .then(|| at + std::time::Duration::from_secs_f64((1.0 - tokens) / pace.per_second))
     }
 
     /// This node's id.
@@ -106,10 +139,28 @@ impl Outbox {
     /// Writes what the turn persisted, then sends what it made: alone when there is one
     /// message or a member does not read batches, else as batches of at most the transport's
     /// size. A failed write is an error: the node must not go on (nothing of the turn leaves).
+    ///
+    /// With a transport that has a pace and `Pacing::Paced`, the messages stay in the outbox
+    /// while the pace allows no wire message, and leave with a later turn's, packed together
+    /// ([`Self::release_at`] says when). Their state is on disk already: held back, they are
+    /// only late, as on a slow network (docs/protocol.md, rule 18).
     pub(super) async fn flush(
         &mut self,
         transport: &dyn Transport,
         metrics: &Metrics,
+        send: Pacing,
+    ) -> Result<(), RuntimeError> {
+        self.flush_at(crate::clock::now(), transport, metrics, send)
+            .await
+    }
+
+    /// [`Self::flush`] at `now`.
+    async fn flush_at(
+        &mut self,
+        now: Instant,
+        transport: &dyn Transport,
+        metrics: &Metrics,
+        send: Pacing,
     ) -> Result<(), RuntimeError> {
         self.turn += 1;
         let own = self.own.take();
@@ -132,18 +183,154 @@ impl Outbox {
         if self.messages.is_empty() {
             return Ok(());
         }
-        let messages = std::mem::take(&mut self.messages);
-        if messages.len() == 1 || !self.batches_read_by_all() {
-            for m in messages {
+        let pace = transport.pace();
+        let mut tokens = f64::INFINITY;
+        if let Some(pace) = pace {
+            tokens = self.tokens_at(pace, now);
+            self.tokens = Some((tokens, now));
+            if tokens < 1.0 && send == Pacing::Paced {
+                metrics.publish_throttled("paced");
+                return Ok(());
+            }
+        }
+        let wires = if self.messages.len() == 1 || !self.batches_read_by_all() {
+            // Alone, each message is a wire message: paced, only as many as there are tokens
+            // leave now, the oldest first, and the rest wait in order (a node's first turn
+            // in a thousand groups, before the others said they read batches).
+            let n = match send {
+                Pacing::Paced => self.messages.len().min(tokens.max(1.0) as usize),
+                Pacing::Now => self.messages.len(),
+            };
+            for m in self.messages.drain(..n) {
                 transport.publish(m);
             }
-            return Ok(());
-        }
-        let packed = batch::pack(&self.node_id, &messages, transport.max_batch_bytes());
-        metrics.batched(messages.len() as u64, packed.len() as u64);
-        for wire in packed {
-            transport.publish(wire.into());
+            n
+        } else {
+            let messages = std::mem::take(&mut self.messages);
+            let packed = batch::pack(&self.node_id, &messages, transport.max_batch_bytes());
+            metrics.batched(messages.len() as u64, packed.len() as u64);
+            let n = packed.len();
+            for wire in packed {
+                transport.publish(wire.into());
+            }
+            n
+        };
+        if let (Some((tokens, at)), Some(pace)) = (&mut self.tokens, pace) {
+            // May go below zero, a burst's worth at most: a large turn is paid for by the
+            // turns after it, and the transport's own limit covers the rest.
+            *tokens = (*tokens - wires as f64).max(-pace.burst);
+            *at = now;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::Health;
+    use std::time::Duration;
+
+    /// Counts what it is handed, at a pace of 10 a second with a burst of 2.
+    #[derive(Default)]
+    struct Paced(Mutex<Vec<Arc<[u8]>>>);
+
+    impl Transport for Paced {
+        fn publish(&self, bytes: Arc<[u8]>) {
+            self.0.lock().unwrap().push(bytes);
+        }
+        fn health(&self) -> Health {
+            Health {
+                kind: "memory",
+                io: None,
+                healthy: true,
+                last_error: None,
+                reason: None,
+                links: None,
+            }
+        }
+        fn pace(&self) -> Option<Pace> {
+            Some(Pace {
+                per_second: 10.0,
+                burst: 2.0,
+            })
+        }
+    }
+
+    fn outbox() -> (Outbox, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("pe-outbox-{}", std::process::id()));
+        let book = Book::open(&dir, true).expect("book");
+        (Outbox::new("n1".into(), Arc::new(Mutex::new(book))), dir)
+    }
+
+    fn msg(i: usize) -> Arc<[u8]> {
+        format!("{{\"type\":\"presence\",\"i\":{i}}}")
+            .into_bytes()
+            .into()
+    }
+
+    #[tokio::test]
+    async fn a_paced_transport_gets_no_more_than_its_tokens_and_the_rest_leaves_in_order() {
+        let (mut out, dir) = outbox();
+        let t = Paced::default();
+        let metrics = Metrics::new();
+        let mut now = crate::clock::now();
+        out.set_members(["n2"]);
+        // Nobody said it reads batches: each message is a wire message; the burst of 2 leaves.
+        for i in 0..5 {
+            out.send(msg(i));
+        }
+        out.flush_at(now, &t, &metrics, Pacing::Paced)
+            .await
+            .unwrap();
+        assert_eq!(t.0.lock().unwrap().len(), 2);
+        let release = out.release_at(&t).expect("three are held");
+        assert_eq!(release - now, Duration::from_millis(100));
+        // Nothing more before the release, one at it.
+        out.flush_at(now, &t, &metrics, Pacing::Paced)
+            .await
+            .unwrap();
+        assert_eq!(t.0.lock().unwrap().len(), 2);
+        now += Duration::from_millis(100);
+        out.flush_at(now, &t, &metrics, Pacing::Paced)
+            .await
+            .unwrap();
+        assert_eq!(t.0.lock().unwrap().len(), 3);
+        // Sent now (a command, a stopping node): everything, pace or not.
+        out.flush_at(now, &t, &metrics, Pacing::Now).await.unwrap();
+        let sent: Vec<Arc<[u8]>> = t.0.lock().unwrap().clone();
+        assert_eq!(sent, (0..5).map(msg).collect::<Vec<_>>(), "all, in order");
+        assert!(out.release_at(&t).is_none());
+        // The debt is bounded by a burst: once batches are read, a held turn leaves packed
+        // with the next one as a single wire message.
+        out.heard("n2", true);
+        now += Duration::from_millis(300);
+        out.send(msg(5));
+        out.send(msg(6));
+        out.flush_at(now, &t, &metrics, Pacing::Paced)
+            .await
+            .unwrap();
+        assert_eq!(t.0.lock().unwrap().len(), 6, "one batch");
+        out.send(msg(7));
+        out.flush_at(now, &t, &metrics, Pacing::Paced)
+            .await
+            .unwrap();
+        out.send(msg(8));
+        out.flush_at(now, &t, &metrics, Pacing::Paced)
+            .await
+            .unwrap();
+        assert_eq!(t.0.lock().unwrap().len(), 6, "held: no token");
+        now = out.release_at(&t).unwrap();
+        out.flush_at(now, &t, &metrics, Pacing::Paced)
+            .await
+            .unwrap();
+        let sent = t.0.lock().unwrap();
+        assert_eq!(sent.len(), 7, "7 and 8 in one batch");
+        let last = String::from_utf8_lossy(&sent[6]).to_string();
+        assert!(
+            last.contains("\"i\":7") && last.contains("\"i\":8"),
+            "{last}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

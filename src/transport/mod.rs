@@ -204,6 +204,15 @@ impl Serialize for Links {
     }
 }
 
+/// How fast a transport may be handed wire messages: a token bucket of `per_second` with room
+/// for `burst`. The runtime holds a turn's messages while it has no token and sends them with
+/// the next turn's, packed together (docs/protocol.md, rule 18).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pace {
+    pub per_second: f64,
+    pub burst: f64,
+}
+
 /// A way to publish to the group.
 pub trait Transport: Send + Sync + 'static {
     /// Fire and forget: must return without waiting on the network or a child process.
@@ -213,6 +222,11 @@ pub trait Transport: Send + Sync + 'static {
     /// is split to fit, docs/protocol.md rule 18).
     fn max_batch_bytes(&self) -> usize {
         crate::election::batch::MAX_BATCH_BYTES
+    }
+    /// How fast it may be handed wire messages, if its medium limits that (pilot: the broker's
+    /// rate per connection); `None`: as fast as the loop makes them.
+    fn pace(&self) -> Option<Pace> {
+        None
     }
     /// Resolves once every message handed to `publish` so far has left or failed. The exit
     /// waits for it (bounded), so that a stopping node's last message, typically its resign,

@@ -250,6 +250,8 @@ pub struct PilotTransport {
     config: PilotConfig,
     links: Arc<Brokers>,
     in_flight: Arc<Semaphore>,
+    /// "Too many in flight" at most once in 10 s, with the count of those left out.
+    dropped_log: Mutex<crate::log_limit::LogLimit>,
     metrics: Arc<Metrics>,
     /// Over the socket: each broker's publishing connection's queue.
     outboxes: Vec<mpsc::Sender<Outgoing>>,
@@ -330,6 +332,7 @@ impl PilotTransport {
             config,
             links,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            dropped_log: Mutex::new(crate::log_limit::LogLimit::new(1, Duration::from_secs(10))),
             metrics,
             outboxes,
         }
@@ -346,6 +349,18 @@ impl Transport for PilotTransport {
         MAX_PUBLISH_BYTES
     }
 
+    /// Half the broker's rate and burst: every wire message is one event per broker, and
+    /// several nodes' elections storming at once (a thousand groups electing after a restart)
+    /// would otherwise publish one event per turn of the loop, past what a connection may
+    /// send. Held messages leave with the next, packed together; through pilotctl this also
+    /// bounds the processes started.
+    fn pace(&self) -> Option<super::Pace> {
+        Some(super::Pace {
+            per_second: BROKER_RATE / 2.0,
+            burst: BROKER_BURST / 2.0,
+        })
+    }
+
     fn publish(&self, bytes: Arc<[u8]>) {
         let Ok(text) = std::str::from_utf8(&bytes) else {
             self.metrics.publish_failed();
@@ -356,7 +371,14 @@ impl Transport for PilotTransport {
         for (index, broker) in self.config.brokers.iter().enumerate() {
             let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
                 self.metrics.publish_failed();
-                tracing::warn!(broker = %broker, "too many publishes in flight; dropped one");
+                let admitted = self
+                    .dropped_log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .admit(crate::clock::now());
+                if let Some(left_out) = admitted {
+                    tracing::warn!(broker = %broker, left_out, "too many publishes in flight ({MAX_IN_FLIGHT}); dropped one (and left_out more since the last warning)");
+                }
                 continue;
             };
             self.links
