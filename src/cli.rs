@@ -100,10 +100,11 @@ pub struct RunArgs {
     /// This node's id (required for the http transport).
     #[arg(long, env = "PILOT_ELECTION_NODE_ID")]
     pub node_id: Option<String>,
-    /// The election group; messages go to topic `election:<group>`. Repeat it (or separate
-    /// names with commas in the env) to take part in several elections at once (http
-    /// transport): each group elects its own leader. The first is the default group, the one
-    /// the routes that name no group (`/leader`, `/step-down`, ...) answer for.
+    /// The election group. Repeat it (or separate names with commas in the env) to take part
+    /// in several elections at once: each group elects its own leader. The first is the
+    /// default group, the one the routes that name no group (`/leader`, `/step-down`, ...)
+    /// answer for; over pilot every group's messages travel on the default group's topic,
+    /// `election:<default group>`.
     #[arg(
         long = "group",
         env = "PILOT_ELECTION_GROUP",
