@@ -390,10 +390,7 @@ impl Runtime {
             }
             // Messages held back for the transport's pace leave at the end of the turn that
             // wakes here.
-            let release = self
-                .out
-                .release_at(self.shared.transport.as_ref())
-                .filter(|r| *r < deadline);
+            let release = self.out.release_at().filter(|r| *r < deadline);
             tokio::select! {
                 _ = clock::sleep_until(deadline) => self.tick(deadline).await?,
                 _ = clock::sleep_until(release.unwrap_or(deadline)), if release.is_some() => {}

@@ -17,7 +17,7 @@ use crate::election::batch;
 use crate::election::Persistent;
 use crate::metrics::Metrics;
 use crate::store::{Book, Store, StoreError};
-use crate::transport::{Pace, Transport};
+use crate::transport::{Bucket, Transport};
 
 use super::RuntimeError;
 
@@ -36,9 +36,8 @@ pub(super) struct Outbox {
     node_id: String,
     /// The other members, each with whether its latest message said it reads batches.
     readers: BTreeMap<String, bool>,
-    /// The transport's pace, if it has one: the wire messages it may still be handed now, and
-    /// when that was counted.
-    tokens: Option<(f64, Instant)>,
+    /// The transport's pace, if it has one: the wire messages it may still be handed.
+    bucket: Option<Bucket>,
 }
 
 /// Whether a flush may hold the turn's messages back for the transport's pace. Commands, a
@@ -59,26 +58,16 @@ impl Outbox {
             turn: 0,
             node_id,
             readers: BTreeMap::new(),
-            tokens: None,
-        }
-    }
-
-    /// The tokens of `pace` at `now`, refilled since they were last counted.
-    fn tokens_at(&self, pace: Pace, now: Instant) -> f64 {
-        match self.tokens {
-            None => pace.burst,
-            Some((tokens, at)) => (tokens
-                + now.saturating_duration_since(at).as_secs_f64() * pace.per_second)
-                .min(pace.burst),
+            bucket: None,
         }
     }
 
     /// When messages held back for the transport's pace may leave; `None` when none are held.
-    pub(super) fn release_at(&self, transport: &dyn Transport) -> Option<Instant> {
-        let pace = transport.pace()?;
-        let (tokens, at) = self.tokens?;
-        (!self.messages.is_empty() && tokens < 1.0)
-            .then(|| at + std::time::Duration::from_secs_f64((1.0 - tokens) / pace.per_second))
+    pub(super) fn release_at(&self) -> Option<Instant> {
+        if self.messages.is_empty() {
+            return None;
+        }
+        self.bucket.as_ref()?.ready_at()
     }
 
     /// This node's id.
@@ -183,11 +172,11 @@ impl Outbox {
         if self.messages.is_empty() {
             return Ok(());
         }
-        let pace = transport.pace();
         let mut tokens = f64::INFINITY;
-        if let Some(pace) = pace {
-            tokens = self.tokens_at(pace, now);
-            self.tokens = Some((tokens, now));
+        if let Some(pace) = transport.pace() {
+            tokens = (self.bucket)
+                .get_or_insert_with(|| Bucket::full(pace, now))
+                .refill(now);
             if tokens < 1.0 && send == Pacing::Paced {
                 metrics.publish_throttled("paced");
                 return Ok(());
@@ -215,11 +204,10 @@ impl Outbox {
             }
             n
         };
-        if let (Some((tokens, at)), Some(pace)) = (&mut self.tokens, pace) {
-            // May go below zero, a burst's worth at most: a large turn is paid for by the
-            // turns after it, and the transport's own limit covers the rest.
-            *tokens = (*tokens - wires as f64).max(-pace.burst);
-            *at = now;
+        if let Some(bucket) = &mut self.bucket {
+            // A large turn is paid for by the turns after it (a burst's worth at most), and
+            // the transport's own limit covers the rest.
+            bucket.spend(wires as f64);
         }
         Ok(())
     }
@@ -249,8 +237,8 @@ mod tests {
                 links: None,
             }
         }
-        fn pace(&self) -> Option<Pace> {
-            Some(Pace {
+        fn pace(&self) -> Option<crate::transport::Pace> {
+            Some(crate::transport::Pace {
                 per_second: 10.0,
                 burst: 2.0,
             })
@@ -284,7 +272,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(t.0.lock().unwrap().len(), 2);
-        let release = out.release_at(&t).expect("three are held");
+        let release = out.release_at().expect("three are held");
         assert_eq!(release - now, Duration::from_millis(100));
         // Nothing more before the release, one at it.
         out.flush_at(now, &t, &metrics, Pacing::Paced)
@@ -300,7 +288,7 @@ mod tests {
         out.flush_at(now, &t, &metrics, Pacing::Now).await.unwrap();
         let sent: Vec<Arc<[u8]>> = t.0.lock().unwrap().clone();
         assert_eq!(sent, (0..5).map(msg).collect::<Vec<_>>(), "all, in order");
-        assert!(out.release_at(&t).is_none());
+        assert!(out.release_at().is_none());
         // The debt is bounded by a burst: once batches are read, a held turn leaves packed
         // with the next one as a single wire message.
         out.heard("n2", true);
@@ -320,7 +308,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(t.0.lock().unwrap().len(), 6, "held: no token");
-        now = out.release_at(&t).unwrap();
+        now = out.release_at().unwrap();
         out.flush_at(now, &t, &metrics, Pacing::Paced)
             .await
             .unwrap();

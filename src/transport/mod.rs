@@ -7,7 +7,10 @@
 
 pub mod http;
 pub mod memory;
+mod pace;
 pub mod pilot;
+
+pub use pace::{Bucket, Pace};
 
 use std::sync::Arc;
 
@@ -202,15 +205,6 @@ impl Serialize for Links {
         m.serialize_entry(self.list, &Entries(self))?;
         m.end()
     }
-}
-
-/// How fast a transport may be handed wire messages: a token bucket of `per_second` with room
-/// for `burst`. The runtime holds a turn's messages while it has no token and sends them with
-/// the next turn's, packed together (docs/protocol.md, rule 18).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Pace {
-    pub per_second: f64,
-    pub burst: f64,
 }
 
 /// A way to publish to the group.

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Health, Inbound, Links, Transport};
+use super::{Bucket, Health, Inbound, Links, Pace, Transport};
 use crate::backoff::Backoff;
 use crate::metrics::{MessageType, Metrics, Received};
 use crate::pilotctl::{Pilotctl, PilotctlError};
@@ -50,8 +50,10 @@ const DEDUP_MEMORY: usize = 4096;
 /// The broker's limit on what one connection may publish: 100 events a second with a burst of
 /// 200; beyond it the broker drops events without a word. The socket path's publishing
 /// connection holds itself to it (docs/pilot.md).
-pub const BROKER_RATE: f64 = 100.0;
-pub const BROKER_BURST: f64 = 200.0;
+pub const BROKER_PACE: Pace = Pace {
+    per_second: 100.0,
+    burst: 200.0,
+};
 /// How long a publishing connection that this node cannot open through the socket for want of
 /// trust leaves its publishes to pilotctl before it tries the socket again.
 const TRUST_FALLBACK_FOR: Duration = Duration::from_secs(30);
@@ -354,10 +356,10 @@ impl Transport for PilotTransport {
     /// would otherwise publish one event per turn of the loop, past what a connection may
     /// send. Held messages leave with the next, packed together; through pilotctl this also
     /// bounds the processes started.
-    fn pace(&self) -> Option<super::Pace> {
-        Some(super::Pace {
-            per_second: BROKER_RATE / 2.0,
-            burst: BROKER_BURST / 2.0,
+    fn pace(&self) -> Option<Pace> {
+        Some(Pace {
+            per_second: BROKER_PACE.per_second / 2.0,
+            burst: BROKER_PACE.burst / 2.0,
         })
     }
 
@@ -596,35 +598,6 @@ fn is_untrusted(e: &PilotctlError) -> bool {
     matches!(e, PilotctlError::Daemon { message, .. } if message == daemon::NOT_TRUSTED)
 }
 
-/// A token bucket at the broker's per-connection rate: what this node may still publish on one
-/// connection before the broker would start dropping.
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn full(now: Instant) -> Bucket {
-        Bucket {
-            tokens: BROKER_BURST,
-            at: now,
-        }
-    }
-
-    /// Takes a token, or says how long until one is there.
-    fn take(&mut self, now: Instant) -> Result<(), Duration> {
-        let since = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + since * BROKER_RATE).min(BROKER_BURST);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / BROKER_RATE))
-        }
-    }
-}
-
 /// One broker's publishing connection over the daemon's socket: opened once, every message of
 /// the node written on it in order, at most at the broker's rate; opened again after it broke,
 /// after the subscription was found silent, or (through pilotctl meanwhile) after the broker
@@ -642,7 +615,7 @@ impl Publisher {
     async fn run(self, mut outbox: mpsc::Receiver<Outgoing>, stop: CancellationToken) {
         let topic = publisher_topic(&self.config.topic);
         let mut backoff = SUBSCRIBE_RETRY;
-        let mut bucket = Bucket::full(crate::clock::now());
+        let mut bucket = Bucket::full(BROKER_PACE, crate::clock::now());
         let mut throttled = false;
         let reopen = self.links.reopen[self.index].clone();
         loop {
@@ -808,7 +781,7 @@ mod tests {
     #[test]
     fn the_bucket_allows_the_brokers_burst_then_its_rate_and_says_how_long_to_wait() {
         let t0 = crate::clock::now();
-        let mut b = Bucket::full(t0);
+        let mut b = Bucket::full(BROKER_PACE, t0);
         for i in 0..200 {
             assert!(b.take(t0).is_ok(), "token {i} of the burst");
         }
