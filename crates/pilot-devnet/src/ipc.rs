@@ -11,7 +11,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
 use crate::net::{
-    encode_frame, ClientTx, DialError, Net, Outbound, SendError, TrustError, CLIENT_QUEUE,
+    ipc_frame, ClientTx, DialError, Net, Outbound, SendError, TrustError, CLIENT_QUEUE,
 };
 
 use pilot_election::transport::pilot::daemon::command::{
@@ -63,7 +63,7 @@ async fn write_loop(mut writer: OwnedWriteHalf, mut rx: mpsc::Receiver<Outbound>
 fn reply(tx: &ClientTx, cmd: u8, payload: &[u8]) {
     let _ = tx.try_send(Outbound {
         at: pilot_election::clock::now(),
-        frame: encode_frame(cmd, payload),
+        frame: ipc_frame(cmd, payload),
     });
 }
 

@@ -276,7 +276,7 @@ impl State {
         if let Some(conn) = self.conns.remove(&id) {
             let _ = conn.out.try_send(Outbound {
                 at: pilot_election::clock::now(),
-                frame: encode_frame(CMD_REMOTE_CLOSED, &id.to_be_bytes()),
+                frame: ipc_frame(CMD_REMOTE_CLOSED, &id.to_be_bytes()),
             });
         }
     }
@@ -311,24 +311,7 @@ impl State {
     }
 }
 
-/// Encodes one IPC frame: u32 BE length of what follows, the command byte, the payload.
-pub fn encode_frame(cmd: u8, payload: &[u8]) -> Vec<u8> {
-    let len = u32::try_from(payload.len() + 1).unwrap_or(u32::MAX);
-    let mut frame = Vec::with_capacity(payload.len() + 5);
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.push(cmd);
-    frame.extend_from_slice(payload);
-    frame
-}
-
-fn encode_event(topic: &str, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(topic.len() + payload.len() + 6);
-    out.extend_from_slice(&(topic.len() as u16).to_be_bytes());
-    out.extend_from_slice(topic.as_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
+pub use pilot_election::transport::pilot::daemon::{event_frame, ipc_frame};
 
 /// Splits whole event frames off the front of `pending`. `Err` means the peer broke the
 /// broker's limits and the connection must close.
@@ -769,7 +752,7 @@ impl State {
     fn publish(&mut self, from: u32, broker: usize, topic: &str, payload: &[u8]) {
         self.stats.published += 1;
         let at = pilot_election::clock::now() + self.delay;
-        let event = encode_event(topic, payload);
+        let event = event_frame(topic, payload);
         let deaf = &self.deaf;
         for c in self.conns.values_mut() {
             if deaf.contains(&c.origin) {
@@ -807,7 +790,7 @@ impl State {
             payload.extend_from_slice(&event);
             let out = Outbound {
                 at,
-                frame: encode_frame(CMD_RECV, &payload),
+                frame: ipc_frame(CMD_RECV, &payload),
             };
             match self.attempt(id, out) {
                 Attempt::Delivered => self.delivered(id),
@@ -884,7 +867,7 @@ mod tests {
 
     #[test]
     fn events_split_across_sends_are_reassembled() {
-        let frame = encode_event("t", b"abc");
+        let frame = event_frame("t", b"abc");
         let mut pending = frame[..4].to_vec();
         assert!(take_events(&mut pending).unwrap().is_empty());
         pending.extend_from_slice(&frame[4..]);
@@ -915,11 +898,10 @@ mod tests {
         let (pub_tx, _pub_rx) = mpsc::channel(1024);
         let sub = net.dial(1, 0, 2, EVENT_STREAM_PORT, &sub_tx).expect("dial");
         let publisher = net.dial(2, 1, 2, EVENT_STREAM_PORT, &pub_tx).expect("dial");
-        net.send(1, sub, &encode_event("t", b""))
-            .expect("subscribe");
-        let mut burst = encode_event("t", b"");
+        net.send(1, sub, &event_frame("t", b"")).expect("subscribe");
+        let mut burst = event_frame("t", b"");
         for _ in 0..250 {
-            burst.extend_from_slice(&encode_event("t", b"x"));
+            burst.extend_from_slice(&event_frame("t", b"x"));
         }
         net.send(2, publisher, &burst).expect("publish");
         let mut received = 0;
@@ -946,8 +928,8 @@ mod tests {
         net.revoke_trust(1, 0);
         let (tx, mut rx) = mpsc::channel(16);
         let conn = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx).expect("dial");
-        let mut bytes = encode_event("t", b"");
-        bytes.extend_from_slice(&encode_event("t", b"never read"));
+        let mut bytes = event_frame("t", b"");
+        bytes.extend_from_slice(&event_frame("t", b"never read"));
         net.send(1, conn, &bytes).expect("send");
         assert_eq!(
             frames(&mut rx),
@@ -960,14 +942,14 @@ mod tests {
         // The broker's own node is always trusted, and trust is directed: n2 still hears n1.
         let (tx2, _rx2) = mpsc::channel(16);
         let own = net.dial(2, 1, 2, EVENT_STREAM_PORT, &tx2).expect("dial");
-        net.send(2, own, &encode_event("t", b"")).expect("send");
+        net.send(2, own, &event_frame("t", b"")).expect("send");
         let back = net.dial(3, 1, 1, EVENT_STREAM_PORT, &tx2).expect("dial");
-        net.send(3, back, &encode_event("t", b"")).expect("send");
+        net.send(3, back, &event_frame("t", b"")).expect("send");
         assert_eq!(net.lock().stats.rejected, 1);
         // Granting trust lets the next subscription in.
         net.grant_trust(1, 0);
         let again = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx).expect("dial");
-        net.send(1, again, &encode_event("t", b"")).expect("send");
+        net.send(1, again, &event_frame("t", b"")).expect("send");
         assert!(frames(&mut rx).is_empty());
         assert!(net.lock().conns[&again].listed);
     }
@@ -978,15 +960,14 @@ mod tests {
         let mut retries = net.retry_queue.lock().unwrap().take().unwrap();
         let (sub_tx, mut sub_rx) = mpsc::channel(16);
         let sub = net.dial(1, 0, 2, EVENT_STREAM_PORT, &sub_tx).expect("dial");
-        net.send(1, sub, &encode_event("t", b""))
-            .expect("subscribe");
+        net.send(1, sub, &event_frame("t", b"")).expect("subscribe");
         let (pub_tx, _pub_rx) = mpsc::channel(16);
         let publisher = net.dial(2, 1, 2, EVENT_STREAM_PORT, &pub_tx).expect("dial");
-        net.send(2, publisher, &encode_event("t", b""))
+        net.send(2, publisher, &event_frame("t", b""))
             .expect("open");
         let publish = |n: usize| {
             for _ in 0..n {
-                net.send(2, publisher, &encode_event("t", b"x"))
+                net.send(2, publisher, &event_frame("t", b"x"))
                     .expect("publish");
             }
         };
@@ -1044,7 +1025,7 @@ mod tests {
         let pub1 = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx1).expect("dial");
         let pub2 = net.dial(2, 1, 2, EVENT_STREAM_PORT, &tx2).expect("dial");
         for (client, conn) in [(1, sub1), (2, sub2), (1, pub1), (2, pub2)] {
-            net.send(client, conn, &encode_event("t", b""))
+            net.send(client, conn, &event_frame("t", b""))
                 .expect("open");
         }
         (net, (tx1, rx1), (tx2, rx2), pub1, pub2)
@@ -1054,16 +1035,16 @@ mod tests {
     fn a_muted_node_hears_everyone_and_nobody_hears_it_until_healed() {
         let (net, (_, mut rx1), (_, mut rx2), pub1, pub2) = two_subscribers_and_publishers();
         net.set_muted(0);
-        net.send(1, pub1, &encode_event("t", b"from n1"))
+        net.send(1, pub1, &event_frame("t", b"from n1"))
             .expect("publish");
-        net.send(2, pub2, &encode_event("t", b"from n2"))
+        net.send(2, pub2, &event_frame("t", b"from n2"))
             .expect("publish");
         assert!(!heard(&mut rx2, b"from n1"), "n1 is heard by nobody");
         assert!(heard(&mut rx1, b"from n2"), "n1 still hears n2");
         assert_eq!(net.lock().stats.muted, 1);
         assert_eq!(net.status_json()["muted"], serde_json::json!(["n1"]));
         net.heal();
-        net.send(1, pub1, &encode_event("t", b"again"))
+        net.send(1, pub1, &event_frame("t", b"again"))
             .expect("publish");
         assert!(heard(&mut rx2, b"again"), "heard again after /heal");
     }
@@ -1072,9 +1053,9 @@ mod tests {
     fn a_deafened_node_is_heard_and_hears_nothing_its_old_connections_stay_deaf_after_a_heal() {
         let (net, (tx1, mut rx1), (_, mut rx2), pub1, pub2) = two_subscribers_and_publishers();
         net.set_deaf(0);
-        net.send(1, pub1, &encode_event("t", b"from n1"))
+        net.send(1, pub1, &event_frame("t", b"from n1"))
             .expect("publish");
-        net.send(2, pub2, &encode_event("t", b"from n2"))
+        net.send(2, pub2, &event_frame("t", b"from n2"))
             .expect("publish");
         assert!(heard(&mut rx2, b"from n1"), "n1 is still heard");
         assert!(!heard(&mut rx1, b"from n2"), "n1 hears nobody");
@@ -1082,15 +1063,15 @@ mod tests {
         assert_eq!(net.lock().stats.deafened, 3);
         assert_eq!(net.status_json()["deaf"], serde_json::json!(["n1"]));
         net.heal();
-        net.send(2, pub2, &encode_event("t", b"after"))
+        net.send(2, pub2, &event_frame("t", b"after"))
             .expect("publish");
         assert!(
             !heard(&mut rx1, b"after"),
             "the old subscription stays deaf"
         );
         let fresh = net.dial(1, 0, 2, EVENT_STREAM_PORT, &tx1).expect("dial");
-        net.send(1, fresh, &encode_event("t", b"")).expect("open");
-        net.send(2, pub2, &encode_event("t", b"again"))
+        net.send(1, fresh, &event_frame("t", b"")).expect("open");
+        net.send(2, pub2, &event_frame("t", b"again"))
             .expect("publish");
         assert!(heard(&mut rx1, b"again"), "a new subscription hears");
     }
@@ -1101,13 +1082,12 @@ mod tests {
         let mut retries = net.retry_queue.lock().unwrap().take().unwrap();
         let (sub_tx, mut sub_rx) = mpsc::channel(1);
         let sub = net.dial(1, 0, 2, EVENT_STREAM_PORT, &sub_tx).expect("dial");
-        net.send(1, sub, &encode_event("t", b""))
-            .expect("subscribe");
+        net.send(1, sub, &event_frame("t", b"")).expect("subscribe");
         let (pub_tx, _pub_rx) = mpsc::channel(16);
         let publisher = net.dial(2, 1, 2, EVENT_STREAM_PORT, &pub_tx).expect("dial");
-        let mut bytes = encode_event("t", b"");
-        bytes.extend_from_slice(&encode_event("t", b"1"));
-        bytes.extend_from_slice(&encode_event("t", b"2"));
+        let mut bytes = event_frame("t", b"");
+        bytes.extend_from_slice(&event_frame("t", b"1"));
+        bytes.extend_from_slice(&event_frame("t", b"2"));
         net.send(2, publisher, &bytes).expect("publish");
         assert_eq!(
             net.lock().stats.overflowed,

@@ -198,14 +198,8 @@ pub fn write_script(path: &Path, body: &str) {
     assert!(status.success(), "writing {} failed", path.display());
 }
 
-/// One event-stream frame: u16 BE topic length, topic, u32 BE payload length, payload.
-pub fn event_frame(topic: &str, payload: &[u8]) -> Vec<u8> {
-    let mut out = (topic.len() as u16).to_be_bytes().to_vec();
-    out.extend_from_slice(topic.as_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(payload);
-    out
-}
+pub use pilot_election::transport::pilot::daemon::event_frame;
+use pilot_election::transport::pilot::daemon::{command, ipc_frame};
 
 /// A long-lived event-stream connection opened through a node's daemon IPC directly, the way a
 /// program linked against the Pilot driver would hold one (pilotctl opens one per publish):
@@ -221,15 +215,15 @@ impl StreamClient {
     pub fn open(socket: &Path, broker_id: u32, first_topic: &str) -> StreamClient {
         let mut sock = UnixStream::connect(socket).expect("daemon socket");
         sock.set_read_timeout(Some(DEADLINE)).unwrap();
-        let mut dial = vec![0x03, 0, 0];
+        let mut dial = vec![0, 0];
         dial.extend_from_slice(&broker_id.to_be_bytes());
         dial.extend_from_slice(&1002u16.to_be_bytes());
-        write_ipc(&mut sock, &dial);
+        write_ipc(&mut sock, command::CMD_DIAL, &dial);
         let mut len = [0u8; 4];
         sock.read_exact(&mut len).expect("dial answer");
         let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
         sock.read_exact(&mut body).expect("dial answer");
-        assert_eq!(body[0], 0x04, "dial refused: {body:?}");
+        assert_eq!(body[0], command::CMD_DIAL_OK, "dial refused: {body:?}");
         let conn = u32::from_be_bytes([body[1], body[2], body[3], body[4]]);
         let mut client = StreamClient { sock, conn };
         client.send(&event_frame(first_topic, b""));
@@ -238,15 +232,13 @@ impl StreamClient {
 
     /// Writes stream bytes (any number of whole or partial event frames) in one IPC send.
     pub fn send(&mut self, bytes: &[u8]) {
-        let mut frame = vec![0x06];
-        frame.extend_from_slice(&self.conn.to_be_bytes());
-        frame.extend_from_slice(bytes);
-        write_ipc(&mut self.sock, &frame);
+        let mut payload = self.conn.to_be_bytes().to_vec();
+        payload.extend_from_slice(bytes);
+        write_ipc(&mut self.sock, command::CMD_SEND, &payload);
     }
 }
 
-fn write_ipc(sock: &mut UnixStream, body: &[u8]) {
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(body);
-    sock.write_all(&frame).expect("daemon socket write");
+fn write_ipc(sock: &mut UnixStream, cmd: u8, payload: &[u8]) {
+    sock.write_all(&ipc_frame(cmd, payload))
+        .expect("daemon socket write");
 }

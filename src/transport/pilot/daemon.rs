@@ -64,6 +64,28 @@ pub const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the start-up probe waits for the daemon's `info` answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// One IPC frame: a u32 big-endian length (of the command byte and the payload), the command
+/// byte, the payload.
+pub fn ipc_frame(cmd: u8, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len() + 1).unwrap_or(u32::MAX);
+    let mut frame = Vec::with_capacity(payload.len() + 5);
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.push(cmd);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// One event frame of the broker's stream: a u16 big-endian topic length, the topic, a u32
+/// big-endian payload length, the payload.
+pub fn event_frame(topic: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(topic.len() + payload.len() + 6);
+    out.extend_from_slice(&(topic.len() as u16).to_be_bytes());
+    out.extend_from_slice(topic.as_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
 /// Where the daemon listens: `--pilot-socket`, else `PILOT_SOCKET`, else pilotctl's default.
 pub fn socket_path(configured: Option<&Path>) -> PathBuf {
     configured
@@ -294,12 +316,8 @@ impl EventStream {
     /// Writes one event; the broker routes it by `topic`. Nothing comes back: like pilotctl's
     /// "ok", success only means the daemon has the bytes.
     pub async fn send(&mut self, topic: &str, payload: &[u8]) -> Result<(), PilotctlError> {
-        let mut body = Vec::with_capacity(4 + 2 + topic.len() + 4 + payload.len());
-        body.extend_from_slice(&self.conn.to_be_bytes());
-        body.extend_from_slice(&(topic.len() as u16).to_be_bytes());
-        body.extend_from_slice(topic.as_bytes());
-        body.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        body.extend_from_slice(payload);
+        let mut body = self.conn.to_be_bytes().to_vec();
+        body.extend(event_frame(topic, payload));
         write_frame(&mut self.socket, CMD_SEND, &body)
             .await
             .map_err(|e| {
@@ -438,11 +456,7 @@ async fn request(socket: &mut UnixStream, cmd: u8, payload: &[u8]) -> io::Result
 }
 
 async fn write_frame(socket: &mut UnixStream, cmd: u8, payload: &[u8]) -> io::Result<()> {
-    let mut frame = Vec::with_capacity(5 + payload.len());
-    frame.extend_from_slice(&(payload.len() as u32 + 1).to_be_bytes());
-    frame.push(cmd);
-    frame.extend_from_slice(payload);
-    socket.write_all(&frame).await
+    socket.write_all(&ipc_frame(cmd, payload)).await
 }
 
 async fn read_frame(socket: &mut UnixStream) -> io::Result<(u8, Vec<u8>)> {
@@ -512,19 +526,11 @@ mod tests {
         }
     }
 
-    fn event(topic: &str, payload: &[u8]) -> Vec<u8> {
-        let mut e = (topic.len() as u16).to_be_bytes().to_vec();
-        e.extend_from_slice(topic.as_bytes());
-        e.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        e.extend_from_slice(payload);
-        e
-    }
-
     #[tokio::test]
     async fn events_split_anywhere_are_reassembled_and_oversized_ones_skipped() {
-        let mut bytes = event("election:g", b"one");
-        bytes.extend(event("election:g", &vec![b'x'; MAX_EVENT + 1]));
-        bytes.extend(event("election:g", b"two"));
+        let mut bytes = event_frame("election:g", b"one");
+        bytes.extend(event_frame("election:g", &vec![b'x'; MAX_EVENT + 1]));
+        bytes.extend(event_frame("election:g", b"two"));
         let mut s = stream_with(Vec::new());
         let mut got = Vec::new();
         // Fed one byte at a time: chunk boundaries are the daemon's, not the events'.
