@@ -484,7 +484,7 @@ impl RunArgs {
 
     /// The daemon's socket, as pilotctl would find it.
     fn daemon_socket(&self) -> PathBuf {
-        crate::transport::pilot::daemon::socket_path(self.pilot_socket.as_deref())
+        daemon::socket_path(self.pilot_socket.as_deref())
     }
 
     /// The pilotctl to run; missing or not executable is exit 69, naming the path.

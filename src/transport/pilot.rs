@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Bucket, Health, Inbound, Links, Pace, Transport};
 use crate::backoff::Backoff;
 use crate::metrics::{MessageType, Metrics, Received};
-use crate::pilotctl::{Pilotctl, PilotctlError};
+use crate::pilotctl::{ErrorCode, Pilotctl, PilotctlError};
 pub use broker_link::{BrokerHealth, LinkState};
 use broker_link::{BrokerLink, Context, Ending, Note};
 
@@ -385,26 +385,26 @@ impl Transport for PilotTransport {
             };
             self.links
                 .update(index, |l| l.publishing(crate::clock::now(), hash));
-            if let Some(outbox) = self.outboxes.get(index) {
-                let text = text.clone();
-                if outbox.try_send(Outgoing { text, hash, permit }).is_err() {
-                    self.metrics.publish_failed();
+            let m = Outgoing {
+                text: text.clone(),
+                hash,
+                permit,
+            };
+            match self.outboxes.get(index) {
+                Some(outbox) => {
+                    if outbox.try_send(m).is_err() {
+                        self.metrics.publish_failed();
+                    }
                 }
-                continue;
+                None => spawn_pilotctl_publish(
+                    &self.config,
+                    index,
+                    broker,
+                    m,
+                    &self.metrics,
+                    &self.links,
+                ),
             }
-            let ctl = self.config.pilotctl.clone();
-            let topic = self.config.topic.clone();
-            let broker = broker.clone();
-            let text = text.clone();
-            let metrics = self.metrics.clone();
-            let links = self.links.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let ok = publish_one(&ctl, &broker, &topic, &text, &metrics, &links).await;
-                if let Some(sent_at) = ok {
-                    links.update(index, |l| l.published(hash, sent_at));
-                }
-            });
         }
     }
 
@@ -594,8 +594,10 @@ impl Feed {
     }
 }
 
+/// The socket path's refusal to reach a broker this node does not trust (its trust check), as
+/// opposed to pilotctl's own `trust_required`.
 fn is_untrusted(e: &PilotctlError) -> bool {
-    matches!(e, PilotctlError::Daemon { message, .. } if message == daemon::NOT_TRUSTED)
+    matches!(e, PilotctlError::Daemon { code: ErrorCode::Other(c), .. } if c == "trust_required")
 }
 
 /// One broker's publishing connection over the daemon's socket: opened once, every message of
@@ -738,22 +740,40 @@ impl Publisher {
                     None => return,
                 },
             };
-            let (ctl, broker, topic) = (
-                self.config.pilotctl.clone(),
-                self.broker.clone(),
-                self.config.topic.clone(),
+            spawn_pilotctl_publish(
+                &self.config,
+                self.index,
+                &self.broker,
+                m,
+                &self.metrics,
+                &self.links,
             );
-            let (metrics, links, index) = (self.metrics.clone(), self.links.clone(), self.index);
-            tokio::spawn(async move {
-                let _permit = m.permit;
-                if let Some(sent_at) =
-                    publish_one(&ctl, &broker, &topic, &m.text, &metrics, &links).await
-                {
-                    links.update(index, |l| l.published(m.hash, sent_at));
-                }
-            });
         }
     }
+}
+
+/// Publishes `m` to broker `index` through a `pilotctl publish` process of its own, holding its
+/// permit until the process is done.
+fn spawn_pilotctl_publish(
+    config: &PilotConfig,
+    index: usize,
+    broker: &str,
+    m: Outgoing,
+    metrics: &Arc<Metrics>,
+    links: &Arc<Brokers>,
+) {
+    let (ctl, broker, topic) = (
+        config.pilotctl.clone(),
+        broker.to_string(),
+        config.topic.clone(),
+    );
+    let (metrics, links) = (metrics.clone(), links.clone());
+    tokio::spawn(async move {
+        let _permit = m.permit;
+        if let Some(sent_at) = publish_one(&ctl, &broker, &topic, &m.text, &metrics, &links).await {
+            links.update(index, |l| l.published(m.hash, sent_at));
+        }
+    });
 }
 
 fn deliver(data: String, hash: u64, inbound: &Inbound, dedup: &Mutex<Dedup>, metrics: &Metrics) {
