@@ -63,6 +63,7 @@ pub mod observer_table;
 pub mod open_files;
 pub mod peer_client;
 pub mod pilotctl;
+pub mod process_group;
 pub mod runtime;
 pub mod scheduled;
 pub mod server;

@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::process::{ChildStderr, ChildStdout, Command};
 use tokio::task::JoinHandle;
+
+use crate::process_group::ProcessGroup;
 
 pub mod compat;
 
@@ -245,46 +245,41 @@ impl Pilotctl {
         cmd.args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         if let Some(socket) = &self.socket {
             cmd.env("PILOT_SOCKET", socket);
         }
         cmd
     }
 
-    fn spawn(&self, args: &[&str]) -> Result<Child, PilotctlError> {
-        self.command(args)
-            .spawn()
-            .map_err(|source| match source.kind() {
-                io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => {
-                    PilotctlError::Unavailable {
-                        path: self.path.clone(),
-                        reason: source.to_string(),
-                    }
-                }
-                _ => PilotctlError::Spawn {
+    fn spawn(&self, args: &[&str]) -> Result<ProcessGroup, PilotctlError> {
+        ProcessGroup::spawn(&mut self.command(args)).map_err(|source| match source.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => {
+                PilotctlError::Unavailable {
                     path: self.path.clone(),
-                    source,
-                },
-            })
+                    reason: source.to_string(),
+                }
+            }
+            _ => PilotctlError::Spawn {
+                path: self.path.clone(),
+                source,
+            },
+        })
     }
 
     fn spawn_piped(
         &self,
         args: &[&str],
-    ) -> Result<(Child, ChildStdout, ChildStderr), PilotctlError> {
-        let mut child = self.spawn(args)?;
+    ) -> Result<(ProcessGroup, ChildStdout, ChildStderr), PilotctlError> {
+        let mut group = self.spawn(args)?;
+        let child = group.child_mut();
         match (child.stdout.take(), child.stderr.take()) {
-            (Some(stdout), Some(stderr)) => Ok((child, stdout, stderr)),
-            _ => {
-                kill_group(child.id().unwrap_or(0));
-                Err(PilotctlError::Spawn {
-                    path: self.path.clone(),
-                    source: io::Error::other("child pipes missing"),
-                })
-            }
+            (Some(stdout), Some(stderr)) => Ok((group, stdout, stderr)),
+            // Dropped unreleased: killed.
+            _ => Err(PilotctlError::Spawn {
+                path: self.path.clone(),
+                source: io::Error::other("child pipes missing"),
+            }),
         }
     }
 
@@ -313,27 +308,27 @@ impl Pilotctl {
         command: &'static str,
         args: &[&str],
     ) -> Result<(Vec<u8>, ExitStatus), PilotctlError> {
-        let (mut child, stdout, stderr) = self.spawn_piped(args)?;
-        let pgid = child.id().unwrap_or(0);
+        let (mut group, stdout, stderr) = self.spawn_piped(args)?;
+        let pgid = group.id().unwrap_or(0);
         let finished = tokio::time::timeout(self.timeout, async {
             tokio::join!(
                 read_bounded(stdout, MAX_OUTPUT),
                 read_bounded(stderr, MAX_STDERR),
-                child.wait()
+                group.wait()
             )
         })
         .await;
         let (stdout, stderr, status) = match finished {
-            Ok((stdout, stderr, status)) => {
-                let status = status.map_err(|source| PilotctlError::Io { command, source })?;
-                (stdout, stderr, status)
+            Ok(done) => {
+                group.release();
+                done
             }
             Err(_) => {
                 // The join is unfinished: the leader is unreaped or a descendant still holds its
-                // pipes, which (short of a descendant leaving the group) keeps the group id from
-                // being reused before we signal it.
-                kill_group(pgid);
-                let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                // pipes, so the group is still there to be killed.
+                group.kill();
+                let _ = tokio::time::timeout(Duration::from_secs(2), group.wait()).await;
+                group.release();
                 return Err(PilotctlError::TimedOut {
                     command,
                     after: self.timeout,
@@ -374,13 +369,12 @@ impl Pilotctl {
 
     /// Starts a long-lived `pilotctl --json subscribe`; events arrive only while it runs.
     pub fn subscribe(&self, broker: &str, topic: &str) -> Result<Subscription, PilotctlError> {
-        let (child, stdout, stderr) = self.spawn_piped(&["--json", "subscribe", broker, topic])?;
-        let pgid = child.id().unwrap_or(0);
+        let (group, stdout, stderr) = self.spawn_piped(&["--json", "subscribe", broker, topic])?;
         Ok(Subscription {
             lines: LineReader::new(stdout, DEFAULT_MAX_LINE),
             stderr: Some(tokio::spawn(read_bounded(stderr, MAX_STDERR))),
-            child,
-            pgid,
+            pid: group.id().unwrap_or(0),
+            group,
             garbage_lines: 0,
             oversized_lines: 0,
             finished: false,
@@ -402,16 +396,6 @@ pub fn check_executable(path: &Path) -> Result<(), PilotctlError> {
         return Err(unavailable("not executable".into()));
     }
     Ok(())
-}
-
-fn kill_group(pgid: u32) {
-    let Ok(raw) = i32::try_from(pgid) else {
-        return;
-    };
-    if raw > 1 {
-        // ESRCH only means the group is already gone.
-        let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
-    }
 }
 
 fn unexpected(command: &'static str, status: ExitStatus, detail: &str) -> PilotctlError {
@@ -522,8 +506,8 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
 /// A running `pilotctl subscribe`. Dropping it kills the child's process group.
 pub struct Subscription {
-    child: Child,
-    pgid: u32,
+    group: ProcessGroup,
+    pid: u32,
     lines: LineReader<ChildStdout>,
     stderr: Option<JoinHandle<Vec<u8>>>,
     garbage_lines: u64,
@@ -566,7 +550,8 @@ impl Subscription {
                 }
                 Err(source) => {
                     self.finished = true;
-                    kill_group(self.pgid);
+                    self.group.kill();
+                    self.group.release();
                     return Some(Err(PilotctlError::Io {
                         command: "subscribe",
                         source,
@@ -577,17 +562,11 @@ impl Subscription {
     }
 
     async fn exit(&mut self) -> Result<(), PilotctlError> {
-        let status = match tokio::time::timeout(EXIT_GRACE, self.child.wait()).await {
+        let status = match tokio::time::timeout(EXIT_GRACE, self.group.wait()).await {
             Ok(status) => status,
-            Err(_) => {
-                kill_group(self.pgid);
-                self.child.wait().await
-            }
+            Err(_) => self.group.kill_and_wait().await,
         };
-        let status = status.map_err(|source| PilotctlError::Io {
-            command: "subscribe",
-            source,
-        })?;
+        self.group.release();
         let stderr = match self.stderr.as_mut() {
             Some(task) => task.await.unwrap_or_default(),
             None => Vec::new(),
@@ -612,15 +591,7 @@ impl Subscription {
 
     /// The child's process id, which is also its process group id.
     pub fn pid(&self) -> u32 {
-        self.pgid
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if !self.finished {
-            kill_group(self.pgid);
-        }
+        self.pid
     }
 }
 

@@ -45,9 +45,8 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use tokio::process::{Child, ChildStdin, Command as Process};
+use nix::sys::signal::Signal;
+use tokio::process::{ChildStdin, Command as Process};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -56,6 +55,7 @@ use crate::backoff::Backoff;
 use crate::clock;
 use crate::election::{Input, Timings, View};
 use crate::metrics::{ExecExit, Metrics};
+use crate::process_group::ProcessGroup;
 use crate::runtime::{Command, ReleaseGuard, Snapshot};
 
 mod gate;
@@ -65,7 +65,7 @@ mod watcher;
 use gate::gate;
 use supervisor::Supervisor;
 #[cfg(test)]
-use watcher::{group_alive, spawn_watcher};
+use watcher::spawn_watcher;
 
 /// The longest a planned handover (API step-down or candidacy withdrawal, the node's own stop)
 /// waits for the child after SIGTERM before SIGKILL. Short enough that the API answers well
@@ -126,15 +126,12 @@ pub fn shell_command(flag: &str, command: &str) -> Result<String, String> {
     Ok(command.to_string())
 }
 
-/// `sh -c command` as the leader of its own process group (one signal then reaches everything
-/// it starts), with stdin from `/dev/null` and without the node's own `PILOT_ELECTION_*`
-/// settings, which may hold the admin token or the cluster keys.
+/// `sh -c command`, to be started with [`ProcessGroup::spawn`] (one signal then reaches
+/// everything it starts), with stdin from `/dev/null` and without the node's own
+/// `PILOT_ELECTION_*` settings, which may hold the admin token or the cluster keys.
 pub fn shell(command: &str) -> Process {
     let mut cmd = Process::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(command)
-        .stdin(Stdio::null())
-        .process_group(0);
+    cmd.arg("-c").arg(command).stdin(Stdio::null());
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
             cmd.env_remove(key);
@@ -648,51 +645,28 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_group_of_zombies_is_not_alive() {
-        use std::os::unix::process::CommandExt as _;
-        let mut child = std::process::Command::new("/bin/sh")
-            .args(["-c", "exit 0"])
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let pid = child.id().to_string();
-        let pgid = Pid::from_raw(child.id() as i32);
-        let deadline = clock::now() + Duration::from_secs(5);
-        while alive(&pid) {
-            assert!(clock::now() < deadline, "`sh -c 'exit 0'` still runs");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // Not reaped: the kernel still counts it in the group.
-        assert!(killpg(pgid, None).is_ok());
-        assert!(!group_alive(pgid));
-        child.wait().unwrap();
-        assert!(!group_alive(pgid));
-    }
-
     #[tokio::test]
     async fn the_watcher_kills_the_group_when_its_pipe_closes() {
-        let mut child = Process::new("/bin/sh")
-            .args(["-c", "sleep 30 & echo $! ; wait"])
-            .stdout(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        let pgid = Pid::from_raw(child.id().unwrap() as i32);
-        let mut w = spawn_watcher(pgid, Duration::from_millis(100)).unwrap();
-        assert!(group_alive(pgid));
+        let mut group = ProcessGroup::spawn(
+            Process::new("/bin/sh")
+                .args(["-c", "sleep 30 & echo $! ; wait"])
+                .stdout(Stdio::piped()),
+        )
+        .unwrap();
+        let pid = group.id().unwrap();
+        let mut w = spawn_watcher(pid, Duration::from_millis(100)).unwrap();
+        assert!(group.alive());
         // What the kernel does when this process dies.
         drop(w._stdin.take());
-        let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        let status = tokio::time::timeout(Duration::from_secs(5), group.wait())
             .await
-            .expect("the group was signalled")
-            .unwrap();
+            .expect("the group was signalled");
         assert!(!status.success());
         let deadline = clock::now() + Duration::from_secs(5);
-        while group_alive(pgid) {
+        while group.alive() {
             assert!(clock::now() < deadline, "the group outlived the watcher");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let _ = w.child.wait().await;
+        w.dismiss().await;
     }
 }

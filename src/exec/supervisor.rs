@@ -2,7 +2,7 @@
 //! by the kill delay) when leadership ends, restarts it with backoff, and answers the holds of
 //! the gate and the release guard.
 
-use super::watcher::{group_alive, spawn_watcher, Watcher};
+use super::watcher::{spawn_watcher, Watcher};
 use super::*;
 
 /// Whether a new child may start.
@@ -24,8 +24,8 @@ struct Restart {
 
 /// One run of the command: `sh -c` as the leader of its own process group.
 struct Job {
-    child: Child,
-    pgid: Pid,
+    /// Dropped unfinished (the supervisor going away: a panic, an abort), it kills the group.
+    group: ProcessGroup,
     pid: u32,
     watcher: Option<Watcher>,
     term: u64,
@@ -35,8 +35,6 @@ struct Job {
     stop: Option<Stop>,
     /// `sh` has exited; the job ends once the rest of its group is gone too.
     exited: Option<Exited>,
-    /// Set once the group is known to be gone, so that dropping the job kills nothing.
-    finished: bool,
 }
 
 struct Exited {
@@ -49,15 +47,6 @@ struct Stop {
     since: Instant,
     kill_by: Instant,
     killed: bool,
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        if !self.finished {
-            // The supervisor is going away with the child still running (a panic, an abort).
-            let _ = killpg(self.pgid, Signal::SIGKILL);
-        }
-    }
 }
 
 /// Runs the command while this node leads; see the module documentation.
@@ -175,11 +164,11 @@ impl Supervisor {
             if let Some(stop) = &mut job.stop {
                 if now >= stop.kill_by && !stop.killed {
                     stop.killed = true;
-                    let _ = killpg(job.pgid, Signal::SIGKILL);
+                    job.group.kill();
                 }
             }
             let gone = job.exited.is_some()
-                && (job.stop.as_ref().is_some_and(|s| s.killed) || !group_alive(job.pgid));
+                && (job.stop.as_ref().is_some_and(|s| s.killed) || !job.group.alive());
             if gone {
                 if let Some(job) = self.job.take() {
                     self.finish(job, view, now).await;
@@ -260,8 +249,8 @@ impl Supervisor {
             .env("PILOT_ELECTION_LEADER", &leader)
             .env("PILOT_ELECTION_NODE_ID", &view.node_id)
             .env("PILOT_ELECTION_GROUP", &self.config.group);
-        let child = match cmd.spawn() {
-            Ok(c) => c,
+        let group = match ProcessGroup::spawn(&mut cmd) {
+            Ok(g) => g,
             Err(e) => {
                 tracing::error!(error = %e, term = view.term, "could not start the exec command");
                 self.metrics.exec_exit(ExecExit::Failed);
@@ -269,9 +258,8 @@ impl Supervisor {
                 return;
             }
         };
-        let pid = child.id().unwrap_or_default();
-        let pgid = Pid::from_raw(i32::try_from(pid).unwrap_or_default());
-        let watcher = match spawn_watcher(pgid, kill_delay(timings)) {
+        let pid = group.id().unwrap_or_default();
+        let watcher = match spawn_watcher(pid, kill_delay(timings)) {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::warn!(error = %e, "no watcher for the exec child: it would outlive a crash of this node");
@@ -281,8 +269,7 @@ impl Supervisor {
         tracing::info!(term = view.term, pid, "exec child started");
         self.metrics.exec_running.inc();
         self.job = Some(Job {
-            child,
-            pgid,
+            group,
             pid,
             watcher,
             term: view.term,
@@ -290,7 +277,6 @@ impl Supervisor {
             lease_until,
             stop: None,
             exited: None,
-            finished: false,
         });
     }
 
@@ -303,7 +289,8 @@ impl Supervisor {
 
     /// Reports a job whose whole group is gone, then decides what comes next.
     async fn finish(&mut self, mut job: Job, view: &View, now: Instant) {
-        job.finished = true;
+        // The whole group is gone: nothing of it may be signalled again.
+        job.group.release();
         if let Some(w) = job.watcher.take() {
             w.dismiss().await;
         }
@@ -379,9 +366,7 @@ impl Job {
         if self.stop.is_some() {
             return;
         }
-        if self.exited.is_none() || group_alive(self.pgid) {
-            let _ = killpg(self.pgid, Signal::SIGTERM);
-        }
+        self.group.signal(Signal::SIGTERM);
         self.stop = Some(Stop {
             since: now,
             kill_by: kill_by.max(now),
@@ -394,7 +379,7 @@ impl Job {
 async fn wait_sh(job: &mut Option<Job>) -> ExitStatus {
     match job {
         // One that cannot be waited for counts as gone; the group check decides the rest.
-        Some(j) if j.exited.is_none() => j.child.wait().await.unwrap_or_default(),
+        Some(j) if j.exited.is_none() => j.group.wait().await,
         _ => std::future::pending().await,
     }
 }

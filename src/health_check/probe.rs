@@ -5,13 +5,12 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 
 use super::Check;
 use crate::clock;
 use crate::metrics::HealthCheckOutcome;
+use crate::process_group::ProcessGroup;
 
 /// What `/status` keeps of a check's output: enough for the first line of an error.
 pub const DETAIL_MAX: usize = 512;
@@ -83,16 +82,11 @@ async fn probe_command(command: &str, timeout: Duration) -> Probed {
     };
     let mut cmd = crate::exec::shell(command);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let mut group = match ProcessGroup::spawn(&mut cmd) {
+        Ok(g) => g,
         Err(e) => return failed(format!("could not start sh: {e}")),
     };
-    let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-    let mut group = Group {
-        pgid: Pid::from_raw(pid),
-        // Never `killpg(0)`: that is this node's own group.
-        ended: pid <= 0,
-    };
+    let child = group.child_mut();
     let (out, err) = (child.stdout.take(), child.stderr.take());
     let reading = async {
         let (out, err) = tokio::join!(read_capped(out), read_capped(err));
@@ -107,17 +101,16 @@ async fn probe_command(command: &str, timeout: Duration) -> Probed {
     let mut timed_out = false;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status,
+            status = group.wait() => break status,
             o = &mut reading, if output.is_none() => output = Some(o),
             _ = clock::sleep_until(deadline) => {
-                group.kill();
                 timed_out = true;
-                break child.wait().await;
+                break group.kill_and_wait().await;
             }
         }
     };
-    // Reaped: its pid may be reused from here on, so the group is never signalled again.
-    group.ended = true;
+    // Reaped: what the check left in the background is its own business.
+    group.release();
     let output = match output {
         Some(o) => o,
         None => tokio::select! {
@@ -134,46 +127,20 @@ async fn probe_command(command: &str, timeout: Duration) -> Probed {
             detail: cut(text(&output)),
         };
     }
-    match status {
-        Ok(s) => {
-            let mut detail = text(&output);
-            if let Some(sig) = s.signal() {
-                detail = format!("killed by signal {sig}; {detail}");
-            }
-            Probed {
-                outcome: if s.success() {
-                    Outcome::Pass
-                } else {
-                    Outcome::Fail
-                },
-                exit_code: s.code(),
-                http_status: None,
-                took: clock::since(started),
-                detail: cut(detail),
-            }
-        }
-        Err(e) => failed(format!("could not wait for sh: {e}")),
+    let mut detail = text(&output);
+    if let Some(sig) = status.signal() {
+        detail = format!("killed by signal {sig}; {detail}");
     }
-}
-
-/// Kills the check's process group if the check is dropped half-way (the node stops), so that
-/// no check outlives its timeout because nobody was left to enforce it.
-struct Group {
-    pgid: Pid,
-    ended: bool,
-}
-
-impl Group {
-    fn kill(&mut self) {
-        if !self.ended {
-            let _ = killpg(self.pgid, Signal::SIGKILL);
-        }
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.kill();
+    Probed {
+        outcome: if status.success() {
+            Outcome::Pass
+        } else {
+            Outcome::Fail
+        },
+        exit_code: status.code(),
+        http_status: None,
+        took: clock::since(started),
+        detail: cut(detail),
     }
 }
 

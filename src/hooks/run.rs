@@ -1,16 +1,16 @@
 //! One run of the hook: `sh -c` as the leader of its own process group, with the change in its
-//! environment, until `sh` exits or the deadline passes (then SIGKILL to the whole group).
+//! environment, until `sh` exits or the deadline passes (then SIGKILL to the whole group;
+//! [`ProcessGroup`]).
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{HookConfig, Outcome};
 use crate::clock;
+use crate::process_group::ProcessGroup;
 use crate::runtime::Change;
 
 /// How one run ended.
@@ -43,21 +43,6 @@ pub(super) fn env_of(change: &Change, node_id: &str, group: &str) -> Vec<(&'stat
     ]
 }
 
-/// Kills the group if the run is dropped half-way (the task aborted at exit), so that no hook
-/// outlives its timeout because nobody was left to enforce it.
-struct Group {
-    pgid: Pid,
-    ended: bool,
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        if !self.ended {
-            let _ = killpg(self.pgid, Signal::SIGKILL);
-        }
-    }
-}
-
 /// Runs `config.command` once; ends at `config.timeout` after the start or at the exit cap
 /// (`exit_by`, which may be set while it runs), whichever comes first.
 pub(super) async fn run(
@@ -69,8 +54,8 @@ pub(super) async fn run(
     let own = started + config.timeout;
     let mut cmd = crate::exec::shell(&config.command);
     cmd.envs(env);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let mut group = match ProcessGroup::spawn(&mut cmd) {
+        Ok(g) => g,
         Err(e) => {
             return Ran {
                 outcome: Outcome::Failed,
@@ -80,12 +65,6 @@ pub(super) async fn run(
                 error: Some(e.to_string()),
             }
         }
-    };
-    let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-    let mut group = Group {
-        pgid: Pid::from_raw(pid),
-        // Never `killpg(0)`: that is this node's own group.
-        ended: pid <= 0,
     };
     let ended = |outcome, status: std::process::ExitStatus| Ran {
         outcome,
@@ -98,16 +77,14 @@ pub(super) async fn run(
     loop {
         let cap = exit_by.borrow().map_or(own, |e| e.min(own));
         tokio::select! {
-            status = child.wait() => {
-                group.ended = true;
-                let status = status.unwrap_or_default();
+            status = group.wait() => {
+                // What the hook left running in the background is its own business.
+                group.release();
                 let outcome = if status.success() { Outcome::Ok } else { Outcome::Failed };
                 return ended(outcome, status);
             }
             _ = clock::sleep_until(cap) => {
-                let _ = killpg(group.pgid, Signal::SIGKILL);
-                let status = child.wait().await.unwrap_or_default();
-                group.ended = true;
+                let status = group.kill_and_wait().await;
                 let outcome = if cap >= own { Outcome::TimedOut } else { Outcome::KilledAtExit };
                 return ended(outcome, status);
             }

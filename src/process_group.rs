@@ -1,0 +1,312 @@
+//! A child that leads its own process group, the one way this node starts a process: `--exec`,
+//! `--on-change` hooks, health checks, pilotctl and leader-only jobs all go through it.
+//!
+//! Why a group: a command line runs as `sh -c`, which may start children of its own; a signal
+//! to the group reaches all of them, where a signal to `sh` alone would leave them running. Why
+//! one module: each of those owners used to start, time out and kill its group by hand, with
+//! the same two traps each time: a group id must never be signalled once it may have been
+//! reused (its leader reaped and every member gone), and never as 0 (that is this node's own
+//! group); and a child whose owner goes away half-way (a task aborted at exit, a panic) must not
+//! outlive it, so dropping a group that was not [released](ProcessGroup::release) kills it.
+
+use std::io;
+use std::process::ExitStatus;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::clock;
+
+/// A running child and its process group; see the module documentation.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    child: Child,
+    /// `None` once nothing may be signalled any more: released, known gone, or no valid id.
+    pgid: Option<Pid>,
+    /// The leader's exit status, once reaped.
+    status: Option<ExitStatus>,
+}
+
+/// How [`ProcessGroup::wait_until`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The leader exited by itself before the deadline.
+    Exited(ExitStatus),
+    /// The deadline came first: the whole group was SIGKILLed, then the leader reaped.
+    Killed(ExitStatus),
+}
+
+impl Ended {
+    pub fn status(&self) -> ExitStatus {
+        match self {
+            Ended::Exited(s) | Ended::Killed(s) => *s,
+        }
+    }
+}
+
+impl ProcessGroup {
+    /// Starts `cmd` as the leader of a new process group.
+    pub fn spawn(cmd: &mut Command) -> io::Result<ProcessGroup> {
+        cmd.process_group(0);
+        let child = cmd.spawn()?;
+        // Never 0 (this node's own group) nor 1: such an id means the spawn told us nothing.
+        let pgid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .filter(|p| *p > 1)
+            .map(Pid::from_raw);
+        Ok(ProcessGroup {
+            child,
+            pgid,
+            status: None,
+        })
+    }
+
+    /// The leader's process id, which is also the group's id.
+    pub fn id(&self) -> Option<u32> {
+        self.pgid.map(|p| p.as_raw() as u32)
+    }
+
+    /// The child, for its pipes.
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Waits for the leader to exit and reaps it. The rest of the group, if any, is still
+    /// guarded: [`ProcessGroup::release`] when what the leader left behind is not ours to stop.
+    /// Cancel-safe. A leader that cannot be waited for (tokio fails only when it was reaped
+    /// elsewhere) counts as exited with status 0.
+    pub async fn wait(&mut self) -> ExitStatus {
+        if let Some(s) = self.status {
+            return s;
+        }
+        let status = self.child.wait().await.unwrap_or_default();
+        self.status = Some(status);
+        status
+    }
+
+    /// Whether the leader has been reaped.
+    pub fn exited(&self) -> Option<ExitStatus> {
+        self.status
+    }
+
+    /// Sends `signal` to every process of the group; nothing once the group is released or
+    /// gone. After the leader was reaped, the group is signalled only while one of its processes
+    /// still runs: until then the kernel keeps its id from being reused.
+    pub fn signal(&mut self, signal: Signal) {
+        let Some(pgid) = self.pgid else {
+            return;
+        };
+        if self.status.is_some() && !group_alive(pgid) {
+            self.pgid = None;
+            return;
+        }
+        // ESRCH only means the group has just gone.
+        let _ = killpg(pgid, signal);
+    }
+
+    /// SIGKILL to the whole group.
+    pub fn kill(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+
+    /// Whether any process of the group still runs (see [`group_alive`]).
+    pub fn alive(&self) -> bool {
+        self.pgid.is_some_and(group_alive)
+    }
+
+    /// The owner is done with the group: nothing of it is signalled from here on, dropping it
+    /// included.
+    pub fn release(&mut self) {
+        self.pgid = None;
+    }
+
+    /// Runs until the leader exits or `deadline` passes, whichever comes first; at the deadline
+    /// the whole group is SIGKILLed and the leader reaped. Either way the group is released
+    /// after: what a leader that exited in time left behind is not stopped.
+    pub async fn wait_until(&mut self, deadline: Instant) -> Ended {
+        let ended = tokio::select! {
+            status = self.wait() => Ended::Exited(status),
+            _ = clock::sleep_until(deadline) => {
+                self.kill();
+                Ended::Killed(self.wait().await)
+            }
+        };
+        self.release();
+        ended
+    }
+
+    /// SIGKILL to the group, then the leader reaped; released after.
+    pub async fn kill_and_wait(&mut self) -> ExitStatus {
+        self.kill();
+        let status = self.wait().await;
+        self.release();
+        status
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // The owner went away with the group still in its charge (an abort, a panic).
+        if self.pgid.is_some() {
+            self.kill();
+        }
+    }
+}
+
+/// Whether any process of the group still runs. Zombies do not count: where this node is PID 1
+/// without an init (a container started without `--init`), the command's orphans become this
+/// process's zombies, which nothing reaps, and they would hold every stop until its SIGKILL.
+pub fn group_alive(pgid: Pid) -> bool {
+    if killpg(pgid, None).is_err() {
+        return false;
+    }
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    procs.flatten().any(|e| {
+        // After the command name: state, ppid, pgid.
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+        let state = fields.next();
+        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        group == Some(pgid.as_raw()) && state.is_some_and(|s| s != "Z" && s != "X")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    use tokio::io::AsyncBufReadExt as _;
+
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg(script).stdin(Stdio::null());
+        cmd
+    }
+
+    /// The pid of a background `sleep` the script prints first, read from its stdout.
+    async fn spawn_with_grandchild(script: &str) -> (ProcessGroup, Pid) {
+        let mut cmd = sh(script);
+        cmd.stdout(Stdio::piped());
+        let mut g = ProcessGroup::spawn(&mut cmd).unwrap();
+        let out = g.child_mut().stdout.take().unwrap();
+        let mut line = String::new();
+        tokio::io::BufReader::new(out)
+            .read_line(&mut line)
+            .await
+            .unwrap();
+        (g, Pid::from_raw(line.trim().parse().unwrap()))
+    }
+
+    fn runs(pid: Pid) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .next();
+        state.is_some_and(|s| s != "Z" && s != "X")
+    }
+
+    async fn until_gone(pid: Pid) {
+        let deadline = clock::now() + Duration::from_secs(10);
+        while runs(pid) {
+            assert!(clock::now() < deadline, "{pid} still runs");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn it_leads_its_own_group() {
+        let mut g = ProcessGroup::spawn(&mut sh("exit 3")).unwrap();
+        let pid = g.id().unwrap();
+        assert_ne!(nix::unistd::getpgrp().as_raw() as u32, pid);
+        assert_eq!(g.wait().await.code(), Some(3));
+        assert_eq!(g.exited().and_then(|s| s.code()), Some(3));
+        // Reaped, and nothing of it runs: never signalled again.
+        assert!(!g.alive());
+        g.kill();
+        assert_eq!(g.id(), None);
+    }
+
+    #[tokio::test]
+    async fn the_deadline_kills_the_whole_group() {
+        let (mut g, grandchild) = spawn_with_grandchild("sleep 30 & echo $!; wait").await;
+        let started = clock::now();
+        let ended = g.wait_until(started + Duration::from_millis(200)).await;
+        assert!(matches!(ended, Ended::Killed(_)), "{ended:?}");
+        assert!(!ended.status().success());
+        assert!(clock::since(started) >= Duration::from_millis(200));
+        until_gone(grandchild).await;
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_exits_in_time_is_not_killed_and_its_group_is_released() {
+        let mut g = ProcessGroup::spawn(&mut sh("exit 0")).unwrap();
+        let ended = g.wait_until(clock::now() + Duration::from_secs(30)).await;
+        assert!(
+            matches!(ended, Ended::Exited(s) if s.success()),
+            "{ended:?}"
+        );
+        assert_eq!(g.id(), None);
+    }
+
+    #[tokio::test]
+    async fn dropping_an_unreleased_group_kills_it() {
+        let (g, grandchild) = spawn_with_grandchild("sleep 30 & echo $!; sleep 30").await;
+        assert!(g.alive());
+        drop(g);
+        until_gone(grandchild).await;
+    }
+
+    #[tokio::test]
+    async fn a_released_group_is_left_alone() {
+        let (mut g, grandchild) = spawn_with_grandchild("sleep 30 & echo $!").await;
+        assert!(g.wait().await.success());
+        g.release();
+        g.kill();
+        drop(g);
+        assert!(runs(grandchild), "a released group was signalled");
+        let _ = nix::sys::signal::kill(grandchild, Signal::SIGKILL);
+        until_gone(grandchild).await;
+    }
+
+    #[tokio::test]
+    async fn after_the_leader_exits_the_rest_of_the_group_is_still_guarded() {
+        let (mut g, grandchild) = spawn_with_grandchild("sleep 30 & echo $!").await;
+        assert!(g.wait().await.success());
+        assert!(g.alive(), "the background sleep keeps the group alive");
+        g.signal(Signal::SIGTERM);
+        until_gone(grandchild).await;
+        assert!(!g.alive());
+    }
+
+    #[test]
+    fn a_group_of_zombies_is_not_alive() {
+        use std::os::unix::process::CommandExt as _;
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 0"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = Pid::from_raw(child.id() as i32);
+        let deadline = clock::now() + Duration::from_secs(5);
+        while runs(pgid) {
+            assert!(clock::now() < deadline, "`sh -c 'exit 0'` still runs");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Not reaped: the kernel still counts it in the group.
+        assert!(killpg(pgid, None).is_ok());
+        assert!(!group_alive(pgid));
+        child.wait().unwrap();
+        assert!(!group_alive(pgid));
+    }
+}
