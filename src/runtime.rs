@@ -368,10 +368,13 @@ impl Runtime {
         loop {
             // Before anything else: a restarted node holds the pause it kept on disk from its
             // first step, and a pause that reached its end lapses here.
+            // Only where a pause was ever written: most of a thousand groups never had one.
             for election in self.elections.values_mut() {
-                election
-                    .sync_maintenance(&self.shared, &mut self.out)
-                    .await?;
+                if election.maintenance.is_some() || election.maintenance_in_core {
+                    election
+                        .sync_maintenance(&self.shared, &mut self.out)
+                        .await?;
+                }
             }
             self.flush(Self::pacing(&stopping)).await?;
             let now = clock::now();

@@ -71,6 +71,9 @@ pub(super) struct Election {
     member_set: Arc<MemberSet>,
     /// When its snapshot was last published.
     published_at: Instant,
+    /// Set while the published snapshot holds back a renewal (see
+    /// [`Election::publish_if_changed`]): a little before the first instant it shows ends.
+    republish_at: Option<Instant>,
 }
 
 impl Election {
@@ -121,6 +124,7 @@ impl Election {
             observers,
             member_set,
             published_at: now,
+            republish_at: None,
         };
         (election, rx)
     }
@@ -194,7 +198,10 @@ impl Election {
         if !Arc::ptr_eq(&history, &self.history) {
             self.publish_snapshot(shared, clock::now());
         }
-        self.deadline = self.node.poll_timeout();
+        self.deadline = match (self.node.poll_timeout(), self.republish_at) {
+            (Some(d), Some(r)) => Some(d.min(r)),
+            (d, r) => d.or(r),
+        };
         Ok(result)
     }
 
@@ -298,28 +305,47 @@ impl Election {
         self.role = view.role;
     }
 
-    /// Publishes the view as of `now` unless the published one shows the same (the same view,
-    /// transport health, announcements, history and holders of the pause) and is younger than
-    /// a heartbeat interval. Most steps of a node in many groups change only what it knows of
-    /// another member (an ack to someone else's heartbeat); building and dropping a snapshot
-    /// for each was a third of a node's time at a thousand groups. The view that revokes
-    /// leadership always differs from the one that granted it, so rule 9 is untouched, and
-    /// what is left out (the members' last-heard times) is at most `h` old.
+    /// Publishes the view as of `now` unless the published one still tells the same: the same
+    /// view, transport health, announcements, history and holders of the pause, younger than
+    /// a heartbeat interval, or younger than two when the only difference is a renewal (see
+    /// [`renewed_only`]). Most steps of a node in many groups change only what it knows of
+    /// another member (an ack to someone else's heartbeat) or push an end further out (every
+    /// heartbeat renews a lease and a promise); building and dropping a snapshot for each was
+    /// the largest part of a node's time at a thousand groups.
+    ///
+    /// What the published snapshot says stays true: the view that revokes leadership always
+    /// differs from the one that granted it (rule 9 is untouched); a renewal held back only
+    /// moves an end further out, so the published one comes first and nothing it vouches for
+    /// outlives the truth; and the election wakes a quarter of a heartbeat interval before the
+    /// first end it shows ([`Election::deadline`]), publishing then, so that a reader never sees
+    /// an end pass that the node has renewed. What is left out (the members' last-heard times)
+    /// is at most `2h` old.
     fn publish_if_changed(&mut self, shared: &Shared, now: Instant, view: View) {
-        let fresh =
-            now.saturating_duration_since(self.published_at) < self.node.timings().heartbeat;
-        if fresh {
-            let same = {
+        let h = self.node.timings().heartbeat;
+        let age = now.saturating_duration_since(self.published_at);
+        let due = self.republish_at.is_some_and(|r| now >= r);
+        if age < 2 * h && !due {
+            let (same, renewed) = {
                 let s = self.snapshot.borrow();
-                s.view == view
-                    && Arc::ptr_eq(&s.transport, &shared.health)
+                let others = Arc::ptr_eq(&s.transport, &shared.health)
                     && Arc::ptr_eq(&s.directory, &shared.directory)
                     && Arc::ptr_eq(&s.history, &self.history)
                     && s.maintenance == self.maintenance
                     && s.maintenance_held_by
-                        == holders(&self.node, &self.maintenance, &self.carried)
+                        == holders(&self.node, &self.maintenance, &self.carried);
+                let same = others && age < h && s.view == view;
+                let renewed = others && !same && renewed_only(&s.view, &view);
+                (same, renewed.then(|| first_end(&s.view)).flatten())
             };
             if same {
+                return;
+            }
+            // Held back only while the first end it shows is more than a quarter of `h` away.
+            if let Some(end) = renewed
+                .and_then(|e| e.checked_sub(h / 4))
+                .filter(|r| *r > now)
+            {
+                self.republish_at = Some(self.republish_at.map_or(end, |r| r.min(end)));
                 return;
             }
         }
@@ -335,6 +361,7 @@ impl Election {
     /// As [`Election::publish_snapshot`], with the view of `now` already in hand.
     fn publish_view(&mut self, shared: &Shared, now: Instant, view: View) {
         self.published_at = now;
+        self.republish_at = None;
         let held_by = holders(&self.node, &self.maintenance, &self.carried);
         let snap = snapshot_of(
             (&self.node, view),
@@ -396,6 +423,76 @@ fn snapshot_of(
     })
 }
 
+/// Whether `new` differs from `old` in nothing but ends pushed further out: a lease, the
+/// promise to the leader, the time the leader was last heard. Every field is named, so that a
+/// field added to [`View`] is decided here.
+fn renewed_only(old: &View, new: &View) -> bool {
+    let View {
+        node_id,
+        role,
+        term,
+        leader,
+        voted_for,
+        lease_until,
+        leader_until,
+        leader_heard_at,
+        leader_since,
+        priority,
+        eligible,
+        candidacy,
+        can_campaign,
+        can_vote,
+        config_conflicts,
+        shutting_down,
+        promise,
+        writes_version,
+        maintenance,
+        healthy,
+    } = new;
+    let later = |o: &Option<Instant>, n: &Option<Instant>| match (o, n) {
+        (Some(o), Some(n)) => n >= o,
+        (None, None) => true,
+        _ => false,
+    };
+    let promise_later = match (&old.promise, promise) {
+        (Some((who_o, o)), Some((who_n, n))) => who_o == who_n && n >= o,
+        (None, None) => true,
+        _ => false,
+    };
+    later(&old.lease_until, lease_until)
+        && later(&old.leader_until, leader_until)
+        && later(&old.leader_heard_at, leader_heard_at)
+        && promise_later
+        && old.node_id == *node_id
+        && old.role == *role
+        && old.term == *term
+        && old.leader == *leader
+        && old.voted_for == *voted_for
+        && old.leader_since == *leader_since
+        && old.priority == *priority
+        && old.eligible == *eligible
+        && old.candidacy == *candidacy
+        && old.can_campaign == *can_campaign
+        && old.can_vote == *can_vote
+        && old.config_conflicts == *config_conflicts
+        && old.shutting_down == *shutting_down
+        && old.writes_version == *writes_version
+        && old.maintenance == *maintenance
+        && old.healthy == *healthy
+}
+
+/// The first of the ends a view shows.
+fn first_end(view: &View) -> Option<Instant> {
+    [
+        view.lease_until,
+        view.leader_until,
+        view.promise.as_ref().map(|p| p.1),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+}
+
 /// The members that hold `maintenance`, this node first: those whose latest message carried
 /// that very write. Empty when there is none.
 fn holders(
@@ -419,4 +516,65 @@ fn holders(
     std::iter::once(node.id().to_string())
         .chain(others)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::election::{Candidacy, Role};
+
+    /// Leading since `since`, renewed at `at`.
+    fn leading(since: Instant, at: Instant) -> View {
+        View {
+            node_id: "n1".into(),
+            role: Role::Leader,
+            term: 4,
+            leader: Some("n1".into()),
+            voted_for: Some("n1".into()),
+            lease_until: Some(at + Duration::from_secs(2)),
+            leader_until: Some(at + Duration::from_secs(2)),
+            leader_heard_at: Some(at),
+            leader_since: Some(since),
+            priority: 7,
+            eligible: true,
+            candidacy: Candidacy::Eligible,
+            can_campaign: false,
+            can_vote: true,
+            config_conflicts: Vec::new(),
+            shutting_down: false,
+            promise: Some(("n1".into(), at + Duration::from_secs(3))),
+            writes_version: 3,
+            maintenance: false,
+            healthy: true,
+        }
+    }
+
+    #[test]
+    fn a_renewal_is_told_apart_from_every_other_change() {
+        let t0 = clock::now();
+        let old = leading(t0, t0);
+        let later = leading(t0, t0 + Duration::from_millis(500));
+        assert!(renewed_only(&old, &later));
+        assert!(renewed_only(&old, &old), "nothing changed at all");
+        assert!(
+            !renewed_only(&later, &old),
+            "an end that moved back is no renewal"
+        );
+        assert_eq!(first_end(&old), Some(t0 + Duration::from_secs(2)));
+        let changes: [fn(&mut View); 6] = [
+            |v| v.role = Role::Follower,
+            |v| v.term += 1,
+            |v| v.leader = Some("n2".into()),
+            |v| v.lease_until = None,
+            |v| v.promise.as_mut().unwrap().0 = "n2".into(),
+            |v| v.healthy = false,
+        ];
+        for change in changes {
+            let mut v = later.clone();
+            change(&mut v);
+            assert!(!renewed_only(&old, &v), "{v:?}");
+        }
+    }
 }
