@@ -266,6 +266,7 @@ impl NodeBuilder {
             &metrics,
         );
         let hooks = acting.hooks.as_ref().map(Hooks::handle);
+        let holds = acting.holds.clone();
         actors.add(acting);
         let events = EventSource::eager(snapshot.clone(), event_run(&config.node_id, loaded.boot));
         let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
@@ -280,6 +281,7 @@ impl NodeBuilder {
             health: health.as_ref().map(HealthChecks::handle),
             observers,
             reads: Default::default(),
+            holds,
         };
         let health_handle = health.as_ref().map(HealthChecks::handle);
         let mut commands_of = BTreeMap::new();
@@ -293,9 +295,13 @@ impl NodeBuilder {
                 (&e.handle.snapshot, e.handle.commands.clone()),
                 &metrics,
             );
-            let hooks = acting.hooks.as_ref().map(Hooks::handle);
+            let acts = (
+                commands,
+                acting.hooks.as_ref().map(Hooks::handle),
+                acting.holds.clone(),
+            );
             actors.add(acting);
-            others.push(e.api(&config.node_id, (commands, hooks), health_handle.clone()));
+            others.push(e.api(&config.node_id, acts, health_handle.clone()));
         }
         let maker = GroupMaker {
             config: config.clone(),
@@ -346,6 +352,8 @@ impl NodeBuilder {
 struct Acting {
     exec: Option<Exec>,
     hooks: Option<Hooks>,
+    /// The holds of `pilot-election once` (every election has them).
+    holds: crate::jobs::Holds,
 }
 
 impl Acting {
@@ -386,11 +394,16 @@ impl Acting {
         if let Some(h) = &hooks {
             guards.push(h.handle().release_guard());
         }
+        // A resign waits for the leader-only jobs' holds too, and so does a handover asked
+        // through the API: through their gate first, then --exec's.
+        let holds = crate::jobs::Holds::new(&config.timings);
+        guards.push(holds.release_guard());
         let commands = match &exec {
             Some(x) => x.gate(commands, snapshot.clone()),
             None => commands,
         };
-        (Acting { exec, hooks }, guards, commands)
+        let commands = crate::jobs::gate(commands, holds.clone(), snapshot.clone());
+        (Acting { exec, hooks, holds }, guards, commands)
     }
 
     /// [`Acting::start`] for an election of the loop that has not started yet.
@@ -418,19 +431,17 @@ struct Actors(Arc<Mutex<Vec<Acting>>>);
 
 impl Actors {
     fn add(&self, acting: Acting) {
-        if acting.exec.is_some() || acting.hooks.is_some() {
-            self.0
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(acting);
-        }
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(acting);
     }
 
     /// The exit has begun: every hook run from now on ends within its share of the exit
     /// budget, and every child stops before a leader hands over (its successor may lead at
     /// once).
     async fn exiting(&self) {
-        let (drains, hooks): (Vec<_>, Vec<_>) = {
+        let (drains, hooks, holds): (Vec<_>, Vec<_>, Vec<_>) = {
             let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
             (
                 all.iter()
@@ -439,12 +450,17 @@ impl Actors {
                 all.iter()
                     .filter_map(|a| a.hooks.as_ref().map(Hooks::handle))
                     .collect(),
+                all.iter().map(|a| a.holds.clone()).collect(),
             )
         };
         for h in hooks {
             h.exiting();
         }
-        futures_util::future::join_all(drains.iter().map(|x| x.drain_for_exit())).await;
+        futures_util::future::join(
+            futures_util::future::join_all(drains.iter().map(|x| x.drain_for_exit())),
+            futures_util::future::join_all(holds.iter().map(|h| h.drain_for_exit())),
+        )
+        .await;
     }
 
     /// After the loop: waits until every child is gone and every hook run is over.
@@ -478,7 +494,11 @@ impl ExtraElection {
     fn api(
         self,
         node_id: &str,
-        (commands, hooks): (mpsc::Sender<Command>, Option<crate::hooks::HooksHandle>),
+        (commands, hooks, holds): (
+            mpsc::Sender<Command>,
+            Option<crate::hooks::HooksHandle>,
+            crate::jobs::Holds,
+        ),
         health: Option<crate::health_check::HealthHandle>,
     ) -> ElectionApi {
         let ElectionHandle {
@@ -498,6 +518,7 @@ impl ExtraElection {
             health,
             observers: self.observers,
             reads: Default::default(),
+            holds,
         }
     }
 }
@@ -701,7 +722,11 @@ impl GroupMaker {
                 let _ = answer.await;
             }
         }
-        let hooks = acting.hooks.as_ref().map(Hooks::handle);
+        let acts = (
+            commands,
+            acting.hooks.as_ref().map(Hooks::handle),
+            acting.holds.clone(),
+        );
         self.actors.add(acting);
         let extra = ExtraElection {
             group: group.to_string(),
@@ -709,7 +734,7 @@ impl GroupMaker {
             boot,
             observers,
         };
-        Ok(extra.api(&self.config.node_id, (commands, hooks), self.health.clone()))
+        Ok(extra.api(&self.config.node_id, acts, self.health.clone()))
     }
 
     async fn remove_group(&self, group: &str) -> Result<(), GroupRefusal> {
@@ -1029,6 +1054,8 @@ pub async fn run_observer(
         health: None,
         observers: ObserverTable::shared(),
         reads: Default::default(),
+        // Never granted: the observer's router refuses holds.
+        holds: crate::jobs::Holds::new(&timings),
     };
     let state = AppState::new(AppParts {
         elections: Elections::new(election, Vec::new()),

@@ -15,6 +15,7 @@ use serde_json::Value;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod once;
 mod process;
 pub mod server;
 pub mod tls;
@@ -66,6 +67,10 @@ pub enum Command {
     Resume(ClientArgs),
     /// List the election groups the node takes part in, or add or remove one while it runs.
     Groups(GroupsArgs),
+    /// Run a command once, only if the node at --url leads (or once it does, with --wait), and
+    /// stop it if leadership ends first (exit 0 ran and succeeded, 1 ran and failed, 3 not
+    /// leader, 4 lost leadership: stopped).
+    Once(OnceArgs),
     /// Exit 0 when the node's election loop is alive (for Docker's HEALTHCHECK).
     Healthcheck(ClientArgs),
     /// Run a local 3-node cluster that elects, fails over and hands over, printing a timeline.
@@ -366,6 +371,21 @@ pub struct GroupsArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct OnceArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Wait up to this long for the node to lead (e.g. 30s); default: exit 3 at once when it
+    /// does not.
+    #[arg(long, value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// The command and its arguments, run directly (no shell), with PILOT_ELECTION_TERM,
+    /// PILOT_ELECTION_LEADER, PILOT_ELECTION_NODE_ID and PILOT_ELECTION_GROUP in its
+    /// environment.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
 pub struct PauseArgs {
     #[command(flatten)]
     pub client: ClientArgs,
@@ -479,6 +499,7 @@ pub fn main() -> i32 {
         Command::Pause(a) => rt.block_on(client::pause(&a)),
         Command::Resume(a) => rt.block_on(client::resume(&a)),
         Command::Groups(a) => rt.block_on(client::groups(&a)),
+        Command::Once(a) => rt.block_on(once::once(&a)),
         Command::Healthcheck(a) => rt.block_on(client::healthcheck(&a)),
         Command::Demo(a) => rt.block_on(demo::demo(&a)),
     };

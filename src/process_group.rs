@@ -156,6 +156,50 @@ impl Drop for ProcessGroup {
     }
 }
 
+/// A `sh` in its own process group that waits for end of file on its stdin, whose only writer
+/// is this process: when this process dies however it dies (`kill -9` included), the kernel
+/// closes the pipe and the watcher sends SIGTERM to the watched group, then SIGKILL after
+/// `delay`. Nothing is ever written to the pipe. For children that must not outlive this
+/// process: `--exec`'s, and the command of `pilot-election once`.
+pub struct Watcher {
+    group: ProcessGroup,
+    /// Held open while the watched group runs; its end of file is the signal.
+    stdin: Option<tokio::process::ChildStdin>,
+}
+
+/// `read` is a builtin: until this process dies the watcher is one process, no `cat` child that
+/// would outlive it (and, where this node is PID 1 without an init, stay a zombie).
+const WATCHER_SCRIPT: &str = r#"while read -r _; do :; done; kill -TERM -"$1" 2>/dev/null; sleep "$2"; kill -KILL -"$1" 2>/dev/null"#;
+
+impl Watcher {
+    /// Starts watching process group `pgid` on behalf of this process.
+    pub fn spawn(pgid: u32, delay: std::time::Duration) -> io::Result<Watcher> {
+        let mut group = ProcessGroup::spawn(
+            Command::new("/bin/sh")
+                .arg("-c")
+                .arg(WATCHER_SCRIPT)
+                .arg("pilot-election-watcher")
+                .arg(pgid.to_string())
+                .arg(format!("{:.3}", delay.as_secs_f64()))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null()),
+        )?;
+        let stdin = group.child_mut().stdin.take();
+        Ok(Watcher { group, stdin })
+    }
+
+    /// Ends the watcher without letting it act.
+    pub async fn dismiss(mut self) {
+        self.group.kill_and_wait().await;
+    }
+
+    /// What the kernel does when this process dies (for tests).
+    pub fn close_pipe(&mut self) {
+        drop(self.stdin.take());
+    }
+}
+
 /// Whether any process of the group still runs. Zombies do not count: where this node is PID 1
 /// without an init (a container started without `--init`), the command's orphans become this
 /// process's zombies, which nothing reaps, and they would hold every stop until its SIGKILL.
@@ -287,6 +331,20 @@ mod tests {
         g.signal(Signal::SIGTERM);
         until_gone(grandchild).await;
         assert!(!g.alive());
+    }
+
+    #[tokio::test]
+    async fn the_watcher_kills_the_group_when_its_pipe_closes() {
+        let (mut g, grandchild) = spawn_with_grandchild("sleep 30 & echo $!; wait").await;
+        let mut w = Watcher::spawn(g.id().unwrap(), Duration::from_millis(100)).unwrap();
+        assert!(g.alive());
+        w.close_pipe();
+        let status = tokio::time::timeout(Duration::from_secs(5), g.wait())
+            .await
+            .expect("the group was signalled");
+        assert!(!status.success());
+        until_gone(grandchild).await;
+        w.dismiss().await;
     }
 
     #[test]

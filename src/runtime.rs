@@ -855,3 +855,36 @@ async fn file_writer<T, F>(
         }
     }
 }
+
+/// The view of node `node_id` in `term`: leading until `lease_until` if it is given, else
+/// following nobody; eligible, healthy, no promise. Tests change what they need from there, so
+/// that a field added to [`View`] is one edit here.
+#[cfg(test)]
+pub(crate) fn test_view(node_id: &str, term: u64, lease_until: Option<Instant>) -> View {
+    View {
+        node_id: node_id.into(),
+        role: if lease_until.is_some() {
+            Role::Leader
+        } else {
+            Role::Follower
+        },
+        term,
+        leader: lease_until.map(|_| node_id.into()),
+        voted_for: None,
+        lease_until,
+        leader_until: lease_until,
+        leader_heard_at: None,
+        leader_since: None,
+        priority: 1,
+        eligible: true,
+        candidacy: crate::election::Candidacy::Eligible,
+        can_campaign: false,
+        can_vote: true,
+        config_conflicts: Vec::new(),
+        shutting_down: false,
+        promise: None,
+        writes_version: 3,
+        maintenance: false,
+        healthy: true,
+    }
+}

@@ -256,8 +256,92 @@ fn error_cases() -> Vec<Case> {
         case("delete", "/step-down", None, None, "", 401, "unauthorized"),
         case("delete", "/step-down", OK, None, "", 404, "nothing_scheduled"),
         case("put", "/peer/messages", None, None, "", 405, "method_not_allowed"),
+        case("post", "/jobs/holds", None, None, "", 401, "unauthorized"),
+        case("post", "/jobs/holds", Some("wrong"), None, "", 403, "forbidden"),
+        case("put", "/jobs/holds/999", OK, None, "", 404, "unknown_hold"),
+        case("put", "/jobs/holds/not-a-number", OK, None, "", 404, "unknown_hold"),
+        case("delete", "/jobs/holds/999", OK, None, "", 404, "unknown_hold"),
+        case("delete", "/jobs/holds/1", None, None, "", 401, "unauthorized"),
+        case("post", "/groups/no-such-group/jobs/holds", OK, None, "", 404, "unknown_group"),
     ]);
     cases
+}
+
+/// A leader-only job's hold (`pilot-election once`): granted by the leader only, renewed, given
+/// back, every answer as the spec says; a step-down waits while one is out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_is_granted_by_the_leader_only_and_holds_a_step_down_until_given_back() {
+    let spec = Spec::load();
+    let auth = Auth {
+        token: Some(TOKEN.into()),
+        allow_unauthenticated: false,
+    };
+    let c = Cluster::start(&["j1", "j2", "j3"], auth);
+    let (li, term) = c.agreed().await;
+    let (leader, follower) = (&c.nodes[li].router, &c.nodes[(li + 1) % 3].router);
+    let post = |r| call(r, "post", "/jobs/holds", Some(TOKEN), None, Vec::new());
+    let (status, body) = post(follower).await;
+    spec.check("post", "/jobs/holds", status, &body);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("not_leader")),
+        "{body}"
+    );
+    let (status, body) = post(leader).await;
+    spec.check("post", "/jobs/holds", status, &body);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["term"], json!(term));
+    assert!(body["lease_remaining_ms"].as_u64().unwrap() > 0, "{body}");
+    let id = body["id"].as_u64().unwrap();
+    let one = format!("/jobs/holds/{id}");
+    let (status, body) = call(leader, "put", &one, Some(TOKEN), None, Vec::new()).await;
+    spec.check("put", "/jobs/holds/{id}", status, &body);
+    assert_eq!((status, body["id"].as_u64()), (200, Some(id)), "{body}");
+
+    // A step-down waits for the hold, which is asked to stop meanwhile.
+    let router = leader.clone();
+    let step_down = tokio::spawn(async move {
+        call(
+            &router,
+            "post",
+            "/step-down",
+            Some(TOKEN),
+            Some("application/json"),
+            b"{}".to_vec(),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !step_down.is_finished(),
+        "the step-down did not wait for the hold"
+    );
+    let (status, body) = call(leader, "put", &one, Some(TOKEN), None, Vec::new()).await;
+    spec.check("put", "/jobs/holds/{id}", status, &body);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("handing_over")),
+        "{body}"
+    );
+    let (status, body) = post(leader).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (409, Some("handing_over")),
+        "{body}"
+    );
+    let (status, _) = call(leader, "delete", &one, Some(TOKEN), None, Vec::new()).await;
+    assert_eq!(status, 204);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), step_down)
+        .await
+        .expect("the step-down went once the hold was given back")
+        .unwrap();
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = call(leader, "delete", &one, Some(TOKEN), None, Vec::new()).await;
+    spec.check("delete", "/jobs/holds/{id}", status, &body);
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (404, Some("unknown_hold"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,8 @@ pub struct ElectionApi {
     pub observers: crate::observer_table::Observers,
     /// The confirmation rounds its consistent reads share.
     pub reads: super::consistent::ReadRounds,
+    /// The holds of its leader-only jobs (`pilot-election once`).
+    pub holds: crate::jobs::Holds,
 }
 
 impl ElectionApi {

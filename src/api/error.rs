@@ -112,6 +112,10 @@ pub enum ApiError {
     TooManyGroups { max: usize },
     #[error("group {0:?} is the default group or given by --group: change the node's configuration and restart it to leave it")]
     ConfiguredGroup(String),
+    #[error("this node is handing leadership of term {term} over: the held command must stop now, then give the hold back (DELETE)")]
+    HandingOver { term: u64 },
+    #[error("no hold {0} on this node: it was given back, or it expired")]
+    UnknownHold(String),
 }
 
 impl ApiError {
@@ -139,7 +143,8 @@ impl ApiError {
             | Observer
             | GroupExists(_)
             | TooManyGroups { .. }
-            | ConfiguredGroup(_) => StatusCode::CONFLICT,
+            | ConfiguredGroup(_)
+            | HandingOver { .. } => StatusCode::CONFLICT,
             SuccessorIneligible { .. } | InvalidBody(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Unauthorized | ClientCertificateRequired => StatusCode::UNAUTHORIZED,
             Forbidden | AdminTokenNotConfigured | WrongCertificate { .. } => StatusCode::FORBIDDEN,
@@ -147,7 +152,9 @@ impl ApiError {
             | InvalidQuery(_) => StatusCode::BAD_REQUEST,
             UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            NotFound(_) | NothingScheduled | UnknownGroup(_) => StatusCode::NOT_FOUND,
+            NotFound(_) | NothingScheduled | UnknownGroup(_) | UnknownHold(_) => {
+                StatusCode::NOT_FOUND
+            }
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -192,6 +199,8 @@ impl ApiError {
             InvalidQuery(_) => "invalid_query",
             AskTheLeader { .. } => "ask_the_leader",
             ReadNotConfirmed { .. } => "read_not_confirmed",
+            HandingOver { .. } => "handing_over",
+            UnknownHold(_) => "unknown_hold",
         }
     }
 
@@ -245,6 +254,9 @@ impl ApiError {
             } => {
                 m.insert("term".into(), json!(term));
                 m.insert("after_ms".into(), json!(after_ms));
+            }
+            ApiError::HandingOver { term } => {
+                m.insert("term".into(), json!(term));
             }
             ApiError::TooManyGroups { max } => {
                 m.insert("max".into(), json!(max));

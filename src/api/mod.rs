@@ -14,6 +14,7 @@ mod extract;
 mod groups;
 mod health;
 mod history;
+mod jobs;
 mod leader;
 mod leadership;
 mod metrics;
@@ -113,6 +114,7 @@ pub fn router(state: AppState) -> Router {
 fn observer_router(state: AppState) -> Router {
     election_reads(node_reads(Router::new()), "")
         .route("/candidacy", post(refuse_observer))
+        .route("/jobs/holds", post(refuse_observer))
         .route(
             "/step-down",
             post(refuse_observer)
@@ -148,6 +150,11 @@ fn commands(r: Router<AppState>, prefix: &str) -> Router<AppState> {
         get(pause::get_pause)
             .post(pause::post_pause)
             .delete(pause::delete_pause),
+    )
+    .route(&format!("{prefix}/jobs/holds"), post(jobs::post_hold))
+    .route(
+        &format!("{prefix}/jobs/holds/{{id}}"),
+        axum::routing::put(jobs::put_hold).delete(jobs::delete_hold),
     )
 }
 
@@ -197,6 +204,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/pause"),
     ("post", "/pause"),
     ("delete", "/pause"),
+    ("post", "/jobs/holds"),
+    ("put", "/jobs/holds/{id}"),
+    ("delete", "/jobs/holds/{id}"),
     ("get", "/events"),
     ("get", "/history"),
     ("get", "/role/leader"),
@@ -222,6 +232,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/groups/{group}/pause"),
     ("post", "/groups/{group}/pause"),
     ("delete", "/groups/{group}/pause"),
+    ("post", "/groups/{group}/jobs/holds"),
+    ("put", "/groups/{group}/jobs/holds/{id}"),
+    ("delete", "/groups/{group}/jobs/holds/{id}"),
     ("get", "/groups/{group}/events"),
     ("get", "/groups/{group}/history"),
     ("get", "/groups/{group}/role/leader"),

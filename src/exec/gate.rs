@@ -2,18 +2,7 @@
 //! (a step-down, a candidacy withdrawal) reaches the loop only once the child is gone.
 
 use super::*;
-
-/// Whether a command hands leadership over when it succeeds.
-fn hands_over(input: &Input) -> bool {
-    matches!(
-        input,
-        Input::StepDown { .. }
-            | Input::SetCandidacy {
-                eligible: false,
-                ..
-            }
-    )
-}
+use crate::jobs::hands_over;
 
 pub(super) async fn gate(
     mut from_api: mpsc::Receiver<Command>,

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use tokio::process::{ChildStdin, Command as Process};
+use tokio::process::Command as Process;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -60,12 +60,9 @@ use crate::runtime::{Command, ReleaseGuard, Snapshot};
 
 mod gate;
 mod supervisor;
-mod watcher;
 
 use gate::gate;
 use supervisor::Supervisor;
-#[cfg(test)]
-use watcher::spawn_watcher;
 
 /// The longest a planned handover (API step-down or candidacy withdrawal, the node's own stop)
 /// waits for the child after SIGTERM before SIGKILL. Short enough that the API answers well
@@ -276,7 +273,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
-    use crate::election::{CommandError, Outcome, Role};
+    use crate::election::{CommandError, Outcome};
     use crate::transport::Health;
 
     fn timings() -> Timings {
@@ -293,30 +290,8 @@ mod tests {
     /// This node's view: leading in `term` until `lease_until`, or following.
     fn view(term: u64, lease_until: Option<Instant>) -> View {
         View {
-            node_id: "n1".into(),
-            role: if lease_until.is_some() {
-                Role::Leader
-            } else {
-                Role::Follower
-            },
-            term,
-            leader: lease_until.map(|_| "n1".into()),
-            voted_for: None,
-            lease_until,
-            leader_until: lease_until,
-            leader_heard_at: None,
-            leader_since: None,
-            priority: 1,
-            eligible: true,
-            healthy: true,
-            candidacy: crate::election::Candidacy::Eligible,
             can_campaign: true,
-            can_vote: true,
-            config_conflicts: Vec::new(),
-            shutting_down: false,
-            promise: None,
-            writes_version: crate::election::PROTOCOL_VERSION,
-            maintenance: false,
+            ..crate::runtime::test_view("n1", term, lease_until)
         }
     }
 
@@ -643,30 +618,5 @@ mod tests {
             f.commands.try_recv().is_err(),
             "nothing else went to the loop"
         );
-    }
-
-    #[tokio::test]
-    async fn the_watcher_kills_the_group_when_its_pipe_closes() {
-        let mut group = ProcessGroup::spawn(
-            Process::new("/bin/sh")
-                .args(["-c", "sleep 30 & echo $! ; wait"])
-                .stdout(Stdio::piped()),
-        )
-        .unwrap();
-        let pid = group.id().unwrap();
-        let mut w = spawn_watcher(pid, Duration::from_millis(100)).unwrap();
-        assert!(group.alive());
-        // What the kernel does when this process dies.
-        drop(w._stdin.take());
-        let status = tokio::time::timeout(Duration::from_secs(5), group.wait())
-            .await
-            .expect("the group was signalled");
-        assert!(!status.success());
-        let deadline = clock::now() + Duration::from_secs(5);
-        while group.alive() {
-            assert!(clock::now() < deadline, "the group outlived the watcher");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        w.dismiss().await;
     }
 }

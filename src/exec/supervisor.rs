@@ -2,8 +2,8 @@
 //! by the kill delay) when leadership ends, restarts it with backoff, and answers the holds of
 //! the gate and the release guard.
 
-use super::watcher::{spawn_watcher, Watcher};
 use super::*;
+use crate::process_group::Watcher;
 
 /// Whether a new child may start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,7 +259,7 @@ impl Supervisor {
             }
         };
         let pid = group.id().unwrap_or_default();
-        let watcher = match spawn_watcher(pid, kill_delay(timings)) {
+        let watcher = match Watcher::spawn(pid, kill_delay(timings)) {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::warn!(error = %e, "no watcher for the exec child: it would outlive a crash of this node");

@@ -523,31 +523,17 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::election::{Candidacy, Role};
+    use crate::election::Role;
 
     /// Leading since `since`, renewed at `at`.
     fn leading(since: Instant, at: Instant) -> View {
         View {
-            node_id: "n1".into(),
-            role: Role::Leader,
-            term: 4,
-            leader: Some("n1".into()),
             voted_for: Some("n1".into()),
-            lease_until: Some(at + Duration::from_secs(2)),
-            leader_until: Some(at + Duration::from_secs(2)),
             leader_heard_at: Some(at),
             leader_since: Some(since),
             priority: 7,
-            eligible: true,
-            candidacy: Candidacy::Eligible,
-            can_campaign: false,
-            can_vote: true,
-            config_conflicts: Vec::new(),
-            shutting_down: false,
             promise: Some(("n1".into(), at + Duration::from_secs(3))),
-            writes_version: 3,
-            maintenance: false,
-            healthy: true,
+            ..crate::runtime::test_view("n1", 4, Some(at + Duration::from_secs(2)))
         }
     }
 

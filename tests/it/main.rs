@@ -26,6 +26,7 @@ mod groups;
 mod haproxy;
 mod health;
 mod hooks;
+mod jobs;
 mod kernel;
 mod kubernetes;
 mod membership;

@@ -1,0 +1,292 @@
+//! `pilot-election once [--wait D] -- CMD ARGS...`: runs a command only while the node at
+//! `--url` leads its group, and stops it if leadership ends first. The command runs here, in
+//! its own process group; the node holds any handover and any resign until it is gone
+//! (src/jobs.rs, docs/guide/jobs.md).
+
+use std::ffi::OsString;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::time::Instant;
+
+use super::config::read_token;
+use super::{error_line, OnceArgs, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE};
+use crate::clock;
+use crate::process_group::{ProcessGroup, Watcher};
+
+/// The command ran and exited with a failure (its own code is printed).
+pub const EXIT_FAILED: i32 = 1;
+/// The node does not lead (after `--wait`, if given): the command did not run.
+pub const EXIT_NOT_LEADER: i32 = 3;
+/// Leadership ended while the command ran: it was stopped (SIGTERM, then SIGKILL).
+pub const EXIT_LOST: i32 = 4;
+/// The command could not be started (not found, not executable), as a shell says it.
+pub const EXIT_CANNOT_RUN: i32 = 127;
+
+/// How often a node that does not lead yet is asked again under `--wait`.
+const WAIT_POLL: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Deserialize)]
+struct Held {
+    id: u64,
+    term: u64,
+    leader: String,
+    group: String,
+    lease_remaining_ms: u64,
+    ttl_ms: u64,
+    renew_every_ms: u64,
+}
+
+impl Held {
+    /// The command must be gone by then: the lease as answered, or three quarters of the hold's
+    /// time to live, counted from when the request left (src/jobs.rs says why).
+    fn kill_by(&self, sent: Instant) -> Instant {
+        let ttl = Duration::from_millis(self.ttl_ms);
+        sent + Duration::from_millis(self.lease_remaining_ms).min(ttl * 3 / 4)
+    }
+}
+
+struct Api {
+    client: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+enum Answer {
+    Ok(u16, Value),
+    Unreachable(String),
+}
+
+impl Api {
+    async fn call(&self, method: Method, path: &str) -> Answer {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.client.request(method, &url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        match req.send().await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                Answer::Ok(status, resp.json::<Value>().await.unwrap_or(Value::Null))
+            }
+            Err(e) => Answer::Unreachable(format!("{url}: {e}")),
+        }
+    }
+}
+
+/// How the command's run ended.
+enum End {
+    Exited(std::process::ExitStatus),
+    Lost(String),
+    Signalled(i32),
+}
+
+pub async fn once(args: &OnceArgs) -> i32 {
+    let c = &args.client;
+    if let Some(Err(e)) = c.group.as_deref().map(crate::group::GroupName::new) {
+        eprintln!("pilot-election: --group: {e}");
+        return EXIT_USAGE;
+    }
+    let token = match read_token(&c.admin_token_file, &c.admin_token) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("pilot-election: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let builder = match c
+        .tls
+        .apply(reqwest::Client::builder().timeout(Duration::from_secs(2)))
+    {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("pilot-election: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let client = match builder.build() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pilot-election: {e}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    let base = c.url.trim_end_matches('/');
+    let base = match &c.group {
+        Some(g) => format!("{base}/groups/{g}/jobs/holds"),
+        None => format!("{base}/jobs/holds"),
+    };
+    let api = Api {
+        client,
+        base,
+        token,
+    };
+    let (held, sent) = match take(&api, args.wait.unwrap_or_default()).await {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let end = run(&api, &held, sent, &args.command).await;
+    let code = match end {
+        Err(code) => code,
+        Ok(End::Exited(status)) if status.success() => EXIT_OK,
+        Ok(End::Exited(status)) => {
+            eprintln!(
+                "pilot-election: the command failed ({status}) in term {}",
+                held.term
+            );
+            EXIT_FAILED
+        }
+        Ok(End::Lost(why)) => {
+            eprintln!(
+                "pilot-election: leadership of term {} ended before the command did ({why}): it was stopped",
+                held.term
+            );
+            EXIT_LOST
+        }
+        Ok(End::Signalled(sig)) => 128 + sig,
+    };
+    // Given back only now: the command's whole process group is gone.
+    if let Answer::Ok(status, body) = api.call(Method::DELETE, &format!("/{}", held.id)).await {
+        if status != 204 && status != 404 {
+            eprintln!(
+                "pilot-election: giving the hold back: {}",
+                error_line(&body)
+            );
+        }
+    }
+    code
+}
+
+/// Takes a hold, asking again until `wait` has passed while the node does not lead.
+async fn take(api: &Api, wait: Duration) -> Result<(Held, Instant), i32> {
+    let until = clock::now() + wait;
+    loop {
+        let sent = clock::now();
+        let last = match api.call(Method::POST, "").await {
+            Answer::Ok(201, body) => match serde_json::from_value::<Held>(body) {
+                Ok(h) => return Ok((h, sent)),
+                Err(e) => {
+                    eprintln!("pilot-election: an answer this client does not understand: {e}");
+                    return Err(EXIT_UNREACHABLE);
+                }
+            },
+            Answer::Ok(409, body)
+                if matches!(
+                    body["error"].as_str(),
+                    Some("not_leader") | Some("handing_over")
+                ) =>
+            {
+                let leader = body["leader"].as_str().map(|l| format!(" ({l} leads)"));
+                format!("this node does not lead{}", leader.unwrap_or_default())
+            }
+            Answer::Ok(_, body) => {
+                eprintln!("pilot-election: {}", error_line(&body));
+                return Err(EXIT_UNREACHABLE);
+            }
+            Answer::Unreachable(e) if clock::now() >= until => {
+                eprintln!("pilot-election: {e}");
+                return Err(EXIT_UNREACHABLE);
+            }
+            Answer::Unreachable(e) => e,
+        };
+        if clock::now() >= until {
+            eprintln!("pilot-election: {last}: the command did not run");
+            return Err(EXIT_NOT_LEADER);
+        }
+        clock::sleep_until(clock::now() + WAIT_POLL).await;
+    }
+}
+
+/// Runs the command under the hold until it exits or the hold ends.
+async fn run(api: &Api, held: &Held, sent: Instant, command: &[OsString]) -> Result<End, i32> {
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).stdin(Stdio::null());
+    // The client's settings (its admin token among them) are not the command's.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("PILOT_ELECTION_TERM", held.term.to_string())
+        .env("PILOT_ELECTION_LEADER", &held.leader)
+        .env("PILOT_ELECTION_NODE_ID", &held.leader)
+        .env("PILOT_ELECTION_GROUP", &held.group);
+    let mut group = match ProcessGroup::spawn(&mut cmd) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!(
+                "pilot-election: could not start {}: {e}",
+                command[0].to_string_lossy()
+            );
+            return Err(EXIT_CANNOT_RUN);
+        }
+    };
+    // If this process dies (kill -9), the command dies with it: the hold it leaves expires.
+    let watcher = Watcher::spawn(group.id().unwrap_or(0), Duration::from_millis(100)).ok();
+    let mut kill_by = held.kill_by(sent);
+    let renew_every = Duration::from_millis(held.renew_every_ms.max(1));
+    let mut next_renew = clock::now() + renew_every;
+    let (mut int, mut term) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        _ => return Err(EXIT_UNREACHABLE),
+    };
+    let end = loop {
+        tokio::select! {
+            status = group.wait() => break End::Exited(status),
+            _ = clock::sleep_until(kill_by) => {
+                break End::Lost("the lease or the hold would have ended before it was renewed".into())
+            }
+            _ = int.recv() => break End::Signalled(Signal::SIGINT as i32),
+            _ = term.recv() => break End::Signalled(Signal::SIGTERM as i32),
+            _ = clock::sleep_until(next_renew) => {
+                let sent = clock::now();
+                next_renew = sent + renew_every;
+                match api.call(Method::PUT, &format!("/{}", held.id)).await {
+                    Answer::Ok(200, body) => {
+                        if let Ok(h) = serde_json::from_value::<Held>(body) {
+                            kill_by = h.kill_by(sent);
+                        }
+                    }
+                    Answer::Ok(_, body) => break End::Lost(error_line(&body)),
+                    // The deadline already in hand decides.
+                    Answer::Unreachable(_) => {}
+                }
+            }
+        }
+    };
+    // Whatever ended it, nothing of the command may run on once the hold is given back:
+    // SIGTERM to what is left of the group, SIGKILL a quarter of the hold's life later (or at
+    // the deadline, if that comes first), then wait until the whole group is gone.
+    let grace = Duration::from_millis(held.ttl_ms / 4);
+    let hard = kill_by.min(clock::now() + grace);
+    if !matches!(end, End::Exited(_)) || group.alive() {
+        group.signal(Signal::SIGTERM);
+        tokio::select! {
+            _ = group.wait() => {}
+            _ = clock::sleep_until(hard) => {}
+        }
+        // What the command started gets until `hard` too.
+        while group.alive() && clock::now() < hard {
+            clock::sleep_until(clock::now() + Duration::from_millis(10)).await;
+        }
+        group.kill();
+        group.wait().await;
+        let stop_waiting = clock::now() + Duration::from_secs(5);
+        while group.alive() && clock::now() < stop_waiting {
+            clock::sleep_until(clock::now() + Duration::from_millis(10)).await;
+        }
+    }
+    group.release();
+    if let Some(w) = watcher {
+        w.dismiss().await;
+    }
+    Ok(end)
+}

@@ -1,0 +1,413 @@
+//! Leader-only jobs: `pilot-election once -- CMD` runs a command in a process of its own (the
+//! client's, with the client's privileges: the node never runs a command an HTTP request names),
+//! only while this node leads, and the node treats it as it treats its `--exec` child: nothing
+//! lets another node lead before the command is gone.
+//!
+//! The client takes a *hold* on the election (`POST /jobs/holds`), renews it every quarter of
+//! its time to live, and gives it back when its command is over. A hold is what the node waits
+//! for wherever `--exec` would stop its child first:
+//!
+//! - a handover asked through the API (a step-down, a candidacy withdrawal, a scheduled step-down)
+//!   passes [`gate`] only once every hold is given back or has expired;
+//! - every resign of the core (the lease ran out, a better-ranked node preempts, the node
+//!   stops) waits for the same, through the runtime's release guard ([`Holds::release_guard`]);
+//! - no hold is granted while one of those is under way, nor to a node that does not lead.
+//!
+//! The node cannot kill the client's command; the client's own deadline does. Each answer
+//! carries how long the lease still runs and the hold's time to live `ttl`; the client kills its
+//! command's whole process group at the first of (the send time of its last answered request)
+//! plus the lease left, or plus three quarters of `ttl`. The node counts a hold as given back
+//! `ttl` after it last answered it: by then the client, whose clock may run up to `2r` apart
+//! (a quarter of `ttl` covers `r` up to 12 %), has killed it. So the node waits at most `ttl`
+//! for a client that went silent, and no command outlives the lease that allowed it.
+//!
+//! What this cannot promise, as for `--exec`: a client that is frozen (SIGSTOP, a paused VM)
+//! kills nothing. Fence writes with `PILOT_ELECTION_TERM`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
+
+use crate::clock;
+use crate::election::{Input, Timings, View};
+use crate::runtime::{Command, ReleaseGuard, Snapshot};
+
+/// How long a hold lives without a renewal: twice the heartbeat interval (1 s by default), so
+/// that a client renewing every quarter of it misses several renewals before it must stop.
+pub fn ttl(timings: &Timings) -> Duration {
+    timings.heartbeat * 2
+}
+
+/// Why a hold was refused or ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HoldError {
+    #[error("this node is not the leader (term {term})")]
+    NotLeader { term: u64, leader: Option<String> },
+    #[error("the node is handing leadership over: the command must stop")]
+    HandingOver { term: u64 },
+    #[error("no hold {0} on this node: it was given back, or it expired")]
+    Unknown(u64),
+}
+
+/// A granted or renewed hold, as the API answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Granted {
+    pub id: u64,
+    pub term: u64,
+    /// How long the lease runs from the moment of the answer.
+    pub lease_remaining: Duration,
+    pub ttl: Duration,
+}
+
+/// When holds may be granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Open,
+    /// Not in this term (a handover or a resign of it is under way or done).
+    Term(u64),
+    /// Never again: the node stops.
+    ForGood,
+}
+
+struct Hold {
+    term: u64,
+    /// Counted as given back from then on.
+    expires: Instant,
+    /// The node asked for the command to stop (the next renewal is refused).
+    stop: bool,
+}
+
+struct State {
+    next: u64,
+    holds: BTreeMap<u64, Hold>,
+    closed: Closed,
+}
+
+/// The holds of one election.
+#[derive(Clone)]
+pub struct Holds {
+    state: Arc<Mutex<State>>,
+    /// Woken whenever a hold is given back.
+    released: Arc<Notify>,
+    ttl: Duration,
+}
+
+impl Holds {
+    pub fn new(timings: &Timings) -> Holds {
+        Holds {
+            state: Arc::new(Mutex::new(State {
+                next: 1,
+                holds: BTreeMap::new(),
+                closed: Closed::Open,
+            })),
+            released: Arc::new(Notify::new()),
+            ttl: ttl(timings),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new hold, if this node leads under an unexpired lease and no handover is under way.
+    pub fn take(&self, view: &View, now: Instant) -> Result<Granted, HoldError> {
+        let lease = leading(view, now)?;
+        let mut s = self.lock();
+        match s.closed {
+            Closed::ForGood => return Err(HoldError::HandingOver { term: view.term }),
+            Closed::Term(t) if t >= view.term => {
+                return Err(HoldError::HandingOver { term: view.term })
+            }
+            _ => {}
+        }
+        let id = s.next;
+        s.next += 1;
+        s.holds.insert(
+            id,
+            Hold {
+                term: view.term,
+                expires: now + self.ttl,
+                stop: false,
+            },
+        );
+        Ok(Granted {
+            id,
+            term: view.term,
+            lease_remaining: lease,
+            ttl: self.ttl,
+        })
+    }
+
+    /// Renews hold `id` for another `ttl`; refused (and the hold left to be given back) once
+    /// the node asked for its command to stop or no longer leads in its term.
+    pub fn renew(&self, id: u64, view: &View, now: Instant) -> Result<Granted, HoldError> {
+        let mut s = self.lock();
+        let ttl = self.ttl;
+        let Some(hold) = s.holds.get_mut(&id).filter(|h| h.expires > now) else {
+            return Err(HoldError::Unknown(id));
+        };
+        let lease = match leading(view, now) {
+            Ok(lease) if view.term == hold.term && !hold.stop => lease,
+            _ => {
+                hold.stop = true;
+                return Err(HoldError::HandingOver { term: hold.term });
+            }
+        };
+        hold.expires = now + ttl;
+        Ok(Granted {
+            id,
+            term: hold.term,
+            lease_remaining: lease,
+            ttl,
+        })
+    }
+
+    /// Hold `id` is given back: its command is gone.
+    pub fn release(&self, id: u64) -> Result<(), HoldError> {
+        let removed = self.lock().holds.remove(&id).is_some();
+        self.released.notify_waiters();
+        if removed {
+            Ok(())
+        } else {
+            Err(HoldError::Unknown(id))
+        }
+    }
+
+    /// How many holds are out (expired ones not counted).
+    pub fn count(&self, now: Instant) -> usize {
+        self.lock()
+            .holds
+            .values()
+            .filter(|h| h.expires > now)
+            .count()
+    }
+
+    /// Closes the holds as `closed` says, asks every hold out to stop, and waits until each is
+    /// given back or has expired (at most `ttl` after its last renewal).
+    async fn drain(&self, closed: Closed) {
+        {
+            let mut s = self.lock();
+            s.closed = match (s.closed, closed) {
+                (Closed::ForGood, _) | (_, Closed::ForGood) => Closed::ForGood,
+                (Closed::Term(a), Closed::Term(b)) => Closed::Term(a.max(b)),
+                (_, c) => c,
+            };
+            for hold in s.holds.values_mut() {
+                hold.stop = true;
+            }
+        }
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let now = clock::now();
+            let last = {
+                let mut s = self.lock();
+                s.holds.retain(|_, h| h.expires > now);
+                s.holds.values().map(|h| h.expires).max()
+            };
+            let Some(last) = last else {
+                return;
+            };
+            tokio::select! {
+                _ = released => {}
+                _ = clock::sleep_until(last) => {}
+            }
+        }
+    }
+
+    /// A handover asked through the API was refused: holds may be granted again in this term.
+    fn reopen(&self, term: u64) {
+        let mut s = self.lock();
+        if s.closed == Closed::Term(term) {
+            s.closed = Closed::Open;
+        }
+    }
+
+    /// The runtime's [`ReleaseGuard`]: before a resign of `term` leaves, every hold is given
+    /// back or expired, and none is granted in that term again.
+    pub fn release_guard(&self) -> ReleaseGuard {
+        let holds = self.clone();
+        Arc::new(move |term| {
+            let holds = holds.clone();
+            Box::pin(async move {
+                holds.drain(Closed::Term(term)).await;
+            })
+        })
+    }
+
+    /// The node stops: every hold is given back or expired, and none is granted again.
+    pub async fn drain_for_exit(&self) {
+        self.drain(Closed::ForGood).await;
+    }
+}
+
+/// The lease left, if `view` leads at `now`.
+fn leading(view: &View, now: Instant) -> Result<Duration, HoldError> {
+    match view.lease_until {
+        Some(until) if view.is_leader_at(now) => Ok(until - now),
+        _ => Err(HoldError::NotLeader {
+            term: view.term,
+            leader: view.leader_at(now).map(str::to_string),
+        }),
+    }
+}
+
+/// Whether a command hands leadership over when it succeeds.
+pub fn hands_over(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::StepDown { .. }
+            | Input::SetCandidacy {
+                eligible: false,
+                ..
+            }
+    )
+}
+
+/// The gate between the API and the election loop: a command that would hand leadership over
+/// reaches the loop only once every hold is given back or expired. Holds are closed for the term
+/// meanwhile, and opened again if the loop refuses the command.
+pub fn gate(
+    commands: mpsc::Sender<Command>,
+    holds: Holds,
+    snapshot: watch::Receiver<Arc<Snapshot>>,
+) -> mpsc::Sender<Command> {
+    let (tx, mut from_api) = mpsc::channel::<Command>(16);
+    tokio::spawn(async move {
+        while let Some(cmd) = from_api.recv().await {
+            let term = snapshot.borrow().view.term;
+            if !hands_over(&cmd.input) || holds.count(clock::now()) == 0 {
+                if commands.send(cmd).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            holds.drain(Closed::Term(term)).await;
+            let (reply, answer) = oneshot::channel();
+            let forwarded = Command {
+                input: cmd.input,
+                reply,
+            };
+            if commands.send(forwarded).await.is_err() {
+                return;
+            }
+            let Ok(result) = answer.await else {
+                return;
+            };
+            if result.is_err() {
+                holds.reopen(term);
+            }
+            let _ = cmd.reply.send(result);
+        }
+    });
+    tx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::election::Role;
+
+    fn view(role: Role, term: u64, lease_until: Option<Instant>) -> View {
+        let v = crate::runtime::test_view("n1", term, lease_until);
+        View { role, ..v }
+    }
+
+    fn holds() -> Holds {
+        Holds::new(&Timings::default())
+    }
+
+    #[test]
+    fn only_a_leader_under_its_lease_grants_a_hold() {
+        let now = clock::now();
+        let h = holds();
+        let lease = now + Duration::from_secs(2);
+        let g = h.take(&view(Role::Leader, 3, Some(lease)), now).unwrap();
+        assert_eq!((g.term, g.lease_remaining), (3, Duration::from_secs(2)));
+        assert_eq!(g.ttl, ttl(&Timings::default()));
+        assert!(matches!(
+            h.take(&view(Role::Follower, 3, None), now),
+            Err(HoldError::NotLeader { term: 3, .. })
+        ));
+        // A leader whose lease ran out (its loop is stuck) is no leader.
+        assert!(h.take(&view(Role::Leader, 3, Some(now)), now).is_err());
+    }
+
+    #[test]
+    fn a_renewal_ends_with_the_term_and_an_expired_hold_is_unknown() {
+        let now = clock::now();
+        let h = holds();
+        let leader = view(Role::Leader, 3, Some(now + Duration::from_secs(2)));
+        let g = h.take(&leader, now).unwrap();
+        let later = now + Duration::from_millis(300);
+        assert_eq!(h.renew(g.id, &leader, later).unwrap().id, g.id);
+        let next_term = view(Role::Leader, 4, Some(now + Duration::from_secs(2)));
+        assert_eq!(
+            h.renew(g.id, &next_term, later),
+            Err(HoldError::HandingOver { term: 3 })
+        );
+        // Once asked to stop, it stays asked.
+        assert!(h.renew(g.id, &leader, later).is_err());
+        assert_eq!(h.count(later), 1);
+        let gone = later + h.ttl;
+        assert_eq!(h.renew(g.id, &leader, gone), Err(HoldError::Unknown(g.id)));
+        assert_eq!(h.count(gone), 0);
+        assert_eq!(h.release(99), Err(HoldError::Unknown(99)));
+    }
+
+    #[tokio::test]
+    async fn a_resign_waits_for_every_hold_and_none_is_granted_in_its_term_after() {
+        let now = clock::now();
+        let h = holds();
+        let leader = view(Role::Leader, 5, Some(now + Duration::from_secs(60)));
+        let g = h.take(&leader, now).unwrap();
+        let guard = h.release_guard();
+        let mut resign = guard(5);
+        // Not before the hold is given back.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), &mut resign)
+                .await
+                .is_err(),
+            "the resign left with a hold out"
+        );
+        assert_eq!(
+            h.renew(g.id, &leader, clock::now()),
+            Err(HoldError::HandingOver { term: 5 })
+        );
+        assert!(h.take(&leader, clock::now()).is_err());
+        h.release(g.id).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), resign)
+            .await
+            .expect("released: the resign goes");
+        // A later term grants again.
+        let next = view(
+            Role::Leader,
+            6,
+            Some(clock::now() + Duration::from_secs(60)),
+        );
+        assert!(h.take(&next, clock::now()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_silent_holder_holds_a_resign_for_at_most_its_ttl() {
+        let now = clock::now();
+        let h = holds();
+        let leader = view(Role::Leader, 5, Some(now + Duration::from_secs(60)));
+        h.take(&leader, now).unwrap();
+        let started = clock::now();
+        tokio::time::timeout(Duration::from_secs(10), h.drain_for_exit())
+            .await
+            .expect("an expired hold counts as given back");
+        let waited = clock::since(started);
+        assert!(waited <= h.ttl + Duration::from_millis(500), "{waited:?}");
+        assert!(
+            waited + Duration::from_millis(50) >= h.ttl,
+            "{waited:?}: the hold had not expired yet"
+        );
+        assert!(h.take(&leader, clock::now()).is_err(), "closed for good");
+    }
+}
