@@ -269,7 +269,8 @@ impl NodeBuilder {
         let holds = acting.holds.clone();
         actors.add(acting);
         let events = EventSource::eager(snapshot.clone(), event_run(&config.node_id, loaded.boot));
-        let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
+        let scheduler =
+            crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone(), holds.clone());
         let election = ElectionApi {
             group: config.group.clone(),
             scheduler,
@@ -395,14 +396,13 @@ impl Acting {
             guards.push(h.handle().release_guard());
         }
         // A resign waits for the leader-only jobs' holds too, and so does a handover asked
-        // through the API: through their gate first, then --exec's.
+        // through the API (`jobs::command`, before --exec's gate).
         let holds = crate::jobs::Holds::new(&config.timings);
         guards.push(holds.release_guard());
         let commands = match &exec {
             Some(x) => x.gate(commands, snapshot.clone()),
             None => commands,
         };
-        let commands = crate::jobs::gate(commands, holds.clone(), snapshot.clone());
         (Acting { exec, hooks, holds }, guards, commands)
     }
 
@@ -509,7 +509,11 @@ impl ExtraElection {
         let run = event_run(&format!("{node_id}/{}", self.group), self.boot);
         ElectionApi {
             group: self.group,
-            scheduler: crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone()),
+            scheduler: crate::scheduled::Scheduler::start(
+                snapshot.clone(),
+                commands.clone(),
+                holds.clone(),
+            ),
             events: EventSource::lazy(snapshot.clone(), run),
             snapshot,
             commands,
@@ -1042,7 +1046,10 @@ pub async fn run_observer(
     let snapshot = observer.snapshot.clone();
     let started = crate::clock::wall::unix_ms_now() / 1000;
     let events = EventSource::eager(snapshot.clone(), event_run(&node_id, started));
-    let scheduler = crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone());
+    // Never granted: the observer's router refuses holds.
+    let holds = crate::jobs::Holds::new(&timings);
+    let scheduler =
+        crate::scheduled::Scheduler::start(snapshot.clone(), commands.clone(), holds.clone());
     let election = ElectionApi {
         group: group.clone(),
         scheduler,
@@ -1054,8 +1061,7 @@ pub async fn run_observer(
         health: None,
         observers: ObserverTable::shared(),
         reads: Default::default(),
-        // Never granted: the observer's router refuses holds.
-        holds: crate::jobs::Holds::new(&timings),
+        holds,
     };
     let state = AppState::new(AppParts {
         elections: Elections::new(election, Vec::new()),

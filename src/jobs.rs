@@ -8,7 +8,7 @@
 //! for wherever `--exec` would stop its child first:
 //!
 //! - a handover asked through the API (a step-down, a candidacy withdrawal, a scheduled step-down)
-//!   passes [`gate`] only once every hold is given back or has expired;
+//!   reaches the loop ([`command`]) only once every hold is given back or has expired;
 //! - every resign of the core (the lease ran out, a better-ranked node preempts, the node
 //!   stops) waits for the same, through the runtime's release guard ([`Holds::release_guard`]);
 //! - no hold is granted while one of those is under way, nor to a node that does not lead.
@@ -28,12 +28,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::clock;
 use crate::election::{Input, Timings, View};
-use crate::runtime::{Command, ReleaseGuard, Snapshot};
+use crate::runtime::{Command, ReleaseGuard};
 
 /// How long a hold lives without a renewal: twice the heartbeat interval (1 s by default), so
 /// that a client renewing every quarter of it misses several renewals before it must stop.
@@ -268,43 +268,29 @@ pub fn hands_over(input: &Input) -> bool {
     )
 }
 
-/// The gate between the API and the election loop: a command that would hand leadership over
-/// reaches the loop only once every hold is given back or expired. Holds are closed for the term
-/// meanwhile, and opened again if the loop refuses the command.
-pub fn gate(
-    commands: mpsc::Sender<Command>,
-    holds: Holds,
-    snapshot: watch::Receiver<Arc<Snapshot>>,
-) -> mpsc::Sender<Command> {
-    let (tx, mut from_api) = mpsc::channel::<Command>(16);
-    tokio::spawn(async move {
-        while let Some(cmd) = from_api.recv().await {
-            let term = snapshot.borrow().view.term;
-            if !hands_over(&cmd.input) || holds.count(clock::now()) == 0 {
-                if commands.send(cmd).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-            holds.drain(Closed::Term(term)).await;
-            let (reply, answer) = oneshot::channel();
-            let forwarded = Command {
-                input: cmd.input,
-                reply,
-            };
-            if commands.send(forwarded).await.is_err() {
-                return;
-            }
-            let Ok(result) = answer.await else {
-                return;
-            };
-            if result.is_err() {
-                holds.reopen(term);
-            }
-            let _ = cmd.reply.send(result);
-        }
-    });
-    tx
+/// Sends `input` to the election loop through `commands` and waits for its answer; `None`
+/// once the loop is gone. A command that would hand leadership over (a step-down, a candidacy
+/// withdrawal, from the API or the scheduler) while a hold is out waits first until every hold
+/// is given back or expired, holds being closed for the term meanwhile and opened again if the
+/// loop refuses it. No task and no channel of its own: at a thousand groups, one per election
+/// cost more memory than the holds ever need.
+pub async fn command(
+    commands: &mpsc::Sender<Command>,
+    holds: &Holds,
+    term: u64,
+    input: Input,
+) -> Option<Result<crate::election::Outcome, crate::election::CommandError>> {
+    let waited = hands_over(&input) && holds.count(clock::now()) > 0;
+    if waited {
+        holds.drain(Closed::Term(term)).await;
+    }
+    let (reply, answer) = oneshot::channel();
+    commands.send(Command { input, reply }).await.ok()?;
+    let result = answer.await.ok()?;
+    if waited && result.is_err() {
+        holds.reopen(term);
+    }
+    Some(result)
 }
 
 #[cfg(test)]

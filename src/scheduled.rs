@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
@@ -122,12 +122,13 @@ impl Scheduler {
     pub fn start(
         snapshot: watch::Receiver<Arc<Snapshot>>,
         commands: mpsc::Sender<Command>,
+        holds: crate::jobs::Holds,
     ) -> Self {
         let s = Scheduler {
             book: Arc::new(Mutex::new(Book::default())),
             changed: Arc::new(Notify::new()),
         };
-        tokio::spawn(run(s.clone(), snapshot, commands));
+        tokio::spawn(run(s.clone(), snapshot, (commands, holds)));
         s
     }
 
@@ -197,7 +198,7 @@ fn still_leads(snap: &Snapshot, term: u64) -> Result<(), String> {
 async fn run(
     s: Scheduler,
     mut snapshot: watch::Receiver<Arc<Snapshot>>,
-    commands: mpsc::Sender<Command>,
+    commands: (mpsc::Sender<Command>, crate::jobs::Holds),
 ) {
     loop {
         let pending = s.pending();
@@ -232,18 +233,19 @@ async fn run(
     }
 }
 
-async fn fire(s: &Scheduler, op: &Operation, commands: &mpsc::Sender<Command>) {
-    let (reply, answer) = oneshot::channel();
+async fn fire(
+    s: &Scheduler,
+    op: &Operation,
+    (commands, holds): &(mpsc::Sender<Command>, crate::jobs::Holds),
+) {
     let input = Input::StepDown {
         successor: op.successor.clone(),
         expected_term: Some(op.term),
     };
-    let result = match commands.send(Command { input, reply }).await {
-        Ok(()) => answer
-            .await
-            .map_err(|_| "the election loop stopped".to_string()),
-        Err(_) => Err("the election loop stopped".to_string()),
-    };
+    // Through the holds of leader-only jobs, as the API's step-down goes.
+    let result = crate::jobs::command(commands, holds, op.term, input)
+        .await
+        .ok_or_else(|| "the election loop stopped".to_string());
     let mut book = s.book();
     // Cancelled while the command was on its way: the cancel came too late to matter, but the
     // operation is accounted for once.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 
 use super::{ApiError, AppState, EventLog};
 use crate::election::{CommandError, Input, Outcome};
@@ -75,17 +75,17 @@ impl ElectionApi {
         }
     }
 
-    /// Sends a command and waits for the loop's answer.
+    /// Sends a command and waits for the loop's answer (a handover first waits for the holds of
+    /// leader-only jobs, [`crate::jobs::command`]).
     pub async fn command(&self, input: Input) -> Result<Result<Outcome, CommandError>, ApiError> {
-        let (reply, rx) = oneshot::channel();
-        self.commands
-            .send(Command { input, reply })
-            .await
-            .map_err(|_| ApiError::LoopStopped)?;
-        tokio::time::timeout(Duration::from_secs(5), rx)
+        let term = self.snapshot().view.term;
+        let sent = crate::jobs::command(&self.commands, &self.holds, term, input);
+        // The holds wait at most their time to live; the loop answers within 5 s.
+        let within = Duration::from_secs(5) + crate::jobs::ttl(&self.snapshot().timings);
+        tokio::time::timeout(within, sent)
             .await
             .map_err(|_| ApiError::LoopStopped)?
-            .map_err(|_| ApiError::LoopStopped)
+            .ok_or(ApiError::LoopStopped)
     }
 }
 
