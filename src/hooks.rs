@@ -558,17 +558,9 @@ mod tests {
             last.duration >= Duration::from_millis(300) && last.duration < Duration::from_secs(3),
             "{last:?}"
         );
-        let pid = f.lines()[0].clone();
+        let pid: u32 = f.lines()[0].parse().unwrap();
         let deadline = clock::now() + Duration::from_secs(2);
-        while std::path::Path::new("/proc").join(&pid).exists() {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat
-                .rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim().starts_with('Z'))
-            {
-                break;
-            }
+        while crate::process_group::runs(pid) {
             assert!(
                 clock::now() < deadline,
                 "the background sleep {pid} survived"

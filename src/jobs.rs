@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
@@ -52,7 +53,7 @@ pub enum HoldError {
     Unknown(u64),
 }
 
-/// A granted or renewed hold, as the API answers it.
+/// A granted or renewed hold, as [`Holds`] gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Granted {
     pub id: u64,
@@ -60,6 +61,47 @@ pub struct Granted {
     /// How long the lease runs from the moment of the answer.
     pub lease_remaining: Duration,
     pub ttl: Duration,
+}
+
+/// A hold on the wire: what `POST` and `PUT /jobs/holds` answer and `pilot-election once`
+/// reads (the `Hold` schema of openapi.yaml).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldBody {
+    /// What the client renews and gives back.
+    pub id: u64,
+    /// The term the command runs in: its fencing token.
+    pub term: u64,
+    /// The node that granted it, the leader.
+    pub leader: String,
+    pub group: String,
+    /// How long the lease runs from the answer: the command must be gone by then.
+    pub lease_remaining_ms: u64,
+    /// How long the hold lives without a renewal.
+    pub ttl_ms: u64,
+    /// How often the client renews it.
+    pub renew_every_ms: u64,
+}
+
+impl HoldBody {
+    pub fn new(g: &Granted, leader: &str, group: &str) -> HoldBody {
+        HoldBody {
+            id: g.id,
+            term: g.term,
+            leader: leader.to_string(),
+            group: group.to_string(),
+            lease_remaining_ms: g.lease_remaining.as_millis() as u64,
+            ttl_ms: g.ttl.as_millis() as u64,
+            renew_every_ms: (g.ttl / 4).as_millis() as u64,
+        }
+    }
+
+    /// When the client must have killed its command, for an answer to a request it sent at
+    /// `sent`: the lease as answered, or three quarters of the hold's time to live (see the
+    /// module documentation), whichever ends first.
+    pub fn kill_by(&self, sent: Instant) -> Instant {
+        let ttl = Duration::from_millis(self.ttl_ms);
+        sent + Duration::from_millis(self.lease_remaining_ms).min(ttl * 3 / 4)
+    }
 }
 
 /// When holds may be granted.

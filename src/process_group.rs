@@ -15,9 +15,6 @@ use std::process::ExitStatus;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
-use tokio::time::Instant;
-
-use crate::clock;
 
 /// A running child and its process group; see the module documentation.
 #[derive(Debug)]
@@ -27,23 +24,6 @@ pub struct ProcessGroup {
     pgid: Option<Pid>,
     /// The leader's exit status, once reaped.
     status: Option<ExitStatus>,
-}
-
-/// How [`ProcessGroup::wait_until`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
-    /// The leader exited by itself before the deadline.
-    Exited(ExitStatus),
-    /// The deadline came first: the whole group was SIGKILLed, then the leader reaped.
-    Killed(ExitStatus),
-}
-
-impl Ended {
-    pub fn status(&self) -> ExitStatus {
-        match self {
-            Ended::Exited(s) | Ended::Killed(s) => *s,
-        }
-    }
 }
 
 impl ProcessGroup {
@@ -87,11 +67,6 @@ impl ProcessGroup {
         status
     }
 
-    /// Whether the leader has been reaped.
-    pub fn exited(&self) -> Option<ExitStatus> {
-        self.status
-    }
-
     /// Sends `signal` to every process of the group; nothing once the group is released or
     /// gone. After the leader was reaped, the group is signalled only while one of its processes
     /// still runs: until then the kernel keeps its id from being reused.
@@ -121,21 +96,6 @@ impl ProcessGroup {
     /// included.
     pub fn release(&mut self) {
         self.pgid = None;
-    }
-
-    /// Runs until the leader exits or `deadline` passes, whichever comes first; at the deadline
-    /// the whole group is SIGKILLed and the leader reaped. Either way the group is released
-    /// after: what a leader that exited in time left behind is not stopped.
-    pub async fn wait_until(&mut self, deadline: Instant) -> Ended {
-        let ended = tokio::select! {
-            status = self.wait() => Ended::Exited(status),
-            _ = clock::sleep_until(deadline) => {
-                self.kill();
-                Ended::Killed(self.wait().await)
-            }
-        };
-        self.release();
-        ended
     }
 
     /// SIGKILL to the group, then the leader reaped; released after.
@@ -211,13 +171,26 @@ pub fn group_alive(pgid: Pid) -> bool {
         return true;
     };
     procs.flatten().any(|e| {
-        // After the command name: state, ppid, pgid.
         let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
-        let state = fields.next();
-        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
-        group == Some(pgid.as_raw()) && state.is_some_and(|s| s != "Z" && s != "X")
+        let (running, group) = state_of(&stat);
+        running && group == Some(pgid.as_raw())
     })
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie (dead, only not collected yet).
+pub fn runs(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    state_of(&stat).0
+}
+
+/// From the text of `/proc/PID/stat`: whether the process runs (a state other than zombie or
+/// dead), and its process group. The fields after the command name, which may hold any
+/// character but ends with the last `)`, are state, ppid, pgid.
+fn state_of(stat: &str) -> (bool, Option<i32>) {
+    let mut fields = stat.rsplit(')').next().unwrap_or("").split_whitespace();
+    let state = fields.next();
+    let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+    (state.is_some_and(|s| s != "Z" && s != "X"), group)
 }
 
 #[cfg(test)]
@@ -228,6 +201,7 @@ mod tests {
     use tokio::io::AsyncBufReadExt as _;
 
     use super::*;
+    use crate::clock;
 
     fn sh(script: &str) -> Command {
         let mut cmd = Command::new("/bin/sh");
@@ -249,20 +223,13 @@ mod tests {
         (g, Pid::from_raw(line.trim().parse().unwrap()))
     }
 
-    fn runs(pid: Pid) -> bool {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .next();
-        state.is_some_and(|s| s != "Z" && s != "X")
+    fn runs_pid(pid: Pid) -> bool {
+        runs(pid.as_raw() as u32)
     }
 
     async fn until_gone(pid: Pid) {
         let deadline = clock::now() + Duration::from_secs(10);
-        while runs(pid) {
+        while runs_pid(pid) {
             assert!(clock::now() < deadline, "{pid} still runs");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -274,7 +241,8 @@ mod tests {
         let pid = g.id().unwrap();
         assert_ne!(nix::unistd::getpgrp().as_raw() as u32, pid);
         assert_eq!(g.wait().await.code(), Some(3));
-        assert_eq!(g.exited().and_then(|s| s.code()), Some(3));
+        // Waited for again, the status it was reaped with.
+        assert_eq!(g.wait().await.code(), Some(3));
         // Reaped, and nothing of it runs: never signalled again.
         assert!(!g.alive());
         g.kill();
@@ -282,25 +250,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_deadline_kills_the_whole_group() {
+    async fn a_kill_reaches_the_whole_group_and_releases_it() {
         let (mut g, grandchild) = spawn_with_grandchild("sleep 30 & echo $!; wait").await;
-        let started = clock::now();
-        let ended = g.wait_until(started + Duration::from_millis(200)).await;
-        assert!(matches!(ended, Ended::Killed(_)), "{ended:?}");
-        assert!(!ended.status().success());
-        assert!(clock::since(started) >= Duration::from_millis(200));
+        assert!(!g.kill_and_wait().await.success());
+        assert_eq!(g.id(), None, "released: nothing of it is signalled again");
         until_gone(grandchild).await;
-    }
-
-    #[tokio::test]
-    async fn a_leader_that_exits_in_time_is_not_killed_and_its_group_is_released() {
-        let mut g = ProcessGroup::spawn(&mut sh("exit 0")).unwrap();
-        let ended = g.wait_until(clock::now() + Duration::from_secs(30)).await;
-        assert!(
-            matches!(ended, Ended::Exited(s) if s.success()),
-            "{ended:?}"
-        );
-        assert_eq!(g.id(), None);
     }
 
     #[tokio::test]
@@ -318,7 +272,7 @@ mod tests {
         g.release();
         g.kill();
         drop(g);
-        assert!(runs(grandchild), "a released group was signalled");
+        assert!(runs_pid(grandchild), "a released group was signalled");
         let _ = nix::sys::signal::kill(grandchild, Signal::SIGKILL);
         until_gone(grandchild).await;
     }
@@ -357,7 +311,7 @@ mod tests {
             .unwrap();
         let pgid = Pid::from_raw(child.id() as i32);
         let deadline = clock::now() + Duration::from_secs(5);
-        while runs(pgid) {
+        while runs_pid(pgid) {
             assert!(clock::now() < deadline, "`sh -c 'exit 0'` still runs");
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -39,19 +39,9 @@ async fn publish_err(net: &Devnet, from: &str, broker: &str) -> PilotctlError {
     }
 }
 
-fn process_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // A zombie has already died; only its parent has not collected it yet.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
 async fn wait_gone(pid: u32) {
     let start = pilot_election::clock::now();
-    while !process_gone(pid) {
+    while pilot_election::process_group::runs(pid) {
         assert!(
             pilot_election::clock::since(start) < DEADLINE,
             "process {pid} still alive"

@@ -78,10 +78,10 @@ impl ElectionApi {
     /// Sends a command and waits for the loop's answer (a handover first waits for the holds of
     /// leader-only jobs, [`crate::jobs::command`]).
     pub async fn command(&self, input: Input) -> Result<Result<Outcome, CommandError>, ApiError> {
-        let term = self.snapshot().view.term;
-        let sent = crate::jobs::command(&self.commands, &self.holds, term, input);
+        let snap = self.snapshot();
+        let sent = crate::jobs::command(&self.commands, &self.holds, snap.view.term, input);
         // The holds wait at most their time to live; the loop answers within 5 s.
-        let within = Duration::from_secs(5) + crate::jobs::ttl(&self.snapshot().timings);
+        let within = Duration::from_secs(5) + crate::jobs::ttl(&snap.timings);
         tokio::time::timeout(within, sent)
             .await
             .map_err(|_| ApiError::LoopStopped)?

@@ -4,41 +4,11 @@
 
 use axum::http::{StatusCode, Uri};
 use axum::Json;
-use serde::Serialize;
 
 use super::extract::Admin;
 use super::{ApiError, Group};
 use crate::clock;
-use crate::jobs::{Granted, HoldError};
-
-#[derive(Debug, Serialize)]
-pub struct HoldBody {
-    /// What the client renews and gives back.
-    id: u64,
-    /// The term the command runs in: its fencing token.
-    term: u64,
-    /// This node, the leader.
-    leader: String,
-    group: String,
-    /// How long the lease runs from this answer: the command must be gone by then.
-    lease_remaining_ms: u64,
-    /// How long the hold lives without a renewal.
-    ttl_ms: u64,
-    /// How often the client renews it.
-    renew_every_ms: u64,
-}
-
-fn body(s: &Group, g: Granted) -> HoldBody {
-    HoldBody {
-        id: g.id,
-        term: g.term,
-        leader: s.snapshot().view.node_id.clone(),
-        group: s.group.clone(),
-        lease_remaining_ms: g.lease_remaining.as_millis() as u64,
-        ttl_ms: g.ttl.as_millis() as u64,
-        renew_every_ms: (g.ttl / 4).as_millis() as u64,
-    }
-}
+use crate::jobs::{HoldBody, HoldError};
 
 impl From<HoldError> for ApiError {
     fn from(e: HoldError) -> ApiError {
@@ -58,17 +28,20 @@ fn hold_id(uri: &Uri) -> Result<u64, ApiError> {
 }
 
 pub async fn post_hold(admin: Admin, s: Group) -> Result<(StatusCode, Json<HoldBody>), ApiError> {
-    let view = s.snapshot().view.clone();
-    let granted = s.holds.take(&view, clock::now())?;
+    let snap = s.snapshot();
+    let granted = s.holds.take(&snap.view, clock::now())?;
     tracing::info!(source = %admin.source, id = granted.id, term = granted.term, "hold granted to a leader-only job");
-    Ok((StatusCode::CREATED, Json(body(&s, granted))))
+    Ok((
+        StatusCode::CREATED,
+        Json(HoldBody::new(&granted, &snap.view.node_id, &s.group)),
+    ))
 }
 
 pub async fn put_hold(_admin: Admin, s: Group, uri: Uri) -> Result<Json<HoldBody>, ApiError> {
     let id = hold_id(&uri)?;
-    let view = s.snapshot().view.clone();
-    let granted = s.holds.renew(id, &view, clock::now())?;
-    Ok(Json(body(&s, granted)))
+    let snap = s.snapshot();
+    let granted = s.holds.renew(id, &snap.view, clock::now())?;
+    Ok(Json(HoldBody::new(&granted, &snap.view.node_id, &s.group)))
 }
 
 pub async fn delete_hold(admin: Admin, s: Group, uri: Uri) -> Result<StatusCode, ApiError> {

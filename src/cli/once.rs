@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use reqwest::Method;
-use serde::Deserialize;
 use serde_json::Value;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
@@ -17,6 +16,8 @@ use tokio::time::Instant;
 use super::config::read_token;
 use super::{error_line, OnceArgs, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::clock;
+use crate::exec::without_own_settings;
+use crate::jobs::HoldBody;
 use crate::process_group::{ProcessGroup, Watcher};
 
 /// The command ran and exited with a failure (its own code is printed).
@@ -28,28 +29,11 @@ pub const EXIT_LOST: i32 = 4;
 /// The command could not be started (not found, not executable), as a shell says it.
 pub const EXIT_CANNOT_RUN: i32 = 127;
 
+/// Why a command was stopped when no renewal came back in time.
+const LAPSED: &str = "the lease or the hold would have ended before it was renewed";
+
 /// How often a node that does not lead yet is asked again under `--wait`.
 const WAIT_POLL: Duration = Duration::from_millis(200);
-
-#[derive(Debug, Deserialize)]
-struct Held {
-    id: u64,
-    term: u64,
-    leader: String,
-    group: String,
-    lease_remaining_ms: u64,
-    ttl_ms: u64,
-    renew_every_ms: u64,
-}
-
-impl Held {
-    /// The command must be gone by then: the lease as answered, or three quarters of the hold's
-    /// time to live, counted from when the request left (src/jobs.rs says why).
-    fn kill_by(&self, sent: Instant) -> Instant {
-        let ttl = Duration::from_millis(self.ttl_ms);
-        sent + Duration::from_millis(self.lease_remaining_ms).min(ttl * 3 / 4)
-    }
-}
 
 struct Api {
     client: reqwest::Client,
@@ -163,12 +147,12 @@ pub async fn once(args: &OnceArgs) -> i32 {
 }
 
 /// Takes a hold, asking again until `wait` has passed while the node does not lead.
-async fn take(api: &Api, wait: Duration) -> Result<(Held, Instant), i32> {
+async fn take(api: &Api, wait: Duration) -> Result<(HoldBody, Instant), i32> {
     let until = clock::now() + wait;
     loop {
         let sent = clock::now();
         let last = match api.call(Method::POST, "").await {
-            Answer::Ok(201, body) => match serde_json::from_value::<Held>(body) {
+            Answer::Ok(201, body) => match serde_json::from_value::<HoldBody>(body) {
                 Ok(h) => return Ok((h, sent)),
                 Err(e) => {
                     eprintln!("pilot-election: an answer this client does not understand: {e}");
@@ -203,15 +187,11 @@ async fn take(api: &Api, wait: Duration) -> Result<(Held, Instant), i32> {
 }
 
 /// Runs the command under the hold until it exits or the hold ends.
-async fn run(api: &Api, held: &Held, sent: Instant, command: &[OsString]) -> Result<End, i32> {
+async fn run(api: &Api, held: &HoldBody, sent: Instant, command: &[OsString]) -> Result<End, i32> {
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..]).stdin(Stdio::null());
     // The client's settings (its admin token among them) are not the command's.
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
-            cmd.env_remove(key);
-        }
-    }
+    without_own_settings(&mut cmd);
     cmd.env("PILOT_ELECTION_TERM", held.term.to_string())
         .env("PILOT_ELECTION_LEADER", &held.leader)
         .env("PILOT_ELECTION_NODE_ID", &held.leader)
@@ -231,6 +211,7 @@ async fn run(api: &Api, held: &Held, sent: Instant, command: &[OsString]) -> Res
     let mut kill_by = held.kill_by(sent);
     let renew_every = Duration::from_millis(held.renew_every_ms.max(1));
     let mut next_renew = clock::now() + renew_every;
+    let this_hold = format!("/{}", held.id);
     let (mut int, mut term) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -242,16 +223,21 @@ async fn run(api: &Api, held: &Held, sent: Instant, command: &[OsString]) -> Res
         tokio::select! {
             status = group.wait() => break End::Exited(status),
             _ = clock::sleep_until(kill_by) => {
-                break End::Lost("the lease or the hold would have ended before it was renewed".into())
+                break End::Lost(LAPSED.into())
             }
             _ = int.recv() => break End::Signalled(Signal::SIGINT as i32),
             _ = term.recv() => break End::Signalled(Signal::SIGTERM as i32),
             _ = clock::sleep_until(next_renew) => {
                 let sent = clock::now();
                 next_renew = sent + renew_every;
-                match api.call(Method::PUT, &format!("/{}", held.id)).await {
+                // A renewal that has not come back by the deadline in hand does not hold it up.
+                let renewed = tokio::select! {
+                    a = api.call(Method::PUT, &this_hold) => a,
+                    _ = clock::sleep_until(kill_by) => break End::Lost(LAPSED.into()),
+                };
+                match renewed {
                     Answer::Ok(200, body) => {
-                        if let Ok(h) = serde_json::from_value::<Held>(body) {
+                        if let Ok(h) = serde_json::from_value::<HoldBody>(body) {
                             kill_by = h.kill_by(sent);
                         }
                     }

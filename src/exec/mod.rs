@@ -129,12 +129,19 @@ pub fn shell_command(flag: &str, command: &str) -> Result<String, String> {
 pub fn shell(command: &str) -> Process {
     let mut cmd = Process::new("/bin/sh");
     cmd.arg("-c").arg(command).stdin(Stdio::null());
+    without_own_settings(&mut cmd);
+    cmd
+}
+
+/// Takes this process's own `PILOT_ELECTION_*` settings (the admin token, the cluster keys)
+/// out of a command's environment: every command this binary starts for someone else, a
+/// node's `sh -c` and the command of `pilot-election once`.
+pub fn without_own_settings(cmd: &mut Process) {
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("PILOT_ELECTION_") {
             cmd.env_remove(key);
         }
     }
-    cmd
 }
 
 /// `T·(1−r)/(1+r) − L`: how long after this node's lease ends no other node can be elected yet,
@@ -270,7 +277,7 @@ impl Exec {
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
 
     use super::*;
     use crate::election::{CommandError, Outcome};
@@ -407,10 +414,7 @@ mod tests {
 
     /// Alive and not a zombie.
     fn alive(pid: &str) -> bool {
-        std::fs::read_to_string(Path::new("/proc").join(pid).join("stat"))
-            .ok()
-            .and_then(|s| s.rsplit(')').next().map(|r| r.trim().to_string()))
-            .is_some_and(|r| !r.starts_with('Z') && !r.starts_with('X'))
+        pid.parse().is_ok_and(crate::process_group::runs)
     }
 
     async fn wait_dead(pid: &str, within: Duration) -> Instant {

@@ -262,20 +262,14 @@ mod tests {
         assert_eq!(r.outcome, Outcome::TimedOut);
         let took = clock::since(started);
         assert!(took < Duration::from_secs(10), "took {took:?}");
-        let pid: i32 = std::fs::read_to_string(&marker)
+        let pid: u32 = std::fs::read_to_string(&marker)
             .unwrap()
             .trim()
             .parse()
             .unwrap();
-        // Reaped by init once killed; a zombie or a live process would still have /proc/PID
-        // with a state other than Z.
+        // Killed: gone, or a zombie nobody collected.
         let deadline = clock::now() + Duration::from_secs(10);
-        loop {
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-            let alive = state.is_some_and(|s| !s.contains(") Z "));
-            if !alive {
-                break;
-            }
+        while crate::process_group::runs(pid) {
             assert!(
                 clock::now() < deadline,
                 "the grandchild {pid} outlived the check"

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use pilot_election::process_group::runs;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
@@ -37,19 +38,8 @@ async fn exit_of(child: Child, within: Duration) -> (i32, String) {
     )
 }
 
-fn runs(pid: i32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .next();
-    state.is_some_and(|s| s != "Z" && s != "X")
-}
-
 /// The pid a long job wrote to `file`, once it did.
-async fn pid_in(file: &Path) -> i32 {
+async fn pid_in(file: &Path) -> u32 {
     wait_for(Duration::from_secs(10), || async {
         std::fs::read_to_string(file).ok()?.trim().parse().ok()
     })
