@@ -27,9 +27,10 @@ use crate::metrics::Metrics;
 use crate::observer::{Observer, ObserverConfig, Source as ObserverSource};
 use crate::observer_table::ObserverTable;
 use crate::runtime::{
-    Command, ElectionHandle, ElectionParts, EveryElection, GroupChange, Keeps, ReleaseGuard,
-    Runtime, RuntimeError, Snapshot, Wiring,
+    Command, ElectionHandle, ElectionParts, EveryElection, FiringWrites, GroupChange, Keeps,
+    ReleaseGuard, Runtime, RuntimeError, Snapshot, Wiring,
 };
+use crate::schedule::Schedule;
 use crate::server::{Limits, Listeners, PeerRoutes};
 use crate::signing::KeyRing;
 use crate::store::{self, Book, Loaded, Store, StoreError};
@@ -76,6 +77,8 @@ pub struct NodeConfig {
     pub exec: Option<ExecConfig>,
     /// `--exec-groups`: the groups whose leadership runs `exec`, a child each.
     pub exec_groups: GroupSelection,
+    /// `--schedule` and its command: leader-only runs at each firing, in the groups it names.
+    pub schedule: Option<crate::schedule::ScheduleConfig>,
     /// `--on-change`: a command to run on every change of the leader or of this node's role.
     pub on_change: Option<HookConfig>,
     /// `--on-change-groups`: the groups whose changes run `on_change`.
@@ -229,6 +232,7 @@ impl NodeBuilder {
             snapshot,
             commands: cmd_tx,
             maintenance: maintenance_tx,
+            firings,
         } = runtime.add_election(ElectionParts {
             group: config.group.clone(),
             node,
@@ -236,6 +240,8 @@ impl NodeBuilder {
             keeps: Keeps::OwnFiles,
             history: loaded.history,
             observers: observers.clone(),
+            firing: loaded.firing,
+            scheduled: Acting::scheduled(&config, &config.group),
         });
         tracing::info!(
             node = %config.node_id,
@@ -262,11 +268,12 @@ impl NodeBuilder {
             &config,
             &mut runtime,
             &config.group,
-            (&snapshot, cmd_tx),
+            (&snapshot, cmd_tx, firings),
             &metrics,
         );
         let hooks = acting.hooks.as_ref().map(Hooks::handle);
         let holds = acting.holds.clone();
+        let schedule = acting.schedule.as_ref().map(Schedule::handle);
         actors.add(acting);
         let events = EventSource::eager(snapshot.clone(), event_run(&config.node_id, loaded.boot));
         let scheduler =
@@ -283,6 +290,7 @@ impl NodeBuilder {
             observers,
             reads: Default::default(),
             holds,
+            schedule,
         };
         let health_handle = health.as_ref().map(HealthChecks::handle);
         let mut commands_of = BTreeMap::new();
@@ -293,13 +301,18 @@ impl NodeBuilder {
                 &config,
                 &mut runtime,
                 &e.group,
-                (&e.handle.snapshot, e.handle.commands.clone()),
+                (
+                    &e.handle.snapshot,
+                    e.handle.commands.clone(),
+                    e.handle.firings.clone(),
+                ),
                 &metrics,
             );
             let acts = (
                 commands,
                 acting.hooks.as_ref().map(Hooks::handle),
                 acting.holds.clone(),
+                acting.schedule.as_ref().map(Schedule::handle),
             );
             actors.add(acting);
             others.push(e.api(&config.node_id, acts, health_handle.clone()));
@@ -355,9 +368,16 @@ struct Acting {
     hooks: Option<Hooks>,
     /// The holds of `pilot-election once` (every election has them).
     holds: crate::jobs::Holds,
+    /// `--schedule`'s firings in this group.
+    schedule: Option<Schedule>,
 }
 
 impl Acting {
+    /// Whether `config` has `group`'s election run `--schedule`.
+    fn scheduled(config: &NodeConfig, group: &str) -> bool {
+        (config.schedule.as_ref()).is_some_and(|s| s.groups.includes(group, group == config.group))
+    }
+
     /// Whether `config` has `group`'s election run `--exec` and `--on-change`.
     fn wanted(config: &NodeConfig, group: &str) -> (bool, bool) {
         let default = group == config.group;
@@ -374,7 +394,11 @@ impl Acting {
     fn start(
         config: &NodeConfig,
         group: &str,
-        (snapshot, commands): (&watch::Receiver<Arc<Snapshot>>, mpsc::Sender<Command>),
+        (snapshot, commands, firings): (
+            &watch::Receiver<Arc<Snapshot>>,
+            mpsc::Sender<Command>,
+            Option<FiringWrites>,
+        ),
         changes: Option<watch::Receiver<crate::runtime::Change>>,
         metrics: &Arc<Metrics>,
     ) -> (Acting, Vec<ReleaseGuard>, mpsc::Sender<Command>) {
@@ -399,11 +423,32 @@ impl Acting {
         // through the API (`jobs::command`, before --exec's gate).
         let holds = crate::jobs::Holds::new(&config.timings);
         guards.push(holds.release_guard());
+        let schedule = config.schedule.clone().zip(firings).map(|(s, w)| {
+            let election = crate::schedule::Election {
+                group: group.to_string(),
+                node_id: config.node_id.clone(),
+                snapshot: snapshot.clone(),
+                writes: w.records,
+                store: w.store,
+                holds: holds.clone(),
+                confirm_within: config.timings.election_timeout,
+            };
+            Schedule::start(Arc::new(s), election, metrics.clone())
+        });
         let commands = match &exec {
             Some(x) => x.gate(commands, snapshot.clone()),
             None => commands,
         };
-        (Acting { exec, hooks, holds }, guards, commands)
+        (
+            Acting {
+                exec,
+                hooks,
+                holds,
+                schedule,
+            },
+            guards,
+            commands,
+        )
     }
 
     /// [`Acting::start`] for an election of the loop that has not started yet.
@@ -411,7 +456,11 @@ impl Acting {
         config: &NodeConfig,
         runtime: &mut Runtime,
         group: &str,
-        election: (&watch::Receiver<Arc<Snapshot>>, mpsc::Sender<Command>),
+        election: (
+            &watch::Receiver<Arc<Snapshot>>,
+            mpsc::Sender<Command>,
+            Option<FiringWrites>,
+        ),
         metrics: &Arc<Metrics>,
     ) -> (Acting, mpsc::Sender<Command>) {
         let (_, wants_hooks) = Acting::wanted(config, group);
@@ -443,6 +492,10 @@ impl Actors {
     async fn exiting(&self) {
         let (drains, hooks, holds): (Vec<_>, Vec<_>, Vec<_>) = {
             let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            // No firing is claimed from now on; one that runs stops with its hold, below.
+            for schedule in all.iter().filter_map(|a| a.schedule.as_ref()) {
+                schedule.stop();
+            }
             (
                 all.iter()
                     .filter_map(|a| a.exec.as_ref().map(Exec::handle))
@@ -473,6 +526,9 @@ impl Actors {
             if let Some(h) = a.hooks {
                 h.finish().await;
             }
+            if let Some(s) = a.schedule {
+                s.finish().await;
+            }
         }))
         .await;
     }
@@ -494,10 +550,11 @@ impl ExtraElection {
     fn api(
         self,
         node_id: &str,
-        (commands, hooks, holds): (
+        (commands, hooks, holds, schedule): (
             mpsc::Sender<Command>,
             Option<crate::hooks::HooksHandle>,
             crate::jobs::Holds,
+            Option<crate::schedule::ScheduleHandle>,
         ),
         health: Option<crate::health_check::HealthHandle>,
     ) -> ElectionApi {
@@ -523,6 +580,7 @@ impl ExtraElection {
             observers: self.observers,
             reads: Default::default(),
             holds,
+            schedule,
         }
     }
 }
@@ -598,6 +656,8 @@ fn group_election(
         keeps: Keeps::Book,
         history: loaded.history,
         observers: ObserverTable::shared(),
+        firing: loaded.firing,
+        scheduled: Acting::scheduled(config, group),
     };
     Ok((parts, loaded.boot))
 }
@@ -711,7 +771,11 @@ impl GroupMaker {
         let (acting, guards, commands) = Acting::start(
             &self.config,
             group,
-            (&handle.snapshot, handle.commands.clone()),
+            (
+                &handle.snapshot,
+                handle.commands.clone(),
+                handle.firings.clone(),
+            ),
             changes,
             &self.metrics,
         );
@@ -730,6 +794,7 @@ impl GroupMaker {
             commands,
             acting.hooks.as_ref().map(Hooks::handle),
             acting.holds.clone(),
+            acting.schedule.as_ref().map(Schedule::handle),
         );
         self.actors.add(acting);
         let extra = ExtraElection {
@@ -1062,6 +1127,7 @@ pub async fn run_observer(
         observers: ObserverTable::shared(),
         reads: Default::default(),
         holds,
+        schedule: None,
     };
     let state = AppState::new(AppParts {
         elections: Elections::new(election, Vec::new()),
@@ -1229,6 +1295,7 @@ mod tests {
             limits: Limits::default(),
             exec: None,
             exec_groups: Default::default(),
+            schedule: None,
             on_change_groups: Default::default(),
             metrics_groups: None,
             on_change: None,

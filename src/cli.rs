@@ -242,6 +242,30 @@ pub struct RunArgs {
     /// (PILOT_ELECTION_GROUP says which): `default`, `all`, or group names separated by commas.
     #[arg(long, env = "PILOT_ELECTION_EXEC_GROUPS", default_value = "default")]
     pub exec_groups: String,
+    /// Run the command given after `--` (or --schedule-cmd) on the leader at every firing of
+    /// this cron schedule, in UTC: five fields (minute hour day-of-month month day-of-week),
+    /// six with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly. Each firing runs
+    /// once across the cluster or is reported missed (docs/guide/jobs.md).
+    #[arg(long, env = "PILOT_ELECTION_SCHEDULE")]
+    pub schedule: Option<String>,
+    /// With --schedule: the command line to run (through `sh -c`), instead of `-- CMD ARGS`.
+    #[arg(long, env = "PILOT_ELECTION_SCHEDULE_CMD")]
+    pub schedule_cmd: Option<String>,
+    /// With --schedule: how late a firing may still start (after a failover, say); older ones
+    /// that nobody ran are reported missed, not run late.
+    #[arg(long, env = "PILOT_ELECTION_SCHEDULE_GRACE", default_value = "30s", value_parser = parse_duration)]
+    pub schedule_grace: Duration,
+    /// With --schedule: the groups whose leader runs it, each on its own firings
+    /// (PILOT_ELECTION_GROUP says which): `default`, `all`, or group names separated by commas.
+    #[arg(
+        long,
+        env = "PILOT_ELECTION_SCHEDULE_GROUPS",
+        default_value = "default"
+    )]
+    pub schedule_groups: String,
+    /// The command --schedule runs, after `--`: run as given, without a shell.
+    #[arg(last = true, value_name = "CMD")]
+    pub schedule_command: Vec<std::ffi::OsString>,
     /// Run this command line (through `sh -c`) on every change of the leader or of this node's
     /// role, with the change in PILOT_ELECTION_* variables; a leader's run that reports the end
     /// of its leadership is done before its resign leaves.

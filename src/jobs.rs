@@ -298,6 +298,104 @@ fn leading(view: &View, now: Instant) -> Result<Duration, HoldError> {
     }
 }
 
+/// How a command run under a hold ended.
+#[derive(Debug)]
+pub enum End {
+    Exited(std::process::ExitStatus),
+    /// The hold ended first (why, in words): the command was stopped.
+    Lost(String),
+    /// This process was asked to stop (the signal's number): the command was stopped.
+    Signalled(i32),
+}
+
+/// What a renewal of a hold came back with.
+#[derive(Debug)]
+pub enum Renewal {
+    /// Renewed: the command must be gone by then.
+    Until(Instant),
+    /// Refused (why, in words): the command must stop now.
+    Refused(String),
+    /// No answer: the deadline already in hand decides.
+    NoAnswer,
+}
+
+/// Why a command was stopped when no renewal came back in time.
+const LAPSED: &str = "the lease or the hold would have ended before it was renewed";
+
+/// Runs the command of `group` (just started) under hold `held` until it exits, the hold
+/// ends or `interrupted` resolves: renewed every quarter of its time to live through `renew`,
+/// killed at `kill_by` (moved on by each renewal). Whatever ended it, its whole process group
+/// is gone when this returns: SIGTERM, then SIGKILL a quarter of the hold's life later or at
+/// the deadline. A watcher kills it too if this process dies. One loop for `pilot-election
+/// once` (renewing over HTTP) and the node's schedule (renewing in-process).
+pub async fn run_held<R, F>(
+    mut group: crate::process_group::ProcessGroup,
+    held: &HoldBody,
+    mut kill_by: Instant,
+    mut renew: R,
+    interrupted: impl std::future::Future<Output = i32>,
+) -> End
+where
+    R: FnMut() -> F,
+    F: std::future::Future<Output = Renewal>,
+{
+    use nix::sys::signal::Signal;
+    // If this process dies (kill -9), the command dies with it: the hold it leaves expires.
+    let watcher =
+        crate::process_group::Watcher::spawn(group.id().unwrap_or(0), Duration::from_millis(100))
+            .ok();
+    let renew_every = Duration::from_millis(held.renew_every_ms.max(1));
+    let mut next_renew = clock::now() + renew_every;
+    tokio::pin!(interrupted);
+    let end = loop {
+        tokio::select! {
+            status = group.wait() => break End::Exited(status),
+            _ = clock::sleep_until(kill_by) => break End::Lost(LAPSED.into()),
+            sig = &mut interrupted => break End::Signalled(sig),
+            _ = clock::sleep_until(next_renew) => {
+                next_renew = clock::now() + renew_every;
+                // A renewal that has not come back by the deadline in hand does not hold it up.
+                let renewed = tokio::select! {
+                    r = renew() => r,
+                    _ = clock::sleep_until(kill_by) => break End::Lost(LAPSED.into()),
+                };
+                match renewed {
+                    Renewal::Until(k) => kill_by = k,
+                    Renewal::Refused(why) => break End::Lost(why),
+                    Renewal::NoAnswer => {}
+                }
+            }
+        }
+    };
+    // Whatever ended it, nothing of the command may run on once the hold is given back:
+    // SIGTERM to what is left of the group, SIGKILL a quarter of the hold's life later (or at
+    // the deadline, if that comes first), then wait until the whole group is gone.
+    let grace = Duration::from_millis(held.ttl_ms / 4);
+    let hard = kill_by.min(clock::now() + grace);
+    if !matches!(end, End::Exited(_)) || group.alive() {
+        group.signal(Signal::SIGTERM);
+        tokio::select! {
+            _ = group.wait() => {}
+            _ = clock::sleep_until(hard) => {}
+        }
+        // What the command started gets until `hard` too.
+        while group.alive() && clock::now() < hard {
+            clock::sleep_until(clock::now() + Duration::from_millis(10)).await;
+        }
+        group.kill();
+        group.wait().await;
+        let stop_waiting = clock::now() + Duration::from_secs(5);
+        while group.alive() && clock::now() < stop_waiting {
+            clock::sleep_until(clock::now() + Duration::from_millis(10)).await;
+        }
+    }
+    group.release();
+    if let Some(w) = watcher {
+        w.dismiss().await;
+    }
+    end
+}
+
 /// Whether a command hands leadership over when it succeeds.
 pub fn hands_over(input: &Input) -> bool {
     matches!(

@@ -66,6 +66,7 @@ pub mod peer_client;
 pub mod pilotctl;
 pub mod process_group;
 pub mod runtime;
+pub mod schedule;
 pub mod scheduled;
 pub mod server;
 pub mod signing;

@@ -75,6 +75,9 @@ label_set!(RefusedLabel { reason: Refused });
 label_set!(PhaseLabel { phase: Phase });
 label_set!(TransportLabel { transport: &'static str });
 label_set!(ExecExitLabel { outcome: ExecExit });
+label_set!(FiringLabel {
+    outcome: FiringOutcome
+});
 label_set!(OnChangeLabel {
     outcome: OnChangeOutcome
 });
@@ -145,6 +148,10 @@ pub struct Metrics {
     ready: Family<TransportLabel, Gauge>,
     pub exec_running: Gauge,
     exec_exits: Family<ExecExitLabel, Counter>,
+    /// Scheduled firings this node accounted for as leader (`run --schedule`), by outcome.
+    scheduled_firings: Family<FiringLabel, Counter>,
+    /// 1 while a scheduled firing's command runs on this node.
+    pub scheduled_running: Gauge,
     /// `--on-change` runs by outcome, and how long each took.
     on_change_runs: Family<OnChangeLabel, Counter>,
     pub on_change_duration: Histogram,
@@ -207,6 +214,8 @@ impl Metrics {
             ready: Family::default(),
             exec_running: Gauge::default(),
             exec_exits: Family::default(),
+            scheduled_firings: Family::default(),
+            scheduled_running: Gauge::default(),
             on_change_runs: Family::default(),
             on_change_duration: Histogram::new(exponential_buckets(0.005, 2.0, 13)),
             on_change_coalesced: Counter::default(),
@@ -425,6 +434,16 @@ impl Metrics {
             self.exec_exits.clone(),
         );
         r.register(
+            "scheduled_firings",
+            "Firings of the --schedule this node accounted for as leader: ok or failed (it ran them), missed (nobody could run them in their grace), interrupted (a leader claimed them and was gone before their end); a firing is counted by one node, or twice when a leader dies before its record spreads",
+            self.scheduled_firings.clone(),
+        );
+        r.register(
+            "scheduled_running",
+            "How many scheduled firings' commands run on this node now",
+            self.scheduled_running.clone(),
+        );
+        r.register(
             "on_change_runs",
             "--on-change hook runs by outcome: ok, failed (non-zero, a signal, could not start), timed_out (killed at --on-change-timeout), killed_at_exit",
             self.on_change_runs.clone(),
@@ -504,6 +523,12 @@ impl Metrics {
         self.exec_exits
             .get_or_create(&ExecExitLabel { outcome })
             .inc();
+    }
+
+    pub fn scheduled_firings(&self, outcome: FiringOutcome, n: u64) {
+        self.scheduled_firings
+            .get_or_create(&FiringLabel { outcome })
+            .inc_by(n);
     }
 
     pub fn on_change_run(&self, outcome: OnChangeOutcome, took: Duration) {
@@ -755,6 +780,16 @@ label_values! {
         Started => "started",
         Won => "won",
         Lost => "lost",
+    }
+}
+
+label_values! {
+    /// How a scheduled firing ended (`scheduled_firings_total{outcome}`).
+    pub enum FiringOutcome {
+        Ok => "ok",
+        Failed => "failed",
+        Missed => "missed",
+        Interrupted => "interrupted",
     }
 }
 

@@ -141,6 +141,8 @@ impl Observer {
             directory: Arc::new(Directory::default()),
             maintenance: None,
             maintenance_held_by: Vec::new(),
+            firing: None,
+            firing_held_by: Vec::new(),
         };
         let (snap_tx, snapshot) = watch::channel(Arc::new(first));
         let (obs_tx, observing) = watch::channel(Observing {

@@ -28,6 +28,7 @@ use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::directory::Directory;
 use crate::election::batch::Batch;
+use crate::election::firing::{Firing, FiringBook};
 use crate::election::stop::{self, Exit};
 use crate::election::{
     Action, Body, CommandError, Input, Maintenance, Member, MemberSet, Message, Node, NodeInfo,
@@ -42,12 +43,14 @@ use crate::transport::{Health, Transport};
 
 mod change;
 mod election;
+mod firings;
 mod labels;
 mod maintenance;
 mod outbox;
 pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
 use election::{Election, Shared};
 pub use election::{ElectionParts, Keeps};
+pub use firings::{FiringRequest, FiringWrites};
 pub use maintenance::MaintenanceRequest;
 use outbox::{Outbox, Pacing};
 
@@ -88,6 +91,11 @@ pub struct Snapshot {
     pub maintenance: Option<Maintenance>,
     /// The members that hold it (this node first): `POST /pause` answers once a quorum does.
     pub maintenance_held_by: Vec<String>,
+    /// The newest scheduled firing record this node knows of (rule 19).
+    pub firing: Option<Firing>,
+    /// The members that acknowledged it, or a later one, in the view's term (this node first,
+    /// if it has it on disk): a leader runs a firing it claimed once a quorum does.
+    pub firing_held_by: Vec<String>,
 }
 
 impl Snapshot {
@@ -153,6 +161,7 @@ pub struct Runtime {
 enum Request {
     Command(Box<Command>),
     Maintenance(MaintenanceRequest),
+    Firing(FiringRequest),
 }
 
 /// Awaited before a resign leaves this node, with the term it gives up. A resign lets the other
@@ -216,6 +225,8 @@ pub struct ElectionHandle {
     pub commands: mpsc::Sender<Command>,
     /// `POST /pause` and `DELETE /pause`.
     pub maintenance: mpsc::Sender<MaintenanceRequest>,
+    /// What its schedule writes through, if it runs one (`ElectionParts::scheduled`).
+    pub firings: Option<FiringWrites>,
 }
 
 impl Runtime {
@@ -261,6 +272,7 @@ impl Runtime {
     /// messages and its own requests. Returns how to reach it.
     pub fn add_election(&mut self, parts: ElectionParts) -> ElectionHandle {
         let group: Arc<str> = parts.group.as_str().into();
+        let scheduled = parts.scheduled;
         if self.elections.is_empty() {
             // Every group has the node's member set: who may be sent batches is judged once.
             let me = parts.node.id().to_string();
@@ -278,12 +290,22 @@ impl Runtime {
         }));
         self.requests
             .push(tagged(group.clone(), maintenance_rx, Request::Maintenance));
+        let firings = scheduled.then(|| {
+            let (tx, rx) = mpsc::channel(4);
+            self.requests
+                .push(tagged(group.clone(), rx, Request::Firing));
+            FiringWrites {
+                records: tx,
+                store: election.store.clone(),
+            }
+        });
         self.default_group.get_or_insert_with(|| group.to_string());
         self.elections.insert(group.to_string(), election);
         ElectionHandle {
             snapshot,
             commands,
             maintenance,
+            firings,
         }
     }
 
@@ -463,6 +485,7 @@ impl Runtime {
                     .on_maintenance_request(&self.shared, &mut self.out, req)
                     .await?
             }
+            Request::Firing(req) => election.on_firing_request(&self.shared, req).await,
         }
         Ok(())
     }
@@ -661,6 +684,9 @@ impl Runtime {
                     .await?;
             }
             election.note_carried(&msg.from, msg.maintenance.as_ref());
+            // Before the message itself too: the ack this node's core answers it with must
+            // carry the record (rule 19).
+            election.on_firing_heard(&msg).await;
         }
         let (from, members) = (msg.from.clone(), msg.members.clone());
         let stepped = election

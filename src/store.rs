@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::election::firing::Firing;
 use crate::election::{Maintenance, MemberSet, Persistent};
 
 pub const STATE_FILE: &str = "state.json";
@@ -29,6 +30,10 @@ pub const GROUPS_FILE: &str = "groups.json";
 pub const PROMISE_FILE: &str = "promise.json";
 /// The newest write of the operator's maintenance this node has seen (rule 16).
 pub const MAINTENANCE_FILE: &str = "maintenance.json";
+/// The newest record of a scheduled firing this node has seen (rule 19).
+pub const FIRING_FILE: &str = "firing.json";
+/// The scheduled firings this node accounted for as leader, for `/history`.
+pub const FIRING_LOG_FILE: &str = "firing-log.json";
 /// Transitions kept in memory and on disk.
 pub const HISTORY_LIMIT: usize = 200;
 
@@ -113,6 +118,12 @@ pub enum StoreError {
          remove it and add those groups again"
     )]
     CorruptGroups { path: PathBuf, reason: String },
+    #[error(
+        "cannot use {path}: {reason}; it holds the newest scheduled firing this node \
+         acknowledged, and a node that forgot it could let a leader run that firing twice. \
+         Repair it, or remove it once the firing it named is long past"
+    )]
+    CorruptFiring { path: PathBuf, reason: String },
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -154,6 +165,8 @@ pub struct Loaded {
     pub persistent: Persistent,
     pub boot: u64,
     pub history: Vec<HistoryEntry>,
+    /// The newest scheduled firing record it kept (rule 19).
+    pub firing: Option<Firing>,
 }
 
 impl Store {
@@ -202,6 +215,7 @@ impl Store {
         };
         store.write_state(&state)?;
         let history = read_history(dir);
+        let firing = read_firing(dir)?;
         Ok(Loaded {
             persistent: Persistent {
                 term: state.term,
@@ -211,6 +225,7 @@ impl Store {
             boot: state.boot,
             store,
             history,
+            firing,
         })
     }
 
@@ -223,6 +238,7 @@ impl Store {
             source,
         })?;
         let history = read_history(dir);
+        let firing = read_firing(dir)?;
         Ok(Loaded {
             store: Store {
                 dir: dir.to_path_buf(),
@@ -232,6 +248,7 @@ impl Store {
             persistent: Persistent::default(),
             boot,
             history,
+            firing,
         })
     }
 
@@ -372,9 +389,51 @@ impl Store {
         write_atomic(&self.dir, MAINTENANCE_FILE, &bytes)
     }
 
+    /// The firings this node accounted for, as a previous run kept them. Informational: a
+    /// damaged file costs the list, never start-up.
+    pub fn firing_log<T: serde::de::DeserializeOwned>(&self) -> Vec<T> {
+        fs::read(self.dir.join(FIRING_LOG_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Vec<T>>(&b).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn save_firing_log<T: Serialize>(&self, list: &[T]) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(list).expect("the firing log serializes");
+        write_atomic(&self.dir, FIRING_LOG_FILE, &bytes)
+    }
+
+    /// Keeps a firing record across restarts, fsynced before any message carries it.
+    pub fn save_firing(&self, f: &Firing) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec_pretty(f).expect("a firing record serializes");
+        write_atomic(&self.dir, FIRING_FILE, &bytes)
+    }
+
     pub fn save_replay_marks(&self, marks: &BTreeMap<String, u64>) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(marks).expect("marks serialize");
         write_atomic(&self.dir, REPLAY_FILE, &bytes)
+    }
+}
+
+/// The firing record a previous run left in `dir` (rule 19). Refused when unreadable: a member
+/// that forgot the record it acknowledged could vote without it, and a leader so elected could
+/// run that firing again.
+fn read_firing(dir: &Path) -> Result<Option<Firing>, StoreError> {
+    let path = dir.join(FIRING_FILE);
+    match fs::read(&path) {
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| StoreError::CorruptFiring {
+                    path,
+                    reason: e.to_string(),
+                })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(StoreError::CorruptFiring {
+            path,
+            reason: e.to_string(),
+        }),
     }
 }
 

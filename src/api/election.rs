@@ -41,6 +41,8 @@ pub struct ElectionApi {
     pub reads: super::consistent::ReadRounds,
     /// The holds of its leader-only jobs (`pilot-election once`).
     pub holds: crate::jobs::Holds,
+    /// Its `--schedule`, for `/status` and `/history`; `None` without one.
+    pub schedule: Option<crate::schedule::ScheduleHandle>,
 }
 
 impl ElectionApi {

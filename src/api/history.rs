@@ -1,4 +1,5 @@
-//! `GET /history`: recent leader transitions, kept across restarts.
+//! `GET /history`: recent leader transitions, kept across restarts, and with `--schedule` the
+//! firings this node accounted for as leader.
 
 use axum::Json;
 use serde::Serialize;
@@ -10,6 +11,9 @@ use crate::store::HistoryEntry;
 pub struct HistoryBody {
     node: String,
     transitions: Vec<HistoryEntry>,
+    /// With `--schedule`: the firings this node accounted for, newest last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    firings: Option<Vec<crate::schedule::Finished>>,
 }
 
 pub async fn get_history(s: Group) -> Json<HistoryBody> {
@@ -17,5 +21,6 @@ pub async fn get_history(s: Group) -> Json<HistoryBody> {
     Json(HistoryBody {
         node: snap.view.node_id.clone(),
         transitions: snap.history.iter().cloned().collect(),
+        firings: s.schedule.as_ref().map(|sc| sc.finished()),
     })
 }

@@ -48,6 +48,9 @@ pub struct StatusBody {
     scheduled_step_down: Option<super::leadership::ScheduledBody>,
     /// The `--on-change` hook: its run in progress and its last run; `null` without one.
     on_change: Option<OnChangeBody>,
+    /// The `--schedule` of this group: the next firing, the one running, the newest record
+    /// every member holds and what this node accounted for; `null` without one.
+    schedule: Option<crate::schedule::ScheduleStatus>,
     /// What this node advertises of its application's health (rule 17): always true without a
     /// health check.
     healthy: bool,
@@ -356,6 +359,7 @@ pub async fn get_status(State(s): State<AppState>, e: Group) -> Json<StatusBody>
         maintenance: snap.maintenance.as_ref().map(super::pause::SettingBody::of),
         scheduled_step_down: e.scheduler.pending().map(super::leadership::scheduled_body),
         on_change: e.hooks.as_ref().map(|h| OnChangeBody::of(&h.status())),
+        schedule: e.schedule.as_ref().map(|sc| sc.status(&snap)),
         healthy: v.healthy,
         health_check: e.health.as_ref().map(|h| HealthCheckBody::of(&h.status())),
         observers: observers_body(&e, now),

@@ -14,6 +14,7 @@ use crate::health_check::{HealthCheckConfig, HealthFlags};
 use crate::hooks::HookConfig;
 use crate::observer::{ObserverConfig, Source as ObserverSource};
 use crate::pilotctl::Pilotctl;
+use crate::schedule::{Cron, ScheduleConfig};
 use crate::signing::KeyRing;
 use crate::transport::http::Peer;
 use crate::transport::pilot::{daemon, PilotConfig, PilotIo};
@@ -62,6 +63,51 @@ pub(super) fn read_token(
 }
 
 impl RunArgs {
+    /// `--schedule` and its command, checked.
+    fn schedule_config(&self, groups: &[String]) -> Result<Option<ScheduleConfig>, String> {
+        let selection = GroupSelection::parse("--schedule-groups", &self.schedule_groups, groups)?;
+        let Some(expr) = self.schedule.as_deref() else {
+            if self.schedule_cmd.is_some() || !self.schedule_command.is_empty() {
+                return Err(
+                    "a command to schedule (--schedule-cmd or after --) needs --schedule".into(),
+                );
+            }
+            if selection != GroupSelection::Default {
+                return Err("--schedule-groups needs --schedule".into());
+            }
+            return Ok(None);
+        };
+        let cron = Cron::parse(expr).map_err(|e| format!("--schedule {e}"))?;
+        let command = match (&self.schedule_cmd, self.schedule_command.is_empty()) {
+            (Some(_), false) => {
+                return Err(
+                    "--schedule takes its command either after -- or as --schedule-cmd, not both"
+                        .into(),
+                )
+            }
+            (None, true) => return Err(
+                "--schedule needs a command: `-- CMD ARGS...` at the end, or --schedule-cmd 'LINE'"
+                    .into(),
+            ),
+            (Some(line), true) => {
+                let line = crate::exec::shell_command("--schedule-cmd", line)?;
+                vec!["/bin/sh".into(), "-c".into(), line.into()]
+            }
+            (None, false) => self.schedule_command.clone(),
+        };
+        if self.schedule_grace < Duration::from_secs(1) {
+            return Err(
+                "--schedule-grace must be at least 1s (firings are named by the second)".into(),
+            );
+        }
+        Ok(Some(ScheduleConfig {
+            cron,
+            command,
+            grace: self.schedule_grace,
+            groups: selection,
+        }))
+    }
+
     /// Checks everything that can be checked before start-up; the error is one line.
     pub fn to_config(&self) -> Result<NodeConfig, ConfigError> {
         let node_id = self
@@ -71,6 +117,7 @@ impl RunArgs {
             .ok_or("--node-id is required with the http transport")?;
         let mut groups = self.groups()?;
         let exec_groups = GroupSelection::parse("--exec-groups", &self.exec_groups, &groups)?;
+        let schedule = self.schedule_config(&groups)?;
         let on_change_groups =
             GroupSelection::parse("--on-change-groups", &self.on_change_groups, &groups)?;
         let metrics_groups = match self.metrics_groups.trim() {
@@ -116,6 +163,7 @@ impl RunArgs {
             info: Some(info),
             exec,
             exec_groups,
+            schedule,
             on_change,
             on_change_groups,
             metrics_groups,
@@ -211,6 +259,7 @@ impl RunArgs {
     pub fn to_observer_config(&self) -> Result<ObserverNodeConfig, ConfigError> {
         let member_only = [
             (self.exec.is_some(), "--exec"),
+            (self.schedule.is_some(), "--schedule"),
             (
                 self.exec_step_down_on_failure,
                 "--exec-step-down-on-failure",
@@ -687,5 +736,72 @@ mod tests {
         };
         let config = args.to_config().expect("a valid configuration");
         assert_eq!(config.timings, Timings::default());
+    }
+
+    fn run_config(extra: &[&str]) -> Result<NodeConfig, ConfigError> {
+        use clap::Parser as _;
+        let argv = ["pilot-election", "run", "--node-id", "a"]
+            .iter()
+            .chain(extra)
+            .copied();
+        let cli = crate::cli::Cli::try_parse_from(argv).expect("parses");
+        let crate::cli::Command::Run(args) = cli.command else {
+            unreachable!()
+        };
+        args.to_config()
+    }
+
+    #[test]
+    fn a_schedule_needs_a_valid_expression_and_exactly_one_command() {
+        let ok =
+            run_config(&["--schedule", "*/5 * * * * *", "--", "/bin/echo", "hi"]).expect("valid");
+        let s = ok.schedule.expect("a schedule");
+        assert_eq!(s.command, ["/bin/echo", "hi"]);
+        assert_eq!(s.grace, Duration::from_secs(30));
+        let line = run_config(&["--schedule", "@daily", "--schedule-cmd", "echo hi"])
+            .unwrap()
+            .schedule
+            .unwrap();
+        assert_eq!(line.command, ["/bin/sh", "-c", "echo hi"]);
+        assert!(run_config(&[]).unwrap().schedule.is_none());
+        for (extra, says) in [
+            (&["--schedule", "* * *", "--", "x"][..], "has 3 fields"),
+            (&["--schedule", "@daily"][..], "needs a command"),
+            (
+                &["--schedule", "@daily", "--schedule-cmd", "x", "--", "y"][..],
+                "not both",
+            ),
+            (&["--", "x"][..], "needs --schedule"),
+            (&["--schedule-cmd", "x"][..], "needs --schedule"),
+            (
+                &["--schedule-groups", "all"][..],
+                "--schedule-groups needs --schedule",
+            ),
+            (
+                &[
+                    "--schedule",
+                    "@daily",
+                    "--schedule-grace",
+                    "500ms",
+                    "--",
+                    "x",
+                ][..],
+                "at least 1s",
+            ),
+            (
+                &[
+                    "--schedule",
+                    "@daily",
+                    "--schedule-groups",
+                    "nope",
+                    "--",
+                    "x",
+                ][..],
+                "nope",
+            ),
+        ] {
+            let err = run_config(extra).map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains(says), "{extra:?}: {err}");
+        }
     }
 }

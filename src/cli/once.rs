@@ -17,8 +17,8 @@ use super::config::read_token;
 use super::{error_line, OnceArgs, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::clock;
 use crate::exec::without_own_settings;
-use crate::jobs::HoldBody;
-use crate::process_group::{ProcessGroup, Watcher};
+use crate::jobs::{run_held, End, HoldBody, Renewal};
+use crate::process_group::ProcessGroup;
 
 /// The command ran and exited with a failure (its own code is printed).
 pub const EXIT_FAILED: i32 = 1;
@@ -28,9 +28,6 @@ pub const EXIT_NOT_LEADER: i32 = 3;
 pub const EXIT_LOST: i32 = 4;
 /// The command could not be started (not found, not executable), as a shell says it.
 pub const EXIT_CANNOT_RUN: i32 = 127;
-
-/// Why a command was stopped when no renewal came back in time.
-const LAPSED: &str = "the lease or the hold would have ended before it was renewed";
 
 /// How often a node that does not lead yet is asked again under `--wait`.
 const WAIT_POLL: Duration = Duration::from_millis(200);
@@ -64,12 +61,6 @@ impl Api {
 }
 
 /// How the command's run ended.
-enum End {
-    Exited(std::process::ExitStatus),
-    Lost(String),
-    Signalled(i32),
-}
-
 pub async fn once(args: &OnceArgs) -> i32 {
     let c = &args.client;
     if let Some(Err(e)) = c.group.as_deref().map(crate::group::GroupName::new) {
@@ -196,7 +187,7 @@ async fn run(api: &Api, held: &HoldBody, sent: Instant, command: &[OsString]) ->
         .env("PILOT_ELECTION_LEADER", &held.leader)
         .env("PILOT_ELECTION_NODE_ID", &held.leader)
         .env("PILOT_ELECTION_GROUP", &held.group);
-    let mut group = match ProcessGroup::spawn(&mut cmd) {
+    let group = match ProcessGroup::spawn(&mut cmd) {
         Ok(g) => g,
         Err(e) => {
             eprintln!(
@@ -206,12 +197,6 @@ async fn run(api: &Api, held: &HoldBody, sent: Instant, command: &[OsString]) ->
             return Err(EXIT_CANNOT_RUN);
         }
     };
-    // If this process dies (kill -9), the command dies with it: the hold it leaves expires.
-    let watcher = Watcher::spawn(group.id().unwrap_or(0), Duration::from_millis(100)).ok();
-    let mut kill_by = held.kill_by(sent);
-    let renew_every = Duration::from_millis(held.renew_every_ms.max(1));
-    let mut next_renew = clock::now() + renew_every;
-    let this_hold = format!("/{}", held.id);
     let (mut int, mut term) = match (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -219,60 +204,24 @@ async fn run(api: &Api, held: &HoldBody, sent: Instant, command: &[OsString]) ->
         (Ok(i), Ok(t)) => (i, t),
         _ => return Err(EXIT_UNREACHABLE),
     };
-    let end = loop {
+    let interrupted = async move {
         tokio::select! {
-            status = group.wait() => break End::Exited(status),
-            _ = clock::sleep_until(kill_by) => {
-                break End::Lost(LAPSED.into())
-            }
-            _ = int.recv() => break End::Signalled(Signal::SIGINT as i32),
-            _ = term.recv() => break End::Signalled(Signal::SIGTERM as i32),
-            _ = clock::sleep_until(next_renew) => {
-                let sent = clock::now();
-                next_renew = sent + renew_every;
-                // A renewal that has not come back by the deadline in hand does not hold it up.
-                let renewed = tokio::select! {
-                    a = api.call(Method::PUT, &this_hold) => a,
-                    _ = clock::sleep_until(kill_by) => break End::Lost(LAPSED.into()),
-                };
-                match renewed {
-                    Answer::Ok(200, body) => {
-                        if let Ok(h) = serde_json::from_value::<HoldBody>(body) {
-                            kill_by = h.kill_by(sent);
-                        }
-                    }
-                    Answer::Ok(_, body) => break End::Lost(error_line(&body)),
-                    // The deadline already in hand decides.
-                    Answer::Unreachable(_) => {}
-                }
-            }
+            _ = int.recv() => Signal::SIGINT as i32,
+            _ = term.recv() => Signal::SIGTERM as i32,
         }
     };
-    // Whatever ended it, nothing of the command may run on once the hold is given back:
-    // SIGTERM to what is left of the group, SIGKILL a quarter of the hold's life later (or at
-    // the deadline, if that comes first), then wait until the whole group is gone.
-    let grace = Duration::from_millis(held.ttl_ms / 4);
-    let hard = kill_by.min(clock::now() + grace);
-    if !matches!(end, End::Exited(_)) || group.alive() {
-        group.signal(Signal::SIGTERM);
-        tokio::select! {
-            _ = group.wait() => {}
-            _ = clock::sleep_until(hard) => {}
+    let this_hold = format!("/{}", held.id);
+    let renew = || async {
+        let sent = clock::now();
+        match api.call(Method::PUT, &this_hold).await {
+            Answer::Ok(200, body) => match serde_json::from_value::<HoldBody>(body) {
+                Ok(h) => Renewal::Until(h.kill_by(sent)),
+                Err(_) => Renewal::NoAnswer,
+            },
+            Answer::Ok(_, body) => Renewal::Refused(error_line(&body)),
+            // The deadline already in hand decides.
+            Answer::Unreachable(_) => Renewal::NoAnswer,
         }
-        // What the command started gets until `hard` too.
-        while group.alive() && clock::now() < hard {
-            clock::sleep_until(clock::now() + Duration::from_millis(10)).await;
-        }
-        group.kill();
-        group.wait().await;
-        let stop_waiting = clock::now() + Duration::from_secs(5);
-        while group.alive() && clock::now() < stop_waiting {
-            clock::sleep_until(clock::now() + Duration::from_millis(10)).await;
-        }
-    }
-    group.release();
-    if let Some(w) = watcher {
-        w.dismiss().await;
-    }
-    Ok(end)
+    };
+    Ok(run_held(group, held, held.kill_by(sent), renew, interrupted).await)
 }

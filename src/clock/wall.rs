@@ -4,11 +4,8 @@
 //! [`crate::clock::now`], which counts suspended time and never jumps); `clippy.toml` keeps every
 //! other read of `SystemTime::now` out.
 
-/// RFC 3339 (UTC, milliseconds) without a date crate: days to civil date after H. Hinnant.
-pub fn rfc3339(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
+/// Days since 1970-01-01 to the civil (year, month 1-12, day 1-31), after H. Hinnant.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -17,7 +14,28 @@ pub fn rfc3339(unix_ms: u64) -> String {
     let mp = (5 * doy + 2) / 153;
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    (yoe + era * 400 + i64::from(m <= 2), m as u32, d as u32)
+}
+
+/// The civil date's days since 1970-01-01, the inverse of [`civil_from_days`].
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let (yy, mm) = if m <= 2 {
+        (y - 1, i64::from(m) + 9)
+    } else {
+        (y, i64::from(m) - 3)
+    };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let doy = (153 * mm + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// RFC 3339 (UTC, milliseconds) without a date crate.
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
     if !(0..=9999).contains(&y) {
         return format!(
             "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
@@ -119,17 +137,7 @@ pub fn parse_rfc3339(s: &str) -> Result<u64, String> {
         }
         _ => return Err(bad("expected Z or an offset like +01:00 at the end")),
     };
-    // Days from civil (H. Hinnant), the inverse of the formatting above.
-    let (yy, mm) = if mo <= 2 {
-        (y - 1, mo + 9)
-    } else {
-        (y, mo - 3)
-    };
-    let era = yy.div_euclid(400);
-    let yoe = yy - era * 400;
-    let doy = (153 * mm + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = days_from_civil(y, mo as u32, d as u32);
     let secs = days * 86_400 + h * 3600 + mi * 60 + sec.min(59) - offset_min * 60;
     u64::try_from(secs * 1000 + ms).map_err(|_| bad("before 1970"))
 }

@@ -320,6 +320,8 @@ mod tests {
             info: None,
             maintenance: None,
             maintenance_held_by: Vec::new(),
+            firing: None,
+            firing_held_by: Vec::new(),
             directory: Default::default(),
         })
     }

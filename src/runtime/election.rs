@@ -65,6 +65,9 @@ pub(super) struct Election {
     /// The maintenance write each member's latest message carried, as (version, member it was
     /// made on): who holds ours, since a member sends a write only once it is on its disk.
     pub(super) carried: BTreeMap<String, (u64, String)>,
+    /// Its scheduled firings' records (rule 19): the newest, sent on every message once kept,
+    /// and what each member acknowledged.
+    pub(super) firings: FiringBook,
     /// The observers heard on this group's topic (their announcements never reach the core).
     pub(super) observers: Observers,
     /// Its member set, as every snapshot shows it (the core's own never changes while it runs).
@@ -90,17 +93,21 @@ impl Election {
             keeps,
             history,
             observers,
+            firing,
+            scheduled: _,
         } = parts;
         let history: Arc<VecDeque<_>> = Arc::new(history.into_iter().collect());
         let maintenance = store.maintenance();
         let held_by = holders(&node, &maintenance, &BTreeMap::new());
         let member_set = Arc::new(node.members().clone());
+        let firings = FiringBook::from_disk(firing);
         let first = snapshot_of(
             (&node, node.view(now)),
             shared,
             (history.clone(), member_set.clone()),
             &maintenance,
             held_by,
+            (firings.record().cloned(), Vec::new()),
             now,
         );
         let (tx, rx) = watch::channel(first);
@@ -121,6 +128,7 @@ impl Election {
             maintenance,
             maintenance_in_core: false,
             carried: BTreeMap::new(),
+            firings,
             observers,
             member_set,
             published_at: now,
@@ -225,6 +233,7 @@ impl Election {
                     msg.stamp(unix_ms_now());
                     msg.info.clone_from(&shared.info);
                     msg.maintenance.clone_from(&self.maintenance);
+                    msg.firing = self.firings.sent().cloned();
                     msg.batches = true;
                     if let Some(keys) = &shared.keys {
                         keys.sign(&mut msg);
@@ -332,7 +341,9 @@ impl Election {
                     && Arc::ptr_eq(&s.history, &self.history)
                     && s.maintenance == self.maintenance
                     && s.maintenance_held_by
-                        == holders(&self.node, &self.maintenance, &self.carried);
+                        == holders(&self.node, &self.maintenance, &self.carried)
+                    && s.firing.as_ref() == self.firings.record()
+                    && (s.firing.is_none() || s.firing_held_by == self.firing_holders(view.term));
                 let same = others && age < h && s.view == view;
                 let renewed = others && !same && renewed_only(&s.view, &view);
                 (same, renewed.then(|| first_end(&s.view)).flatten())
@@ -363,12 +374,17 @@ impl Election {
         self.published_at = now;
         self.republish_at = None;
         let held_by = holders(&self.node, &self.maintenance, &self.carried);
+        let firing = (
+            self.firings.record().cloned(),
+            self.firing_holders(view.term),
+        );
         let snap = snapshot_of(
             (&self.node, view),
             shared,
             (self.history.clone(), self.member_set.clone()),
             &self.maintenance,
             held_by,
+            firing,
             now,
         );
         self.snapshot.send_replace(snap);
@@ -399,6 +415,11 @@ pub struct ElectionParts {
     pub history: Vec<HistoryEntry>,
     /// Where the announcements of its observers are recorded, for `/status`.
     pub observers: Observers,
+    /// The newest scheduled firing record its store kept (rule 19).
+    pub firing: Option<Firing>,
+    /// Whether it runs a schedule (`run --schedule`): its handle then has the channel the
+    /// schedule writes its firings through.
+    pub scheduled: bool,
 }
 
 fn snapshot_of(
@@ -407,6 +428,7 @@ fn snapshot_of(
     (history, member_set): (Arc<VecDeque<HistoryEntry>>, Arc<MemberSet>),
     maintenance: &Option<Maintenance>,
     maintenance_held_by: Vec<String>,
+    (firing, firing_held_by): (Option<Firing>, Vec<String>),
     now: Instant,
 ) -> Arc<Snapshot> {
     Arc::new(Snapshot {
@@ -420,6 +442,8 @@ fn snapshot_of(
         directory: shared.directory.clone(),
         maintenance: maintenance.clone(),
         maintenance_held_by,
+        firing,
+        firing_held_by,
     })
 }
 

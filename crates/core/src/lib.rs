@@ -19,6 +19,7 @@
 #![deny(missing_docs, unreachable_pub)]
 
 pub mod batch;
+pub mod firing;
 pub mod interface;
 pub mod membership;
 mod message;
@@ -30,6 +31,7 @@ mod rng;
 pub mod stop;
 mod timings;
 
+pub use firing::{Firing, FiringBook, FiringState};
 pub use interface::{
     Action, CommandError, Config, Input, Member, Outcome, Persistent, Readiness, Reason, Role,
     SuccessorRefused, Transition, View,

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::timings::Timings;
+use crate::firing::Firing;
 
 /// The protocol version this build prefers. Version 3 added the sender's timings and protocol
 /// versions to every message and the promise to acks and votes (docs/protocol.md, rules 5, 6
@@ -73,6 +74,11 @@ pub struct Message {
     /// this field. Older builds ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
+    /// The newest scheduled firing the sender knows of, once it is on its disk (rule 19). The
+    /// shell keeps it and counts who holds it; the core never reads this field. Older builds
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firing: Option<Firing>,
     /// The sender is an observer (`run --observe`): it follows the election without a vote, and
     /// the message (a presence) only tells the members it is there. The shell records it for
     /// `/status` and never hands it to the core, which would refuse a non-member anyway (rule 1).
@@ -438,6 +444,7 @@ impl Message {
             body,
             info: None,
             maintenance: None,
+            firing: None,
             observer: false,
             batches: false,
             kid: None,
@@ -656,6 +663,8 @@ mod flat {
         #[serde(default)]
         maintenance: Option<Maintenance>,
         #[serde(default)]
+        firing: Option<Firing>,
+        #[serde(default)]
         observer: bool,
         #[serde(default)]
         batches: bool,
@@ -737,6 +746,7 @@ mod flat {
                 body,
                 info: f.info,
                 maintenance: f.maintenance,
+                firing: f.firing,
                 observer: f.observer,
                 batches: f.batches,
                 kid: f.kid,

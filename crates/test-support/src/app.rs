@@ -549,6 +549,7 @@ pub fn node_config(
         limits: pilot_election::server::Limits::default(),
         exec: None,
         exec_groups: Default::default(),
+        schedule: None,
         on_change: None,
         on_change_groups: Default::default(),
         // Every group's own series, so that the API tests see them.
