@@ -593,9 +593,12 @@ impl Runner {
     }
 
     fn set_running(&self, running: Option<Running>) {
-        self.metrics
-            .scheduled_running
-            .set(i64::from(running.is_some()));
+        // One gauge for every scheduled group of the node.
+        if running.is_some() {
+            self.metrics.scheduled_running.inc();
+        } else {
+            self.metrics.scheduled_running.dec();
+        }
         self.handle
             .log
             .lock()

@@ -161,6 +161,37 @@ async fn the_status_page_follows_a_failover_live_and_steps_down_only_with_the_to
             .await,
         json!(true)
     );
+    // A schedule, as /status would report one: the next firing, the one running, the record and
+    // the latest firing that did not go well; no schedule, no line.
+    let schedule = b
+        .eval(
+            "st.schedule = { cron: '*/10 * * * * *', command: 'flush-queue', grace_ms: 30000, \
+             next: '2026-12-02T10:00:20Z', running: { firing: '2026-12-02T10:00:10Z', term: 9, \
+             pid: 4242, since: '2026-12-02T10:00:10Z' }, record: { firing: '2026-12-02T10:00:10Z', \
+             state: 'claimed', term: 9, by: st.node, code: null, missed: 0 }, held_by: ['a', 'b'], \
+             finished: [{ firing: '2026-12-02T09:59:50Z', outcome: 'missed', term: 8, code: null, \
+             count: 3, at: '2026-12-02T10:00:00Z', detail: '' }] }; renderSchedule(); \
+             [document.getElementById('schedule-item').hidden, \
+              document.getElementById('schedule').textContent]",
+        )
+        .await;
+    assert_eq!(schedule[0], json!(false), "{schedule}");
+    let text = schedule[1].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("*/10 * * * * * · flush-queue · next ")
+            && text.contains("(pid 4242)")
+            && text.contains(" claimed by ")
+            && text.contains("held by 2 of 3")
+            && text.contains("1 not ok of the last 1, latest missed ×3 at "),
+        "{text}"
+    );
+    assert_eq!(
+        b.eval(
+            "st.schedule = null; renderSchedule(); document.getElementById('schedule-item').hidden"
+        )
+        .await,
+        json!(true)
+    );
     b.eval("hookChecks = 0; refresh()").await;
 
     // Membership fingerprints, once /status reports them, get their own column.

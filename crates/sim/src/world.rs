@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+mod firings;
+pub use firings::FiringRule;
+
 use super::checker::Checker;
 use super::previous::Filtered;
 use pilot_election_core::{
@@ -244,6 +247,8 @@ struct Slot {
     healthy: bool,
     /// Health as its running core was last told.
     core_healthy: bool,
+    /// Its shell's scheduled firings (rule 19; the record survives restarts).
+    firings: firings::Shell,
 }
 
 #[derive(Debug)]
@@ -361,6 +366,11 @@ pub struct World {
     /// Senders outside the member set that send whatever they like (observers, `run
     /// --observe`, gone wrong): every message of theirs is checked to change nothing.
     observers: BTreeSet<String>,
+    /// A firing every this many ns of true time (rule 19), if any.
+    firing_period: Option<u64>,
+    firing_rule: FiringRule,
+    /// Every firing that ran: (node, term).
+    firing_runs: BTreeMap<u64, (usize, u64)>,
 }
 
 const MAX_EVENTS_PER_INSTANT: u32 = 10_000;
@@ -443,6 +453,7 @@ impl World {
                 named_at: None,
                 healthy: true,
                 core_healthy: true,
+                firings: Default::default(),
             })
             .collect();
         let mut w = World {
@@ -463,6 +474,9 @@ impl World {
             stats: Stats::default(),
             transitions: Vec::new(),
             observers: BTreeSet::new(),
+            firing_period: None,
+            firing_rule: FiringRule::Quorum,
+            firing_runs: BTreeMap::new(),
             watch_window: std::env::var("SIM_EVENTS").ok().and_then(|w| {
                 let (a, b) = w.split_once('-')?;
                 let s = |x: &str| x.parse::<f64>().ok().map(|v| (v * 1e9) as u64);
@@ -749,6 +763,7 @@ impl World {
         slot.exec_missed = false;
         slot.core_maintenance = false;
         slot.named_at = None;
+        slot.firings = slot.firings.restarted();
         // The shell reads the maintenance it kept on disk before the loop's first step.
         let first = if slot.maintenance {
             Input::SetMaintenance { on: true }
@@ -993,6 +1008,11 @@ impl World {
         if let Input::SetMaintenance { on } = &input {
             self.slots[i].core_maintenance = *on;
         }
+        if let Input::Message(m) = &input {
+            // The shell takes the record first: the vote that makes this node leader has
+            // brought it (rule 19).
+            self.firing_heard(i, m);
+        }
         if let Input::SetHealth { healthy } = &input {
             self.slots[i].core_healthy = *healthy || self.slots[i].running_build != Build::Current;
         }
@@ -1099,7 +1119,8 @@ impl World {
                     .on_persist(self.now, i, &self.slots[i].persisted, &p);
                 self.slots[i].persisted = p;
             }
-            Action::Publish(m) => {
+            Action::Publish(mut m) => {
+                m.firing = self.firing_sent(i);
                 let claims = self.claims_leadership(i);
                 self.checker
                     .on_send(self.now, i, &self.slots[i].persisted, claims, &m);
@@ -1135,6 +1156,8 @@ impl World {
                 self.checker.violate(self.now, what);
             }
         }
+        self.fire(i, &view);
+        self.check_firings(i, &view);
         self.slots[i].api = Some(view);
         match timeout {
             Some(at) => {

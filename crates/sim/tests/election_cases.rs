@@ -736,3 +736,50 @@ fn a_deaf_leader_after_an_earlier_cut_is_replaced_within_2t() {
         assert_safe(&w);
     }
 }
+
+/// Rule 19: a leader cut off from the others as a new firing comes due may still lead for its
+/// lease; it claims the firing but never runs it without a quorum, and the leader the others
+/// elect runs it once. A shell that runs a firing on its claim alone (the broken variant) runs
+/// it on both, and the invariant fires (already when the new leader leads without the record).
+#[test]
+fn a_cut_off_leader_never_runs_a_firing_the_next_leader_runs() {
+    use pilot_election_sim::FiringRule;
+    for seed in 0..SEEDS {
+        let mut caught = Vec::new();
+        for rule in [FiringRule::Quorum, FiringRule::AtClaim] {
+            let mut w = world(seed, 3);
+            let period = t().election_timeout * 4;
+            w.schedule_firings(Some(period), rule);
+            let (leader, _) = elect(&mut w);
+            run_until_cond(&mut w, period * 2, |w| w.firings_run() >= 1);
+            // Cut off just before the next period begins, so that it begins under the lease.
+            let next =
+                (w.now().as_nanos() / period.as_nanos() + 1) as u64 * period.as_nanos() as u64;
+            let cut = Duration::from_nanos(next) - Duration::from_millis(100);
+            if cut > w.now() {
+                w.run_until(cut);
+            }
+            let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+            w.partition(&others);
+            let before = w.firings_run();
+            run_until_cond(&mut w, period, |w| {
+                w.agreed_leader_among(&others)
+                    .is_some_and(|(l, _)| l != leader)
+                    && w.firings_run() > before
+                    || !w.checker.violations.is_empty()
+            });
+            w.run_until(w.now() + t().election_timeout);
+            match rule {
+                FiringRule::Quorum => {
+                    assert_safe(&w);
+                    assert!(w.firings_run() > before, "seed {seed}: {}", w.describe());
+                }
+                FiringRule::AtClaim => caught.push(format!("{:?}", w.checker.violations)),
+            }
+        }
+        assert!(
+            caught[0].contains("rule 19"),
+            "seed {seed}: the broken shell was not caught: {caught:?}"
+        );
+    }
+}

@@ -135,6 +135,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
         }
         report.violations = w.checker.violations.clone();
         report.events = w.stats.events;
+        report.firings = w.firings_run();
         report.trace = trace.0;
         return report;
     }
@@ -251,6 +252,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
     }
     report.violations = w.checker.violations.clone();
     report.events = w.stats.events;
+    report.firings = w.firings_run();
     report.trace = trace.0;
     report
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use super::checker::Violation;
 use super::world::{
-    core_factory, Build, Factory, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig,
+    core_factory, Build, Factory, FiringRule, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig,
 };
 use pilot_election_core::{
     default_priority, quorum_of, whole_ms, Advert, Announced, Body, Candidacy, Input, Message, Rng,
@@ -444,6 +444,8 @@ pub struct SeedReport {
     /// Rolling restarts: leaderless time after each restart of the leader.
     pub leader_restart_gaps: Vec<Duration>,
     pub events: u64,
+    /// Scheduled firings that ran (rule 19), each once.
+    pub firings: usize,
     pub trace: String,
 }
 
@@ -456,6 +458,7 @@ impl SeedReport {
             leaderless_share: None,
             leader_restart_gaps: Vec::new(),
             events: 0,
+            firings: 0,
             trace: String::new(),
         }
     }
@@ -497,7 +500,7 @@ fn world_of(scenario: &Scenario, specs: Vec<NodeSpec>, factory: Factory, rng: &m
         .iter()
         .map(|s| draw_rate(s.timings.unwrap_or(scenario.timings).max_drift, rng))
         .collect();
-    World::new(
+    let mut w = World::new(
         WorldConfig {
             seed: scenario.seed,
             group: "sim".into(),
@@ -509,7 +512,16 @@ fn world_of(scenario: &Scenario, specs: Vec<NodeSpec>, factory: Factory, rng: &m
             beat: scenario.seed % 5 != 0,
         },
         factory,
-    )
+    );
+    // Every world runs a schedule (rule 19), a firing every T/2 to 2T: many fall into the
+    // failovers the faults cause. Drawn from the seed, not the world's stream, so that the
+    // faults of a seed stay what they were.
+    let period = scenario
+        .timings
+        .election_timeout
+        .mul_f64(0.5 + (scenario.seed % 4) as f64 * 0.5);
+    w.schedule_firings(Some(period), FiringRule::Quorum);
+    w
 }
 
 /// Builds the plain world of `scenario.size` nodes, all members of one set.

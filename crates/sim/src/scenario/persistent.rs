@@ -316,6 +316,7 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     }
     report.violations = w.checker.violations.clone();
     report.events = w.stats.events;
+    report.firings = w.firings_run();
     report.trace = trace.0;
     report
 }
