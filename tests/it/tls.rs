@@ -514,6 +514,20 @@ async fn a_peer_whose_certificate_names_another_member_is_refused() {
     );
 }
 
+/// One started member `solo` serving mutual TLS with a certificate of `ca`, with `extra`
+/// arguments: the node, its `https://` URL and its files (kept while it runs).
+fn solo(ca: &Ca, extra: &[&str]) -> (App, String, Files) {
+    let f = files_named(ca, "solo", "solo");
+    let port = free_port();
+    let dir = TempDir::new("solo");
+    let mut args = node_args("solo", port, &dir.0.join("data"), &[], &[]);
+    args.extend(f.server_args());
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let mut node = App::new("solo", port, dir, args);
+    node.start();
+    (node, format!("https://127.0.0.1:{port}"), f)
+}
+
 /// `--tls-anonymous-reads`: client certificates per route. Without one a connection may read
 /// (a load balancer's health check, a dashboard), and everything else is refused before any
 /// handler runs; with a bad one the handshake still fails.
@@ -521,15 +535,7 @@ async fn a_peer_whose_certificate_names_another_member_is_refused() {
 async fn anonymous_connections_may_read_and_nothing_else() {
     let _serial = serial().await;
     let ca = Ca::new("pilot-election test CA");
-    let f = files_named(&ca, "solo", "solo");
-    let port = free_port();
-    let dir = TempDir::new("solo");
-    let mut args = node_args("solo", port, &dir.0.join("data"), &[], &[]);
-    args.extend(f.server_args());
-    args.push("--tls-anonymous-reads".into());
-    let mut node = App::new("solo", port, dir, args);
-    node.start();
-    let url = format!("https://127.0.0.1:{port}");
+    let (mut node, url, _files) = solo(&ca, &["--tls-anonymous-reads"]);
     let ca_pem = ca.pem();
     let anonymous = client(&ca_pem, None);
     let led = wait_for(FIRST_LEADER, || async {
@@ -836,4 +842,56 @@ fn bad_tls_flags_exit_64_with_one_line() {
         .output()
         .expect("run");
     assert_eq!(o.status.code(), Some(64), "{o:?}");
+}
+
+/// The Rust client (`crates/client`, its default `tls` feature) against a member that requires
+/// client certificates: given the CA and a certificate it reads the leader and follows its
+/// changes over `https://`; without the certificate, or without the CA, it finds no member it
+/// can use and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_reads_and_watches_over_mutual_tls() {
+    use futures_util::StreamExt as _;
+    use pilot_election_client::{Client, Error};
+    let _serial = serial().await;
+    let ca = Ca::new("pilot-election test CA");
+    let (mut node, url, _files) = solo(&ca, &[]);
+    let me = ca.leaf("service", false);
+    let identity = format!("{}\n{}", me.cert, me.key);
+    let client = Client::builder([url.as_str()])
+        .root_certificates_pem(ca.pem())
+        .identity_pem(identity.clone())
+        .build()
+        .expect("a client");
+    let led = wait_for(FIRST_LEADER, || async {
+        client.leader().await.ok().flatten()
+    })
+    .await
+    .unwrap_or_else(|| panic!("no leader read over TLS\n{}", node.log()));
+    assert_eq!(
+        (led.id.as_str(), led.answered_by.as_str()),
+        ("solo", url.as_str())
+    );
+    let mut changes = client.watch();
+    let first = tokio::time::timeout(Duration::from_secs(10), changes.next())
+        .await
+        .expect("a change within 10 s")
+        .expect("the stream goes on");
+    assert_eq!((first.leader.as_str(), first.term), ("solo", led.term));
+    for (what, b) in [
+        (
+            "no client certificate",
+            Client::builder([url.as_str()]).root_certificates_pem(ca.pem()),
+        ),
+        (
+            "no CA",
+            Client::builder([url.as_str()]).identity_pem(identity.clone()),
+        ),
+    ] {
+        let c = b.build().expect("a client");
+        assert!(
+            matches!(c.leader().await, Err(Error::Unavailable { .. })),
+            "{what}: the member was used"
+        );
+    }
+    node.kill9();
 }

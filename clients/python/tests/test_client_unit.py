@@ -247,6 +247,38 @@ def test_async_client_and_watch(members: List[FakeMember]) -> None:
     assert asyncio.run(main()) == [(1, "a"), (2, "b")]
 
 
+def test_async_observe_sends_the_observer_header_and_skips_a_lower_term(
+    members: List[FakeMember],
+) -> None:
+    import asyncio
+
+    from pilot_election_client.aio import AsyncClient
+
+    headers: List[Optional[str]] = []
+
+    def events(r: Request) -> None:
+        headers.append(r.headers.get("X-Pilot-Election-Observer"))
+        r.stream()
+        r.send(ev("leader", "1", 2, "b") + ev("leader", "2", 1, "a") + ": keep-alive\n\n")
+        time.sleep(5)
+
+    members[0].routes["/events"] = events
+
+    async def main() -> List[Tuple[int, Optional[str]]]:
+        async with AsyncClient([members[0].url], observer="agent-17") as c:
+            seen = []
+            async with c.observe() as states:
+                async for o in states:
+                    seen.append((o.term, o.leader))
+                    if len(seen) == 2:
+                        break
+            return seen
+
+    # The term-1 state is skipped; the keep-alive repeats the term-2 one.
+    assert asyncio.run(main()) == [(2, "b"), (2, "b")]
+    assert headers == ["agent-17"]
+
+
 def test_a_consistent_read_follows_a_followers_redirect_and_passes_over_the_unconfirmed(
     members: List[FakeMember],
 ) -> None:

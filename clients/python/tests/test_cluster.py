@@ -407,3 +407,44 @@ def test_watch_groups_follows_many_groups_on_one_stream_across_a_kill(tmp_path: 
                 client.watch_groups(bad)
     finally:
         cluster.stop()
+
+
+def test_observe_yields_every_state_and_repeats_it_at_each_keep_alive(cluster: Cluster) -> None:
+    leader, term = cluster.agreed_leader()
+    client = Client(cluster.urls, observer="agent-17")
+    states = client.observe(idle_timeout=5.0)
+    # Never blocks the run for good: the observation is closed after the deadline.
+    guard = threading.Timer(60.0, states.close)
+    guard.start()
+    try:
+        it = iter(states)
+        first = next(it)
+        assert (first.leader, first.term) == (leader, term)
+        assert first.answered_by in cluster.urls and first.node
+        # Observers get a keep-alive every second: the same state again, heard later.
+        again = next(it)
+        assert (again.leader, again.term, again.node) == (first.leader, first.term, first.node)
+        assert again.heard_at > first.heard_at and again.age >= 0
+        # The member lists the observer it streams to.
+        _, status = get_json(first.answered_by + "/status")
+        assert "agent-17" in str(status["observers"]), status["observers"]
+        # The leader goes: states follow (leaderless ones included), never a lower term.
+        cluster[leader].kill()
+        seen = []
+        for o in it:
+            seen.append(o)
+            if o.leader not in (None, leader) and o.term > term:
+                break
+        assert seen and seen[-1].leader not in (None, leader), seen
+        assert all(o.term >= term for o in seen), seen
+    finally:
+        guard.cancel()
+        states.close()
+        client.close()
+
+
+def test_an_observer_id_is_checked() -> None:
+    for bad in ["", "a b", "é", "x" * 257]:
+        with pytest.raises(ValueError, match="observer must be"):
+            Client(["http://127.0.0.1:9"], observer=bad)
+    assert Client(["http://127.0.0.1:9"], observer="agent-17").observer == "agent-17"

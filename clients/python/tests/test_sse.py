@@ -6,7 +6,7 @@ from typing import List
 
 import pytest
 
-from pilot_election_client import SseEvent, SseParser
+from pilot_election_client._sse import SseEvent, SseParser
 
 
 def parse(*chunks: str) -> List[SseEvent]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from pilot_election_client import ChangeTracker, LeaderChange
+from pilot_election_client import LeaderChange
+from pilot_election_client._tracker import ChangeTracker
 from pilot_election_client._tracker import change_of_event, changes_of_snapshot
 
 

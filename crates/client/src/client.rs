@@ -84,10 +84,33 @@ pub struct ClientBuilder {
     observer: Option<String>,
     group: Option<String>,
     start_at: usize,
+    /// PEM bundles of certificate authorities to trust, beside the built-in roots.
+    roots: Vec<Vec<u8>>,
+    /// A PEM client certificate chain and its key.
+    identity: Option<Vec<u8>>,
     opts: Options,
 }
 
 impl ClientBuilder {
+    /// Trusts the certificate authorities in `pem` (one or more PEM certificates, such as the
+    /// `--tls-client-ca` file of the members or the CA that signed their `--tls-cert`) for
+    /// `https://` members, beside the built-in web roots. May be given more than once. A bad
+    /// bundle is refused by [`ClientBuilder::build`]. Needs the `tls` feature (on by default).
+    #[cfg(feature = "tls")]
+    pub fn root_certificates_pem(mut self, pem: impl Into<Vec<u8>>) -> ClientBuilder {
+        self.roots.push(pem.into());
+        self
+    }
+
+    /// Presents this client certificate to members that ask for one (`--tls-client-ca`): `pem`
+    /// holds the certificate chain and its private key (PKCS#8, PKCS#1 or SEC1). Needs the
+    /// `tls` feature (on by default).
+    #[cfg(feature = "tls")]
+    pub fn identity_pem(mut self, pem: impl Into<Vec<u8>>) -> ClientBuilder {
+        self.identity = Some(pem.into());
+        self
+    }
+
     /// How long a connection to a member may take before the next member is asked
     /// (default 1 s). Not used with [`ClientBuilder::http_client`]: that client's own connect
     /// timeout applies.
@@ -241,12 +264,23 @@ impl ClientBuilder {
         let mut opts = self.opts;
         opts.observer = self.observer.as_deref().map(observer_header).transpose()?;
         let http = match self.http {
+            Some(_) if !self.roots.is_empty() || self.identity.is_some() => {
+                return Err(ConfigError::InvalidOption {
+                    option: "http_client",
+                    reason: "root certificates and a client identity are set on the HTTP client \
+                             given, not on the builder"
+                        .into(),
+                })
+            }
             Some(http) => http,
-            None => reqwest::Client::builder()
-                .connect_timeout(self.connect_timeout)
-                .user_agent(concat!("pilot-election-client/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(ConfigError::Http)?,
+            None => {
+                let b = reqwest::Client::builder()
+                    .connect_timeout(self.connect_timeout)
+                    .user_agent(concat!("pilot-election-client/", env!("CARGO_PKG_VERSION")));
+                #[cfg(feature = "tls")]
+                let b = tls(b, &self.roots, self.identity.as_deref())?;
+                b.build().map_err(ConfigError::Http)?
+            }
         };
         let first = self.start_at % members.len();
         Ok(Client {
@@ -302,6 +336,40 @@ fn observer_header(id: &str) -> Result<HeaderValue, ConfigError> {
         )));
     }
     HeaderValue::from_str(id).map_err(|e| bad(format!("the id {id:?} is not a header value: {e}")))
+}
+
+/// The builder's root certificates and identity on a reqwest builder.
+#[cfg(feature = "tls")]
+fn tls(
+    mut b: reqwest::ClientBuilder,
+    roots: &[Vec<u8>],
+    identity: Option<&[u8]>,
+) -> Result<reqwest::ClientBuilder, ConfigError> {
+    let bad = |option, e: reqwest::Error| ConfigError::InvalidOption {
+        option,
+        reason: format!(
+            "{e} ({:?})",
+            std::error::Error::source(&e).map(|s| s.to_string())
+        ),
+    };
+    b = b.use_rustls_tls();
+    for pem in roots {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| bad("root_certificates_pem", e))?;
+        if certs.is_empty() {
+            return Err(ConfigError::InvalidOption {
+                option: "root_certificates_pem",
+                reason: "no PEM certificate in it".into(),
+            });
+        }
+        for c in certs {
+            b = b.add_root_certificate(c);
+        }
+    }
+    if let Some(pem) = identity {
+        b = b.identity(reqwest::Identity::from_pem(pem).map_err(|e| bad("identity_pem", e))?);
+    }
+    Ok(b)
 }
 
 /// Checks one member URL: absolute `http` or `https` with a host, no query or fragment. A path
@@ -499,6 +567,8 @@ impl Client {
             observer: None,
             group: None,
             start_at: 0,
+            roots: Vec::new(),
+            identity: None,
             opts: Options {
                 request_timeout: Duration::from_secs(2),
                 watch_idle_timeout: Duration::from_secs(30),
@@ -764,6 +834,31 @@ mod tests {
             Err(ConfigError::InvalidUrl { reason, .. }) => reason,
             other => panic!("{url} should be refused, got {other:?}"),
         }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn bad_certificates_are_refused_by_name() {
+        let option = |b: ClientBuilder| match b.build() {
+            Err(ConfigError::InvalidOption { option, .. }) => option,
+            other => panic!("should be refused, got {other:?}"),
+        };
+        let b = || Client::builder(["https://10.0.0.1:7070"]);
+        assert_eq!(
+            option(b().root_certificates_pem("not a certificate")),
+            "root_certificates_pem"
+        );
+        assert_eq!(
+            option(
+                b().identity_pem("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+            ),
+            "identity_pem"
+        );
+        let http = reqwest::Client::new();
+        assert_eq!(
+            option(b().http_client(http).root_certificates_pem("x")),
+            "http_client"
+        );
     }
 
     #[test]

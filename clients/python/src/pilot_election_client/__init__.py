@@ -4,16 +4,13 @@ this service's node leads, and fencing writes by term.
 See ``clients/python/README.md`` and the repository's ``docs/clients.md``.
 """
 
-from ._client import Client, GroupsWatch, Watch
+from ._client import Client, GroupsWatch, Observe, Watch
 from ._errors import PilotElectionError, ProtocolError, StaleTerm, Unavailable
 from ._fence import Fence
 from ._lead import Tenure
-from ._model import GroupChange, GroupRemoved, Leader, LeaderChange
-from ._sse import SseEvent, SseParser
-from ._tracker import ChangeTracker
+from ._model import GroupChange, GroupRemoved, Leader, LeaderChange, Observation
 
 __all__ = [
-    "ChangeTracker",
     "Client",
     "Fence",
     "GroupChange",
@@ -21,10 +18,10 @@ __all__ = [
     "GroupsWatch",
     "Leader",
     "LeaderChange",
+    "Observation",
+    "Observe",
     "PilotElectionError",
     "ProtocolError",
-    "SseEvent",
-    "SseParser",
     "StaleTerm",
     "Tenure",
     "Unavailable",

@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit
 from ._errors import ProtocolError, Unavailable
 from ._http import Connection, Member, Response, parse_member, request
 from ._lead import Tenure, WorkFn, _WorkThread, lease_end
-from ._model import GroupChange, GroupRemoved, Leader, LeaderChange
+from ._model import GroupChange, GroupRemoved, Leader, LeaderChange, Observation
 from ._sse import SseEvent, SseParser
 from ._tracker import (
     ChangeTracker,
@@ -40,6 +40,9 @@ from ._tracker import (
     changes_of_snapshot,
     with_current,
 )
+
+#: The header that marks a ``GET /events`` stream as an observer's (docs/clients.md).
+OBSERVER_HEADER = "X-Pilot-Election-Observer"
 
 T = TypeVar("T")
 
@@ -83,6 +86,7 @@ class Client:
         *,
         ssl_context: Optional[ssl.SSLContext] = None,
         group: Optional[str] = None,
+        observer: Optional[str] = None,
     ) -> None:
         if isinstance(member_urls, str):
             urls: List[object] = [member_urls]
@@ -113,6 +117,17 @@ class Client:
             seen.add(m.url)
         if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if observer is not None and (
+            not isinstance(observer, str)
+            or not 1 <= len(observer.encode("utf-8")) <= 256
+            or any(not "!" <= ch <= "~" for ch in observer)
+        ):
+            raise ValueError(
+                f"observer must be 1 to 256 visible ASCII characters ('!' to '~'), got {observer!r}"
+            )
+        self.observer = observer
+        """The id this client's ``/events`` streams carry in ``X-Pilot-Election-Observer``
+        (``None``: they are no observer's)."""
         self._members: Tuple[Member, ...] = tuple(members)
         self.timeout = float(timeout)
         self._ssl = ssl_context
@@ -303,6 +318,33 @@ class Client:
         with self._lock:
             self._watches.add(w)
         return w
+
+    def observe(
+        self,
+        *,
+        idle_timeout: float = 25.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 2.0,
+    ) -> "Observe":
+        """An iterator of :class:`Observation`: every state a member reports on ``GET
+        /events``, for a process that follows the election without a vote and must know how
+        fresh its knowledge is (make the client with ``observer="agent-17"`` to be listed as
+        one; a member then sends a keep-alive every second).
+
+        It yields the member's state at each ``leader`` event and the current state of a
+        ``snapshot`` (not its ``missed`` history), states without a leader included; skips a
+        term lower than the highest it has yielded (a member that is behind); and yields the
+        last state again, with the time it was heard, at each keep-alive of the stream that
+        delivered it. After a lost stream nothing is yielded until the new stream's first
+        state. The connections are a :meth:`watch`'s (the same options, reconnection and
+        failover). Stop it with :meth:`Observe.close` or ``with``.
+        """
+        if idle_timeout <= 0 or backoff_initial < 0 or backoff_max < backoff_initial:
+            raise ValueError("idle_timeout must be positive and 0 <= backoff_initial <= backoff_max")
+        o = Observe(self, idle_timeout, backoff_initial, backoff_max)
+        with self._lock:
+            self._watches.add(o._stream)
+        return o
 
     # -- leading -------------------------------------------------------------------------
 
@@ -591,6 +633,8 @@ class Watch(Iterator[LeaderChange]):
                 return
         member = self._client._members[self._index]
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        if self._client.observer is not None:
+            headers[OBSERVER_HEADER] = self._client.observer
         sent_id = self.last_event_id or None
         if sent_id is not None:
             headers["Last-Event-ID"] = sent_id
@@ -675,11 +719,16 @@ class Watch(Iterator[LeaderChange]):
         except (ValueError, TypeError):
             return
         self._first_event = False
+        self._heard()
+        self._pending.extend(self._tracker.offer_all(changes))
+
+    def _heard(self) -> None:
+        """The stream delivered an event: the member answers (asked first next time) and the
+        backoff starts over."""
         self._got_event = True
         self._delay = 0.0
         assert self._index is not None
         self._client._answered(self._index)
-        self._pending.extend(self._tracker.offer_all(changes))
 
     def _history_of(self, member: Member, node: str) -> List[LeaderChange]:
         """After a reconnection that did not resume (a member of an older build): what the
@@ -702,6 +751,108 @@ class Watch(Iterator[LeaderChange]):
         self._client._forget(self)
 
     def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[type],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+class _Observed(Watch):
+    """A :class:`Watch`'s connections, turned into :class:`Observation`\ s."""
+
+    def __init__(
+        self,
+        client: Client,
+        out: Deque[Observation],
+        idle_timeout: float,
+        backoff_initial: float,
+        backoff_max: float,
+    ) -> None:
+        super().__init__(client, True, idle_timeout, backoff_initial, backoff_max)
+        self._out = out
+        self._last: Optional[Observation] = None
+        self._highest = -1
+
+    def _connect(self) -> None:
+        # Nothing is repeated from a stream that is gone.
+        self._last = None
+        super()._connect()
+
+    def _pump(self) -> bool:
+        before = (self._parser, self._parser.comments)
+        going = super()._pump()
+        keep_alive = self._parser is before[0] and self._parser.comments != before[1]
+        if keep_alive and self._last is not None and self._member is not None:
+            self._last = dataclasses.replace(self._last, heard_at=time.monotonic())
+            self._out.append(self._last)
+        return going
+
+    def _on_event(self, event: SseEvent) -> None:
+        member = self._member
+        if member is None:
+            return
+        if event.id:
+            self.last_event_id = event.id
+        if event.event not in ("leader", "snapshot"):
+            return
+        try:
+            data = json.loads(event.data)
+            term = data["term"]
+            if not isinstance(term, int) or isinstance(term, bool) or term < 0:
+                raise ValueError("no term")
+            leader = data.get("leader")
+            url = data.get("leader_url")
+            o = Observation(
+                leader=leader if isinstance(leader, str) else None,
+                leader_url=url if isinstance(url, str) else None,
+                term=term,
+                node=str(data.get("node", "")),
+                answered_by=member.url,
+                heard_at=time.monotonic(),
+            )
+        except (ValueError, TypeError, KeyError):
+            return
+        self._heard()
+        if o.term < self._highest:
+            return
+        self._highest = o.term
+        self._last = o
+        self._out.append(o)
+
+
+class Observe(Iterator[Observation]):
+    """The iterator :meth:`Client.observe` returns; see there. Thread-safe :meth:`close`."""
+
+    def __init__(
+        self, client: Client, idle_timeout: float, backoff_initial: float, backoff_max: float
+    ) -> None:
+        self._out: Deque[Observation] = collections.deque()
+        self._stream = _Observed(client, self._out, idle_timeout, backoff_initial, backoff_max)
+
+    @property
+    def term(self) -> Optional[int]:
+        """The highest term yielded so far."""
+        return None if self._stream._highest < 0 else self._stream._highest
+
+    def __iter__(self) -> "Observe":
+        return self
+
+    def __next__(self) -> Observation:
+        while not self._out:
+            if not self._stream._pump():
+                raise StopIteration
+        return self._out.popleft()
+
+    def close(self) -> None:
+        """Stops it (from any thread): a blocked ``next()`` returns StopIteration."""
+        self._stream.close()
+
+    def __enter__(self) -> "Observe":
         return self
 
     def __exit__(
@@ -773,10 +924,7 @@ class GroupsWatch(Watch):
                     )
         except (ValueError, TypeError, KeyError):
             return
-        self._got_event = True
-        self._delay = 0.0
-        assert self._index is not None
-        self._client._answered(self._index)
+        self._heard()
 
 
 class _Failed(Exception):

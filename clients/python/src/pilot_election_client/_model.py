@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -90,3 +91,33 @@ class GroupRemoved:
 
     group: str
     answered_by: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A member's state as an observer heard it (:meth:`Client.observe`): who it says leads
+    (``None`` during an election), its term, and when the data arrived.
+
+    - ``leader``, ``leader_url``: the leader and the URL it announced (``None`` without a
+      leader, or from an older build).
+    - ``term``: the member's term.
+    - ``node``: the id of the member that reported it.
+    - ``answered_by``: the member URL (one of the client's) the stream was connected to.
+    - ``heard_at``: ``time.monotonic()`` when the data arrived: the event, or for a repeat,
+      the keep-alive.
+
+    It vouches for nothing beyond what that member said then: not the leader's lease, and the
+    leader may have changed since. :attr:`age` is how stale it is.
+    """
+
+    leader: Optional[str]
+    leader_url: Optional[str]
+    term: int
+    node: str
+    answered_by: str
+    heard_at: float
+
+    @property
+    def age(self) -> float:
+        """Seconds since the data arrived."""
+        return time.monotonic() - self.heard_at

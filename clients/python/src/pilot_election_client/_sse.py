@@ -37,6 +37,8 @@ class SseParser:
         self._has_data = False
         self.last_event_id: Optional[str] = None
         self.retry_ms: Optional[int] = None
+        self.comments = 0
+        """How many comment lines (a member's keep-alives) were read."""
 
     def feed(self, text: str) -> List[SseEvent]:
         """Parses ``text`` (the next piece of the stream) and returns the events it completed."""
@@ -78,6 +80,7 @@ class SseParser:
         if line == "":
             return self._dispatch()
         if line.startswith(":"):
+            self.comments += 1
             return None
         name, sep, value = line.partition(":")
         if sep and value.startswith(" "):

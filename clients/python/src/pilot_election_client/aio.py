@@ -19,10 +19,25 @@ import asyncio
 import ssl
 import threading
 from types import TracebackType
-from typing import Any, AsyncIterator, Iterable, List, Optional, Union
+from typing import (
+    Any,
+    AsyncIterator,
+    Generic,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Protocol,
+    Type,
+    TypeVar,
+    Union,
+)
 
-from ._client import Client, Watch
-from ._model import Leader, LeaderChange
+from ._client import Client, Observe, Watch
+from ._model import Leader, LeaderChange, Observation
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 _END = object()
 
@@ -37,8 +52,11 @@ class AsyncClient:
         *,
         ssl_context: Optional[ssl.SSLContext] = None,
         group: Optional[str] = None,
+        observer: Optional[str] = None,
     ) -> None:
-        self.sync = Client(member_urls, timeout, ssl_context=ssl_context, group=group)
+        self.sync = Client(
+            member_urls, timeout, ssl_context=ssl_context, group=group, observer=observer
+        )
         """The blocking client underneath."""
 
     async def leader(self, consistent: bool = False) -> Optional[Leader]:
@@ -52,6 +70,10 @@ class AsyncClient:
     def watch(self, **options: Any) -> "AsyncWatch":
         """As :meth:`Client.watch` (the same keyword options), iterated with ``async for``."""
         return AsyncWatch(self.sync.watch(**options))
+
+    def observe(self, **options: Any) -> "AsyncObserve":
+        """As :meth:`Client.observe` (the same keyword options), iterated with ``async for``."""
+        return AsyncObserve(self.sync.observe(**options))
 
     async def close(self) -> None:
         self.sync.close()
@@ -68,11 +90,13 @@ class AsyncClient:
         await self.close()
 
 
-class AsyncWatch(AsyncIterator[LeaderChange]):
-    """A :class:`Watch` read by a thread of its own; ``aclose()`` or ``async with`` stops it."""
+class _Pumped(AsyncIterator[T], Generic[T]):
+    """A blocking iterator with ``close()`` read by a thread of its own; ``aclose()`` or
+    ``async with`` stops it."""
 
-    def __init__(self, watch: Watch) -> None:
-        self.watch = watch
+    def __init__(self, source: "_Closable[T]", kind: Type[T]) -> None:
+        self._source = source
+        self._kind = kind
         self._queue: Optional["asyncio.Queue[object]"] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -84,8 +108,8 @@ class AsyncWatch(AsyncIterator[LeaderChange]):
 
             def pump() -> None:
                 try:
-                    for change in self.watch:
-                        loop.call_soon_threadsafe(queue.put_nowait, change)
+                    for item in self._source:
+                        loop.call_soon_threadsafe(queue.put_nowait, item)
                 except BaseException as e:  # noqa: BLE001 - raised in the loop
                     _put(loop, queue, e)
                 _put(loop, queue, _END)
@@ -94,10 +118,7 @@ class AsyncWatch(AsyncIterator[LeaderChange]):
             self._thread.start()
         return self._queue
 
-    def __aiter__(self) -> "AsyncWatch":
-        return self
-
-    async def __anext__(self) -> LeaderChange:
+    async def __anext__(self) -> T:
         item = await self._start().get()
         if item is _END:
             self._queue = asyncio.Queue()
@@ -105,16 +126,13 @@ class AsyncWatch(AsyncIterator[LeaderChange]):
             raise StopAsyncIteration
         if isinstance(item, BaseException):
             raise item
-        assert isinstance(item, LeaderChange)
+        assert isinstance(item, self._kind)
         return item
 
     async def aclose(self) -> None:
-        self.watch.close()
+        self._source.close()
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
-
-    async def __aenter__(self) -> "AsyncWatch":
-        return self
 
     async def __aexit__(
         self,
@@ -123,6 +141,38 @@ class AsyncWatch(AsyncIterator[LeaderChange]):
         tb: Optional[TracebackType],
     ) -> None:
         await self.aclose()
+
+
+class _Closable(Iterator[T_co], Protocol):
+    def close(self) -> None: ...
+
+
+class AsyncWatch(_Pumped[LeaderChange]):
+    """A :class:`Watch` read by a thread of its own; ``aclose()`` or ``async with`` stops it."""
+
+    def __init__(self, watch: Watch) -> None:
+        super().__init__(watch, LeaderChange)
+        self.watch = watch
+
+    def __aiter__(self) -> "AsyncWatch":
+        return self
+
+    async def __aenter__(self) -> "AsyncWatch":
+        return self
+
+
+class AsyncObserve(_Pumped[Observation]):
+    """An :class:`Observe` read by a thread of its own; ``aclose()`` or ``async with`` stops it."""
+
+    def __init__(self, observe: Observe) -> None:
+        super().__init__(observe, Observation)
+        self.observe = observe
+
+    def __aiter__(self) -> "AsyncObserve":
+        return self
+
+    async def __aenter__(self) -> "AsyncObserve":
+        return self
 
 
 def _put(loop: asyncio.AbstractEventLoop, queue: "asyncio.Queue[object]", item: object) -> None:
