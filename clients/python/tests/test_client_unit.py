@@ -321,7 +321,7 @@ def test_lead_cancels_when_the_node_says_it_no_longer_leads(members: List[FakeMe
         assert cancel.wait(5)
         return "done"
 
-    t = Client(m.url).lead(work, poll_interval=0.02)
+    t = Client(m.url).lead_once(work, poll_interval=0.02)
     assert t is not None and (t.term, t.result, t.ended) == (3, "done", "lost")
     assert terms == [3] and t.cancelled_at is not None
 
@@ -344,7 +344,7 @@ def test_lead_cancels_before_the_lease_runs_out_when_the_node_goes_silent(member
         silent.set()
         assert cancel.wait(5)
 
-    t = Client(m.url, timeout=2).lead(work, poll_interval=0.02, margin=0.05)
+    t = Client(m.url, timeout=2).lead_once(work, poll_interval=0.02, margin=0.05)
     assert t is not None and t.ended == "lease" and t.cancelled_at is not None
     # the last answer was asked for at or after sent[-1] (server side), so the lease ran until
     # at least sent[-1] + 0.3: the work was cancelled before that, by the margin
@@ -355,12 +355,41 @@ def test_lead_returns_none_when_stopped_before_leading(members: List[FakeMember]
     members[0].routes["/leader"] = lambda r: r.reply(200, leader_body("b", 2, False, "a"))
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
-    assert Client(members[0].url).lead(lambda term, cancel: None, stop=stop) is None
+    assert Client(members[0].url).lead_once(lambda term, cancel: None, stop=stop) is None
 
 
 def test_lead_needs_the_node_when_given_several_members() -> None:
     with pytest.raises(ValueError, match="node="):
         Client(["http://a:1", "http://b:1"]).lead(lambda term, cancel: None)
+    with pytest.raises(ValueError, match="node="):
+        Client(["http://a:1", "http://b:1"]).lead_once(lambda term, cancel: None)
+
+
+def test_a_change_answers_to_the_rust_clients_field_names_too() -> None:
+    c = LeaderChange(term=3, leader="b", url="http://b:1", reported_by="a", answered_by="http://a:1",
+                     missed=False, reason=None, previous=None, at=None, received_at=0.0)
+    assert (c.leader_url, c.node) == ("http://b:1", "a")
+
+
+def test_lead_runs_the_work_again_in_every_tenure_until_stopped(members: List[FakeMember]) -> None:
+    m = members[0]
+    term = [3]
+    m.routes["/leader"] = lambda r: r.reply(200, leader_body("a", term[0], True, "a", 3000))
+    runs: List[int] = []
+    stop = threading.Event()
+
+    def work(t: int, cancel: threading.Event) -> None:
+        runs.append(t)
+        if len(runs) == 2:
+            term[0] = 4  # a new tenure: the node led again in a later term
+            assert cancel.wait(5)
+        if len(runs) == 4:
+            stop.set()
+
+    Client(m.url).lead(work, poll_interval=0.02, stop=stop)
+    # Returned by itself in term 3: started again in term 3; cancelled when term 4 came; then
+    # term 4 until stopped.
+    assert runs == [3, 3, 4, 4], runs
 
 
 def test_a_4xx_is_an_answer_raised_without_failover(members: List[FakeMember]) -> None:

@@ -230,7 +230,7 @@ def test_lead_cancels_its_work_before_another_node_leads(tmp_path: Path) -> None
     def leader_loop(node: Node) -> None:
         client = Client(node.url, timeout=0.5)
         while not stop.is_set():
-            t = client.lead(work_of(node.id), poll_interval=0.05, margin=0.05, start_delay=0.4, stop=stop)
+            t = client.lead_once(work_of(node.id), poll_interval=0.05, margin=0.05, start_delay=0.4, stop=stop)
             if t is not None:
                 with lock:
                     tenures.append((node.id, t))

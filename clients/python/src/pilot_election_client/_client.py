@@ -350,6 +350,40 @@ class Client:
 
     def lead(
         self,
+        work: WorkFn[object],
+        *,
+        node: Optional[str] = None,
+        poll_interval: float = 0.2,
+        margin: float = 0.1,
+        start_delay: float = 0.0,
+        stop: Optional[threading.Event] = None,
+    ) -> None:
+        """Runs ``work(term, cancel_event)`` whenever ``node`` leads, for as long as it leads,
+        tenure after tenure, until ``stop`` is set or the client is closed (then it returns).
+        As Rust's ``Client::lead``.
+
+        Each tenure is one :meth:`lead_once` (the same arguments and guarantees). Once the work
+        has returned, ``lead`` waits for leadership again; work that returned by itself while
+        the node still leads is started again one ``poll_interval`` later, in the same term. An
+        exception the work raises ends ``lead`` with it.
+        """
+        stopper = stop if stop is not None else threading.Event()
+        while True:
+            tenure = self.lead_once(
+                work,
+                node=node,
+                poll_interval=poll_interval,
+                margin=margin,
+                start_delay=start_delay,
+                stop=stopper,
+            )
+            if tenure is None or self._stopped(stopper):
+                return
+            if tenure.ended == "returned" and self._wait(stopper, poll_interval):
+                return
+
+    def lead_once(
+        self,
         work: WorkFn[T],
         *,
         node: Optional[str] = None,
@@ -382,15 +416,13 @@ class Client:
 
         Returns a :class:`Tenure` (the term, the work's result, why it ended), or ``None`` if
         ``stop`` was set (or the client closed) before the node led. An exception raised by the
-        work is raised here, after the tenure ended. To run work on every tenure::
-
-            while not stop.is_set():
-                client.lead(work, stop=stop)
+        work is raised here, after the tenure ended. To run work on every tenure, use
+        :meth:`lead`. As Rust's ``Client::lead_once``.
         """
         if node is None:
             if len(self._members) != 1:
                 raise ValueError(
-                    "lead() needs node=<URL of this service's own node> when the client "
+                    "lead() and lead_once() need node=<URL of this service's own node> when the client "
                     "has more than one member"
                 )
             member = self._members[0]

@@ -63,6 +63,16 @@ class LeaderChange:
     at: Optional[str]
     received_at: float
 
+    @property
+    def leader_url(self) -> Optional[str]:
+        """``url`` under the name the Rust client and :class:`Observation` use."""
+        return self.url
+
+    @property
+    def node(self) -> str:
+        """``reported_by`` under the name the Rust client and :class:`Observation` use."""
+        return self.reported_by
+
 
 @dataclass(frozen=True)
 class GroupChange:
