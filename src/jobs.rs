@@ -396,18 +396,6 @@ where
     end
 }
 
-/// Whether a command hands leadership over when it succeeds.
-pub fn hands_over(input: &Input) -> bool {
-    matches!(
-        input,
-        Input::StepDown { .. }
-            | Input::SetCandidacy {
-                eligible: false,
-                ..
-            }
-    )
-}
-
 /// Sends `input` to the election loop through `commands` and waits for its answer; `None`
 /// once the loop is gone. A command that would hand leadership over (a step-down, a candidacy
 /// withdrawal, from the API or the scheduler) while a hold is out waits first until every hold
@@ -417,10 +405,12 @@ pub fn hands_over(input: &Input) -> bool {
 pub async fn command(
     commands: &mpsc::Sender<Command>,
     holds: &Holds,
-    term: u64,
+    view: &View,
     input: Input,
 ) -> Option<Result<crate::election::Outcome, crate::election::CommandError>> {
-    let waited = hands_over(&input) && holds.count(clock::now()) > 0;
+    let now = clock::now();
+    let term = view.term;
+    let waited = view.hands_over(&input, now) && holds.count(now) > 0;
     if waited {
         holds.drain(Closed::Term(term)).await;
     }

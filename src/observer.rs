@@ -11,7 +11,8 @@
 //! next member when the stream breaks or stays silent: each member serves the observers that
 //! follow it, one stream each, not every observer.
 //!
-//! What it knows is [`follow::Observed`]: the last leader it heard of, in which term, and when.
+//! What it knows is [`crate::election::observed::Observed`] (in the core, where the simulator
+//! runs it too): the last leader it heard of, in which term, and when.
 //! It publishes that as the same [`Snapshot`] a member does (a follower that votes for nobody),
 //! so `/leader`, `/events`, `/history`, `/role/*` and `/metrics` answer from it unchanged. It
 //! cannot vouch for any lease: a leader counts until its own election timeout has passed
@@ -42,8 +43,7 @@ use crate::transport::http::Peer;
 use crate::transport::pilot::PilotConfig;
 use crate::transport::{Health, Link, Links, Transport, INBOUND_CAPACITY};
 
-pub mod follow;
-use follow::Observed;
+use crate::election::observed::Observed;
 
 /// How often an observer over pilot announces itself to the members.
 pub const ANNOUNCE_EVERY: Duration = Duration::from_secs(10);

@@ -210,7 +210,8 @@ async fn run(
             }
             let now_ms = unix_ms_now();
             if now_ms >= op.at_ms {
-                fire(&s, op, &commands).await;
+                let view = snapshot.borrow().view.clone();
+                fire(&s, op, &view, &commands).await;
                 continue;
             }
         }
@@ -236,6 +237,7 @@ async fn run(
 async fn fire(
     s: &Scheduler,
     op: &Operation,
+    view: &crate::election::View,
     (commands, holds): &(mpsc::Sender<Command>, crate::jobs::Holds),
 ) {
     let input = Input::StepDown {
@@ -243,7 +245,7 @@ async fn fire(
         expected_term: Some(op.term),
     };
     // Through the holds of leader-only jobs, as the API's step-down goes.
-    let result = crate::jobs::command(commands, holds, op.term, input)
+    let result = crate::jobs::command(commands, holds, view, input)
         .await
         .ok_or_else(|| "the election loop stopped".to_string());
     let mut book = s.book();

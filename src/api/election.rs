@@ -81,7 +81,7 @@ impl ElectionApi {
     /// leader-only jobs, [`crate::jobs::command`]).
     pub async fn command(&self, input: Input) -> Result<Result<Outcome, CommandError>, ApiError> {
         let snap = self.snapshot();
-        let sent = crate::jobs::command(&self.commands, &self.holds, snap.view.term, input);
+        let sent = crate::jobs::command(&self.commands, &self.holds, &snap.view, input);
         // The holds wait at most their time to live; the loop answers within 5 s.
         let within = Duration::from_secs(5) + crate::jobs::ttl(&snap.timings);
         tokio::time::timeout(within, sent)

@@ -2,7 +2,6 @@
 //! (a step-down, a candidacy withdrawal) reaches the loop only once the child is gone.
 
 use super::*;
-use crate::jobs::hands_over;
 
 pub(super) async fn gate(
     mut from_api: mpsc::Receiver<Command>,
@@ -12,15 +11,9 @@ pub(super) async fn gate(
 ) {
     while let Some(cmd) = from_api.recv().await {
         let view = snapshot.borrow().view.clone();
-        // Commands the core will refuse anyway do not cost the child its run.
-        let refused = match &cmd.input {
-            Input::StepDown {
-                expected_term: Some(t),
-                ..
-            } => *t != view.term,
-            _ => false,
-        };
-        if !hands_over(&cmd.input) || refused || !view.is_leader_at(clock::now()) {
+        // Only a command that hands leadership over costs the child its run (the core says
+        // which do).
+        if !view.hands_over(&cmd.input, clock::now()) {
             if to_loop.send(cmd).await.is_err() {
                 return;
             }

@@ -225,11 +225,12 @@ impl Election {
                         Keeps::Book => out.persist_in_book(&self.group, &p),
                     }
                 }
+                // What acts on the leadership outside the core stops before the resign leaves.
+                Action::Release { term } => {
+                    let all = self.release_guards.iter().map(|guard| guard(term));
+                    futures_util::future::join_all(all).await;
+                }
                 Action::Publish(mut msg) => {
-                    if matches!(msg.body, Body::Resign { .. }) && !self.release_guards.is_empty() {
-                        let all = self.release_guards.iter().map(|guard| guard(msg.term));
-                        futures_util::future::join_all(all).await;
-                    }
                     msg.stamp(unix_ms_now());
                     msg.info.clone_from(&shared.info);
                     msg.maintenance.clone_from(&self.maintenance);

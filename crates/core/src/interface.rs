@@ -191,6 +191,24 @@ impl View {
         self.role == Role::Leader && self.lease_until.is_some_and(|l| now < l)
     }
 
+    /// Whether `input`, given at `now` to the node this view is of, hands leadership over if
+    /// the core carries it out: a step-down (of this term, when it names one) or a candidacy
+    /// withdrawal, while the node leads. What acts on the leadership outside the core (an
+    /// `--exec` child, the holds of leader-only jobs) is stopped before such a command is
+    /// given, so that nothing of it outlives the resign; the core may still refuse it (a
+    /// successor that cannot lead), and then nothing was handed over. The one place that
+    /// says which commands do: the shell asks, it does not judge.
+    pub fn hands_over(&self, input: &Input, now: Instant) -> bool {
+        if !self.is_leader_at(now) {
+            return false;
+        }
+        match input {
+            Input::StepDown { expected_term, .. } => expected_term.is_none_or(|t| t == self.term),
+            Input::SetCandidacy { eligible, .. } => !eligible,
+            _ => false,
+        }
+    }
+
     /// The role as of `now`: a leader whose lease ran out since the view was taken (its loop is
     /// stuck) is no leader any more.
     pub fn role_at(&self, now: Instant) -> Role {
@@ -347,6 +365,14 @@ pub enum Input {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
+    /// Before executing any later action, everything that acts on this node's leadership of
+    /// `term` outside the core must have stopped (an `--exec` child, a leader-only job): the
+    /// resign that follows releases the others to elect at once (rules 9 and 10). Comes before
+    /// the first resign of a term, never otherwise.
+    Release {
+        /// The term this node led and gives up.
+        term: u64,
+    },
     /// Write durably before executing any later action.
     Persist(Persistent),
     /// Send to the group (every member, this one included, may receive it).
@@ -563,6 +589,39 @@ pub(crate) mod tests {
         for role in [Role::Follower, Role::PreCandidate, Role::Candidate] {
             assert_eq!(view(role, None).role_at(at(t0, 1_000)), role);
         }
+    }
+
+    #[test]
+    fn only_a_step_down_of_this_term_or_a_withdrawal_by_a_leader_hands_over() {
+        let t0 = origin();
+        let leader = View {
+            lease_until: Some(at(t0, 100)),
+            ..view(Role::Leader, Some("a"))
+        };
+        let step_down = |expected_term| Input::StepDown {
+            successor: None,
+            expected_term,
+        };
+        let candidacy = |eligible| Input::SetCandidacy {
+            eligible,
+            priority: None,
+        };
+        let now = at(t0, 50);
+        assert!(leader.hands_over(&step_down(None), now));
+        assert!(leader.hands_over(&step_down(Some(3)), now));
+        assert!(
+            !leader.hands_over(&step_down(Some(2)), now),
+            "another term's"
+        );
+        assert!(leader.hands_over(&candidacy(false), now));
+        assert!(!leader.hands_over(&candidacy(true), now));
+        assert!(!leader.hands_over(&Input::Tick, now));
+        assert!(!leader.hands_over(&Input::SetMaintenance { on: true }, now));
+        // Not leading, or no longer under the lease: nothing to hand over.
+        assert!(!leader.hands_over(&step_down(None), at(t0, 100)));
+        let follower = view(Role::Follower, Some("b"));
+        assert!(!follower.hands_over(&step_down(None), now));
+        assert!(!follower.hands_over(&candidacy(false), now));
     }
 
     #[test]

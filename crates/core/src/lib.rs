@@ -24,6 +24,7 @@ pub mod interface;
 pub mod membership;
 mod message;
 mod node;
+pub mod observed;
 mod peers;
 mod priority;
 pub mod rank;

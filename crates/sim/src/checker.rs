@@ -59,6 +59,25 @@ impl Checker {
             .map(|(start, end)| Duration::from_nanos(end - start))
     }
 
+    /// `node` sent a leader's word (a heartbeat, an announcement) in `term`: it led then, if only
+    /// within one step (elected and resigned before its view was taken). Two in one term are two
+    /// leaders.
+    pub fn on_leader_word(&mut self, now: u64, node: &str, term: u64) {
+        let holder = self
+            .leaders_by_term
+            .entry(term)
+            .or_insert_with(|| node.to_string());
+        if holder != node {
+            let text = format!("two leaders in term {term}: {holder} and {node} (its word)");
+            self.violate(now, text);
+        }
+    }
+
+    /// The node that led in `term`, once one has (at most one ever does).
+    pub fn leader_of(&self, term: u64) -> Option<&str> {
+        self.leaders_by_term.get(&term).map(String::as_str)
+    }
+
     pub fn violate(&mut self, now_ns: u64, what: impl Into<String>) {
         if self.violations.len() < MAX_VIOLATIONS {
             self.violations.push(Violation {

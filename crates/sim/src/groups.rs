@@ -514,7 +514,7 @@ impl GroupsWorld {
                         turn.book.insert(g.clone(), p);
                     }
                     Action::Publish(m) => turn.messages.push((g.clone(), m)),
-                    Action::Transition(_) => {}
+                    Action::Transition(_) | Action::Release { .. } => {}
                 }
             }
             let config = e.config.clone();

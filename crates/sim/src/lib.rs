@@ -18,4 +18,4 @@ pub mod world;
 pub use checker::Violation;
 pub use groups::{run_groups, run_groups_seed, GroupsReport, Mix};
 pub use scenario::{run_scenario, run_seed, Family, Scenario, SeedReport};
-pub use world::{Build, FiringRule, Protocol, World, WorldConfig};
+pub use world::{Build, FiringRule, ObserverRule, Protocol, World, WorldConfig};

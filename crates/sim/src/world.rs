@@ -16,7 +16,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 mod firings;
+mod observer;
 pub use firings::FiringRule;
+pub use observer::ObserverRule;
 
 use super::checker::Checker;
 use super::previous::Filtered;
@@ -249,14 +251,30 @@ struct Slot {
     core_healthy: bool,
     /// Its shell's scheduled firings (rule 19; the record survives restarts).
     firings: firings::Shell,
+    /// The term of the last `Release` its core asked for in this run.
+    released: Option<u64>,
 }
 
 #[derive(Debug)]
 enum Kind {
-    Deliver { to: usize, msg: Box<Message> },
-    Wake { node: usize },
-    Resume { node: usize },
-    Exec { node: usize, incarnation: u64 },
+    Deliver {
+        to: usize,
+        msg: Box<Message>,
+    },
+    Wake {
+        node: usize,
+    },
+    Resume {
+        node: usize,
+    },
+    Exec {
+        node: usize,
+        incarnation: u64,
+    },
+    /// A message reaches the observer, if one watches.
+    Observe {
+        msg: Box<Message>,
+    },
 }
 
 /// Something that happens at a true time; `seq` orders events of one instant as they were
@@ -337,6 +355,8 @@ pub struct Stats {
     pub published: u64,
     pub delivered: u64,
     pub events: u64,
+    /// Messages after which the observer named a leader, each checked.
+    pub observed: u64,
 }
 
 /// A whole simulated cluster.
@@ -371,6 +391,8 @@ pub struct World {
     firing_rule: FiringRule,
     /// Every firing that ran: (node, term).
     firing_runs: BTreeMap<u64, (usize, u64)>,
+    /// An observer that hears every member's messages, if one was asked for.
+    watcher: Option<observer::Watcher>,
 }
 
 const MAX_EVENTS_PER_INSTANT: u32 = 10_000;
@@ -454,6 +476,7 @@ impl World {
                 healthy: true,
                 core_healthy: true,
                 firings: Default::default(),
+                released: None,
             })
             .collect();
         let mut w = World {
@@ -477,6 +500,7 @@ impl World {
             firing_period: None,
             firing_rule: FiringRule::Quorum,
             firing_runs: BTreeMap::new(),
+            watcher: None,
             watch_window: std::env::var("SIM_EVENTS").ok().and_then(|w| {
                 let (a, b) = w.split_once('-')?;
                 let s = |x: &str| x.parse::<f64>().ok().map(|v| (v * 1e9) as u64);
@@ -764,6 +788,7 @@ impl World {
         slot.core_maintenance = false;
         slot.named_at = None;
         slot.firings = slot.firings.restarted();
+        slot.released = None;
         // The shell reads the maintenance it kept on disk before the loop's first step.
         let first = if slot.maintenance {
             Input::SetMaintenance { on: true }
@@ -1114,6 +1139,7 @@ impl World {
             return true;
         };
         match a {
+            Action::Release { term } => self.slots[i].released = Some(term),
             Action::Persist(p) => {
                 self.checker
                     .on_persist(self.now, i, &self.slots[i].persisted, &p);
@@ -1126,6 +1152,11 @@ impl World {
                     .on_send(self.now, i, &self.slots[i].persisted, claims, &m);
                 self.check_version(i, &m);
                 self.check_maintenance(i, &m);
+                self.check_release(i, &m);
+                if matches!(m.body, Body::Heartbeat { .. } | Body::Leader { .. }) {
+                    let id = self.slots[i].config.node_id.clone();
+                    self.checker.on_leader_word(self.now, &id, m.term);
+                }
                 if let Body::Resign { successor, .. } = &m.body {
                     self.slots[i].last_resign = Some((self.now, successor.clone()));
                 }
@@ -1213,6 +1244,7 @@ impl World {
                 return;
             }
         };
+        self.send_to_observer(from, &m);
         for to in 0..self.size() {
             if to == from || self.blocked.contains(&(from, to)) {
                 continue;
@@ -1303,6 +1335,23 @@ impl World {
                  (quorum {}; free to vote: {free:?}): {}",
                 members.quorum(),
                 self.describe()
+            );
+            self.checker.violate(self.now, what);
+        }
+    }
+
+    /// The core asks its shell to stop what acts on its leadership before every resign it
+    /// sends (`Action::Release`): a resign of a term with no release of that term before it,
+    /// in this run, would let a successor lead beside an `--exec` child or a job still running.
+    fn check_release(&mut self, from: usize, m: &Message) {
+        let slot = &self.slots[from];
+        if slot.running_build != Build::Current || !matches!(m.body, Body::Resign { .. }) {
+            return;
+        }
+        if slot.released != Some(m.term) {
+            let what = format!(
+                "{} sent a resign of term {} after releasing {:?}",
+                slot.config.node_id, m.term, slot.released
             );
             self.checker.violate(self.now, what);
         }
@@ -1496,6 +1545,7 @@ impl World {
                     self.stats.delivered += 1;
                     self.deliver(to, Input::Message(*msg));
                 }
+                Kind::Observe { msg } => self.observe_one(*msg),
                 Kind::Wake { node } => {
                     let slot = &self.slots[node];
                     if slot.wake_at != Some(ev.at)

@@ -783,3 +783,45 @@ fn a_cut_off_leader_never_runs_a_firing_the_next_leader_runs() {
         );
     }
 }
+
+/// The observer's rule (`crates/core/src/observed.rs`) in the simulator: the leader is cut off
+/// from the others, which elect another in a later term. The observer names the new leader in
+/// its own term; one that never raises its term names it in the old one, and the check at
+/// every message it takes (the leader it names must be the one elected in the term it names)
+/// fires.
+#[test]
+fn an_observer_names_each_leader_in_the_term_it_was_elected_in() {
+    use pilot_election_sim::ObserverRule;
+    for seed in 0..SEEDS {
+        let mut caught = Vec::new();
+        for rule in [ObserverRule::Correct, ObserverRule::NeverRaisesItsTerm] {
+            let mut w = world(seed, 3);
+            w.observe(rule);
+            let (leader, term) = elect(&mut w);
+            run_until_cond(&mut w, t().election_timeout * 2, |w| {
+                w.observed().is_some_and(|(_, t)| t == term)
+            });
+            let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+            w.partition(&others);
+            run_until_cond(&mut w, t().election_timeout * 4, |w| {
+                w.observed().is_some_and(|(l, _)| l != w.id(leader))
+                    || !w.checker.violations.is_empty()
+            });
+            w.run_until(w.now() + t().election_timeout * 2);
+            match rule {
+                ObserverRule::Correct => {
+                    assert_safe(&w);
+                    let (l, t) = w.observed().expect("a leader observed");
+                    assert!(l != w.id(leader) && t > term, "seed {seed}: {l} {t}");
+                }
+                ObserverRule::NeverRaisesItsTerm => {
+                    caught.push(format!("{:?}", w.checker.violations))
+                }
+            }
+        }
+        assert!(
+            caught[0].contains("an observer names"),
+            "seed {seed}: the broken observer was not caught: {caught:?}"
+        );
+    }
+}

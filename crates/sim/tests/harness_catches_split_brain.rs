@@ -657,7 +657,7 @@ impl Protocol for AnyEvidenceEndsBoot {
         match &a {
             Action::Persist(p) => self.persisted = p.clone(),
             Action::Publish(m) => self.next_seq = self.next_seq.max(m.seq + 1),
-            Action::Transition(_) => {}
+            Action::Transition(_) | Action::Release { .. } => {}
         }
         Some(a)
     }
@@ -943,6 +943,60 @@ fn a_core_that_counts_observers_is_caught() {
             w.run_until(w.now() + t.heartbeat);
         }
         let (caught, seen) = saw(&w, "rule 1: a ");
+        assert_eq!(caught, broken, "broken variant: {broken}: {seen:?}");
+        if !broken {
+            assert!(seen.is_empty(), "{seen:?}");
+        }
+    }
+}
+
+/// A core that resigns without asking its shell to release first (no `Action::Release`): a
+/// shell that waits for nothing lets a successor lead beside an `--exec` child or a job still
+/// running. The check at every resign (`World::check_release`) names it at the first
+/// step-down; the real core is never caught.
+struct NoRelease(Node);
+
+impl Protocol for NoRelease {
+    fn handle(&mut self, now: Instant, input: Input) -> Result<Outcome, CommandError> {
+        self.0.handle(now, input)
+    }
+    fn poll_action(&mut self) -> Option<Action> {
+        loop {
+            match self.0.poll_action()? {
+                Action::Release { .. } => continue,
+                a => return Some(a),
+            }
+        }
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.0.poll_timeout()
+    }
+    fn view(&self, now: Instant) -> View {
+        self.0.view(now)
+    }
+    fn has_successor(&self, now: Instant) -> bool {
+        self.0.has_successor(now)
+    }
+}
+
+#[test]
+fn a_resign_without_a_release_before_it_is_caught() {
+    let t = Timings::default();
+    let broken: Factory =
+        Box::new(|c, p, now, seed, seq| Box::new(NoRelease(Node::new(c, p, now, seed, seq))));
+    for (factory, broken) in [(broken, true), (core_factory(), false)] {
+        let mut w = elected_three(factory, 9, "release");
+        let leader = w.current_leader().expect("a leader");
+        let answer = w.command(
+            leader,
+            Input::StepDown {
+                successor: None,
+                expected_term: None,
+            },
+        );
+        assert!(matches!(answer, Some(Ok(_))), "{answer:?}");
+        w.run_until(w.now() + t.election_timeout * 4);
+        let (caught, seen) = saw(&w, "sent a resign of term");
         assert_eq!(caught, broken, "broken variant: {broken}: {seen:?}");
         if !broken {
             assert!(seen.is_empty(), "{seen:?}");

@@ -36,9 +36,11 @@ fn many_seeds_hold_every_invariant() {
     let mut failed = Vec::new();
     let mut heal_times = Vec::new();
     let mut firings = 0;
+    let mut observed = 0;
     for seed in first..first + n {
         let r = run_seed(seed);
         firings += r.firings;
+        observed += r.observed;
         if let Some(d) = r.leader_after_heal {
             heal_times.push(d);
         }
@@ -53,8 +55,8 @@ fn many_seeds_hold_every_invariant() {
     heal_times.sort();
     let pct = |p: f64| heal_times[((heal_times.len() - 1) as f64 * p) as usize];
     println!(
-        "simulation: {n} seeds, {} violations, {firings} scheduled firings run (leader after \
-         healing: p50 {:?}, p99 {:?}, max {:?})",
+        "simulation: {n} seeds, {} violations, {firings} scheduled firings run, {observed} \
+         observer checks (leader after healing: p50 {:?}, p99 {:?}, max {:?})",
         failed.len(),
         pct(0.5),
         pct(0.99),
@@ -63,6 +65,8 @@ fn many_seeds_hold_every_invariant() {
     assert!(failed.is_empty(), "violating seeds: {failed:?}");
     // Rule 19's check means something only where firings ran: most seeds run several.
     assert!(firings as u64 >= n, "{firings} firings in {n} seeds");
+    // And the observer's only where it named leaders.
+    assert!(observed >= n, "{observed} observer checks in {n} seeds");
 }
 
 /// Seeds that once found a defect (docs/protocol.md and the core's tests say what each found), run on

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::interface::{Outcome, Reason, SuccessorRefused};
+use crate::interface::{Action, Outcome, Reason, SuccessorRefused};
 use crate::message::{Body, Candidacy, Message};
 
 use super::vote::{Favored, Voter};
@@ -180,6 +180,7 @@ impl Node {
     /// Stops leading, then tells everyone, then cools down for `T` (rules 9 and 10).
     pub(super) fn resign(&mut self, now: Instant, successor: Option<String>, reason: Reason) {
         self.stop_leading(now, reason);
+        self.actions.push_back(Action::Release { term: self.term });
         self.resigned = Some(Resigned {
             leader: self.id.clone(),
             term: self.term,

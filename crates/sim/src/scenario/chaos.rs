@@ -455,6 +455,7 @@ pub fn run_chaos(scenario: Scenario, factory: Factory) -> SeedReport {
     report.violations = w.checker.violations.clone();
     report.events = w.stats.events;
     report.firings = w.firings_run();
+    report.observed = w.stats.observed;
     report.trace = trace.0;
     report
 }

@@ -136,6 +136,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
         report.violations = w.checker.violations.clone();
         report.events = w.stats.events;
         report.firings = w.firings_run();
+        report.observed = w.stats.observed;
         report.trace = trace.0;
         return report;
     }
@@ -253,6 +254,7 @@ pub fn run_membership(scenario: Scenario, plan: MemberPlan, factory: Factory) ->
     report.violations = w.checker.violations.clone();
     report.events = w.stats.events;
     report.firings = w.firings_run();
+    report.observed = w.stats.observed;
     report.trace = trace.0;
     report
 }

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use super::checker::Violation;
 use super::world::{
-    core_factory, Build, Factory, FiringRule, NetConfig, NodeSpec, RuntimeModel, World, WorldConfig,
+    core_factory, Build, Factory, FiringRule, NetConfig, NodeSpec, ObserverRule, RuntimeModel,
+    World, WorldConfig,
 };
 use pilot_election_core::{
     default_priority, quorum_of, whole_ms, Advert, Announced, Body, Candidacy, Input, Message, Rng,
@@ -446,6 +447,8 @@ pub struct SeedReport {
     pub events: u64,
     /// Scheduled firings that ran (rule 19), each once.
     pub firings: usize,
+    /// Messages after which the observer named a leader, each checked.
+    pub observed: u64,
     pub trace: String,
 }
 
@@ -459,6 +462,7 @@ impl SeedReport {
             leader_restart_gaps: Vec::new(),
             events: 0,
             firings: 0,
+            observed: 0,
             trace: String::new(),
         }
     }
@@ -521,6 +525,8 @@ fn world_of(scenario: &Scenario, specs: Vec<NodeSpec>, factory: Factory, rng: &m
         .election_timeout
         .mul_f64(0.5 + (scenario.seed % 4) as f64 * 0.5);
     w.schedule_firings(Some(period), FiringRule::Quorum);
+    // And an observer, which hears every member with delays of its own (issue 42, item 2).
+    w.observe(ObserverRule::Correct);
     w
 }
 

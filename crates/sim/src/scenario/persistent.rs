@@ -317,6 +317,7 @@ pub fn run_persistent(scenario: Scenario, fault: Fault, factory: Factory) -> See
     report.violations = w.checker.violations.clone();
     report.events = w.stats.events;
     report.firings = w.firings_run();
+    report.observed = w.stats.observed;
     report.trace = trace.0;
     report
 }

@@ -240,6 +240,7 @@ pub fn run_rolling(scenario: Scenario, plan: RollingPlan, factory: Factory) -> S
     report.violations = w.checker.violations.clone();
     report.events = w.stats.events;
     report.firings = w.firings_run();
+    report.observed = w.stats.observed;
     report.trace = trace.0;
     report
 }

@@ -1,6 +1,8 @@
 //! What an observer knows of the election, and how it learns it: a pure state machine fed the
 //! members' messages (over pilot, the election topic itself) or a member's own reports (over
-//! http, its `/events`), with the time each arrived.
+//! http, its `/events`), with the time each arrived. It lives in the core so that the
+//! simulator runs it beside the members and holds what it names to the election's invariants
+//! (an observer names only a leader the cluster elected, in the term it was elected in).
 //!
 //! An observer votes for nobody and promises nothing, so it cannot vouch for any lease: it only
 //! says which leader it last heard of, in which term, and when. It takes a leader as current
@@ -14,10 +16,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::election::{
-    Announced, Body, Candidacy, Member, MemberSet, Message, Reason, Role, Transition, Versions,
-    View,
-};
+use crate::interface::{Member, Reason, Role, Transition, View};
+use crate::membership::MemberSet;
+use crate::message::{Announced, Body, Candidacy, Message, Versions};
 
 /// What the observer heard of its leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +78,8 @@ pub struct Observed {
 }
 
 impl Observed {
+    /// The observer `node_id` of `group`'s election among `members`, knowing nothing yet;
+    /// `fallback` stands for the election timeout of members that announce none.
     pub fn new(node_id: &str, group: &str, members: MemberSet, fallback: Duration) -> Observed {
         Observed {
             node_id: node_id.to_string(),
@@ -90,6 +93,7 @@ impl Observed {
         }
     }
 
+    /// The highest term it has seen in force.
     pub fn term(&self) -> u64 {
         self.term
     }
@@ -330,7 +334,8 @@ impl Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::{Advert, Announced, Timings};
+    use crate::message::Advert;
+    use crate::Timings;
 
     const T: Duration = Duration::from_secs(3);
 
@@ -530,5 +535,156 @@ mod tests {
         let members = o.members(w.at(1200));
         let b = members.iter().find(|m| m.id == "b").unwrap();
         assert!(b.live && !b.viable && !b.two_way);
+    }
+
+    fn vote(w: &mut Wire, from: &str, term: u64, pre_vote: bool, granted: bool) -> Message {
+        w.msg(
+            from,
+            term,
+            Body::Vote {
+                candidate: "c".into(),
+                granted,
+                pre_vote,
+                guard_ms: None,
+            },
+        )
+    }
+
+    #[test]
+    fn only_a_granted_real_vote_shows_a_higher_term() {
+        let mut w = Wire::new();
+        let mut o = observer();
+        let hb = w.heartbeat("a", 3);
+        o.on_message(w.at(0), &hb);
+        for (pre_vote, granted) in [(true, true), (true, false), (false, false)] {
+            let v = vote(&mut w, "b", 4, pre_vote, granted);
+            assert!(
+                o.on_message(w.at(10), &v).is_empty(),
+                "{pre_vote} {granted}"
+            );
+            assert_eq!((o.term(), o.leader_at(w.at(10))), (3, Some("a")));
+        }
+        let v = vote(&mut w, "b", 4, false, true);
+        let t = o.on_message(w.at(20), &v);
+        assert_eq!(t[0].reason, Reason::HigherTerm);
+        assert_eq!((o.term(), o.leader_at(w.at(20))), (4, None));
+    }
+
+    #[test]
+    fn one_leader_a_term_until_it_goes_unheard_and_the_same_one_keeps_its_start() {
+        let mut w = Wire::new();
+        let mut o = observer();
+        let hb = w.heartbeat("a", 3);
+        o.on_message(w.at(0), &hb);
+        let again = w.heartbeat("a", 3);
+        assert!(o.on_message(w.at(1000), &again).is_empty());
+        let v = o.view();
+        assert_eq!(
+            v.leader_since,
+            Some(w.at(0)),
+            "the same leader since its first word"
+        );
+        assert_eq!(v.leader_heard_at, Some(w.at(1000)));
+        assert_eq!(v.leader_until, Some(w.at(1000) + T));
+        // Another in the same term while a counts: an impostor.
+        let impostor = w.heartbeat("b", 3);
+        assert!(o.on_message(w.at(2000), &impostor).is_empty());
+        assert!(o.on_message(w.at(3999), &impostor).is_empty());
+        assert_eq!(o.leader_at(w.at(3999)), Some("a"));
+        // Once a has gone unheard for its time, b is the leader of that term.
+        let b = w.heartbeat("b", 3);
+        let t = o.on_message(w.at(4000), &b);
+        assert_eq!(t.last().and_then(|t| t.leader.as_deref()), Some("b"));
+        assert_eq!(o.leader_at(w.at(4000)), Some("b"));
+        assert_eq!(o.view().leader_since, Some(w.at(4000)));
+    }
+
+    #[test]
+    fn an_older_terms_leader_is_never_named_even_when_none_counts() {
+        let mut w = Wire::new();
+        let mut o = observer();
+        let hb = w.heartbeat("b", 5);
+        o.on_message(w.at(0), &hb);
+        assert!(o.on_time(w.at(T.as_millis() as u64)).is_some());
+        let old = w.heartbeat("a", 4);
+        assert!(o.on_message(w.at(4000), &old).is_empty());
+        assert_eq!((o.term(), o.leader_at(w.at(4000))), (5, None));
+    }
+
+    #[test]
+    fn only_the_leaders_own_resign_ends_it() {
+        let mut w = Wire::new();
+        let mut o = observer();
+        let hb = w.heartbeat("a", 3);
+        o.on_message(w.at(0), &hb);
+        let other = w.msg(
+            "c",
+            3,
+            Body::Resign {
+                leader: "c".into(),
+                successor: None,
+                lost_quorum: false,
+            },
+        );
+        assert!(o.on_message(w.at(10), &other).is_empty());
+        assert_eq!(o.leader_at(w.at(10)), Some("a"));
+        let own = w.msg(
+            "a",
+            3,
+            Body::Resign {
+                leader: "a".into(),
+                successor: None,
+                lost_quorum: false,
+            },
+        );
+        assert_eq!(o.on_message(w.at(20), &own)[0].reason, Reason::StepDown);
+    }
+
+    #[test]
+    fn members_show_what_each_said_last_and_live_within_its_time() {
+        let mut w = Wire::new();
+        let mut o = observer();
+        let hb = w.heartbeat("a", 3);
+        o.on_message(w.at(0), &hb);
+        let mut b = w.heartbeat("b", 3);
+        if let Body::Heartbeat { advert, .. } = &mut b.body {
+            advert.priority = 7;
+            advert.unhealthy = true;
+        }
+        let b_seq = b.seq;
+        o.on_message(w.at(100), &b);
+        let t0 = w.at(0);
+        let find = |o: &Observed, id: &str, at: u64| {
+            o.members(t0 + Duration::from_millis(at))
+                .into_iter()
+                .find(|m| m.id == id)
+                .expect("a member")
+        };
+        let a = find(&o, "a", 100);
+        assert_eq!(
+            (a.priority, a.candidacy, a.healthy, a.live),
+            (5, Some(Candidacy::Eligible), Some(true), true)
+        );
+        assert_eq!(a.fingerprint.as_deref(), Some(w.set.fingerprint()));
+        assert_eq!(a.last_seen, Some(w.at(0)));
+        assert!(a.timings.is_some() && a.speaks.is_some());
+        let b = find(&o, "b", 100);
+        assert_eq!((b.priority, b.healthy), (7, Some(false)));
+        // An older message of b's changes nothing it said; one of the same number does.
+        let mut older = w.heartbeat("b", 3);
+        older.seq = b_seq - 1;
+        o.on_message(w.at(200), &older);
+        assert_eq!(find(&o, "b", 200).priority, 7);
+        let mut same = w.heartbeat("b", 3);
+        same.seq = b_seq;
+        o.on_message(w.at(300), &same);
+        assert_eq!(find(&o, "b", 300).priority, 5);
+        // Live within each one's own election timeout, not at its end.
+        assert_eq!(o.members_live(w.at(2999)), 2);
+        assert_eq!(o.members_live(w.at(3100)), 1, "a's time is over");
+        assert!(!find(&o, "a", 3000).live);
+        assert_eq!(o.members_live(w.at(3300)), 0);
+        let c = find(&o, "c", 0);
+        assert!(!c.live && c.fingerprint.is_none() && c.last_seen.is_none());
     }
 }
