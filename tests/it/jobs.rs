@@ -208,14 +208,14 @@ async fn a_firing_a_second_runs_once_or_is_reported_across_kill_step_down_and_pa
         }
     };
     let (l1, t1) = c.agreed(&all, AGREE, |_, _| true).await;
-    let mut seen = runs(8).await;
+    let mut seen = runs(12).await;
 
     // 1. kill -9 of the leader (its running command, if any, dies with it), then back.
     let i1 = c.index(&l1);
     c.nodes[i1].kill9();
     let rest: Vec<usize> = all.iter().copied().filter(|&i| i != i1).collect();
     let (l2, t2) = c.agreed(&rest, AGREE, |l, t| l != l1 && t > t1).await;
-    seen = runs(seen + 8).await;
+    seen = runs(seen + 12).await;
     c.nodes[i1].start();
     c.agreed(&all, AGREE, |l, t| l == l2 && t == t2).await;
 
@@ -224,7 +224,7 @@ async fn a_firing_a_second_runs_once_or_is_reported_across_kill_step_down_and_pa
     let (status, body) = post_json(&c.nodes[i2].url(), "/step-down", Some(TOKEN), &json!({})).await;
     assert_eq!(status, 202, "{body}");
     let (l3, t3) = c.agreed(&all, AGREE, |l, t| l != l2 && t > t2).await;
-    seen = runs(seen + 8).await;
+    seen = runs(seen + 12).await;
 
     // 3. The leader cut off from the others, then healed.
     let i3 = c.index(&l3);
@@ -232,11 +232,11 @@ async fn a_firing_a_second_runs_once_or_is_reported_across_kill_step_down_and_pa
         .await;
     let others: Vec<usize> = all.iter().copied().filter(|&i| i != i3).collect();
     let (l4, t4) = c.agreed(&others, AGREE, |l, t| l != l3 && t > t3).await;
-    seen = runs(seen + 8).await;
+    seen = runs(seen + 12).await;
     net.post("/unisolate", json!({"node": format!("n{}", i3 + 1)}))
         .await;
     c.agreed(&all, AGREE, |l, t| l == l4 && t == t4).await;
-    runs(seen + 8).await;
+    runs(seen + 12).await;
 
     // Every run, by firing.
     let text = std::fs::read_to_string(&runs_file).unwrap();
