@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use pilot_election::metrics::{
-    ElectionResult, ExecExit, HealthCheckOutcome, MessageType, Metrics, OnChangeOutcome, Received,
-    TransitionReason,
+    ElectionResult, ExecExit, FiringOutcome, HealthCheckOutcome, MessageType, Metrics,
+    OnChangeOutcome, Received, TransitionReason,
 };
 
 const DASHBOARD: &str = include_str!("../deploy/grafana-dashboard.json");
@@ -44,6 +44,7 @@ fn exported() -> BTreeMap<String, BTreeSet<String>> {
     m.transition(TransitionReason::Elected);
     m.election(ElectionResult::Won);
     m.exec_exit(ExecExit::Ok);
+    m.scheduled_firings(FiringOutcome::Ok, 1);
     m.on_change_run(OnChangeOutcome::Ok, std::time::Duration::from_millis(5));
     // Registered only on a node with --health-cmd or --health-url.
     m.enable_health_checks();
