@@ -347,14 +347,37 @@ async fn a_mutual_tls_cluster_elects_refuses_strangers_and_fails_over() {
     c.nodes[li].start();
     tls_ready(&c, &good, li).await;
     let ni = c.nodes.iter().position(|n| n.id == next).expect("next");
-    let r = good
-        .post(format!("{}/step-down", c.url(ni)))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({ "successor": leader }))
-        .send()
-        .await
-        .expect("step-down over TLS");
-    assert_eq!(r.status().as_u16(), 202, "{:?}", r.text().await);
+    // Ready is not yet eligible: the leader accepts the successor once its adverts show that
+    // it hears the leader, so the request is repeated while it answers 422
+    // successor_ineligible, as an operator would.
+    let step_down = format!("{}/step-down", c.url(ni));
+    let last = std::sync::Mutex::new(String::new());
+    let accepted = wait_for(Duration::from_secs(10), || async {
+        let r = good
+            .post(&step_down)
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({ "successor": leader }))
+            .send()
+            .await
+            .expect("step-down over TLS");
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap_or_default();
+        if status == 202 {
+            return Some(());
+        }
+        assert!(
+            status == 422 && body.contains("successor_ineligible"),
+            "step-down over TLS answered {status}: {body}"
+        );
+        *last.lock().unwrap() = body;
+        None
+    })
+    .await;
+    assert!(
+        accepted.is_some(),
+        "step-down to {leader} kept being refused: {}",
+        last.into_inner().unwrap()
+    );
     let (back, back_term) = agreed(&c, &good, &[0, 1, 2], Duration::from_secs(10), |l, t| {
         l == leader && t > next_term
     })
