@@ -288,13 +288,26 @@ impl Follower {
     /// A message alone, or a batch (docs/protocol.md, rule 18), each of whose messages is
     /// read as if it had come alone.
     fn on_bytes(&mut self, bytes: &[u8]) {
-        match Batch::read(bytes) {
+        // Without a cluster key, a batch's messages are parsed as it is read (one pass).
+        let read = match &self.config.cluster_keys {
+            Some(_) => Batch::read(bytes).map(|b| {
+                b.map(|b| {
+                    for message in b.each() {
+                        self.on_message(message);
+                    }
+                })
+            }),
+            None => Batch::parse(bytes).map(|b| {
+                b.map(|b| {
+                    for parsed in b {
+                        self.on_parsed(parsed.map_err(|_| Received::Malformed));
+                    }
+                })
+            }),
+        };
+        match read {
             Ok(None) => self.on_message(bytes),
-            Ok(Some(batch)) => {
-                for message in batch.each() {
-                    self.on_message(message);
-                }
-            }
+            Ok(Some(())) => {}
             Err(_) => {
                 self.metrics
                     .received(MessageType::Unknown, Received::Malformed);
@@ -308,6 +321,10 @@ impl Follower {
             Some(keys) => keys.verify(bytes).map_err(|e| Received::from(&e)),
             None => Message::parse(bytes).map_err(|_| Received::Malformed),
         };
+        self.on_parsed(parsed);
+    }
+
+    fn on_parsed(&mut self, parsed: Result<Message, Received>) {
         let m = match parsed {
             Ok(m) => m,
             Err(reason) => {

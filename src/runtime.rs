@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::directory::Directory;
-use crate::election::batch::Batch;
+use crate::election::batch::{Batch, Messages};
 use crate::election::firing::{Firing, FiringBook};
 use crate::election::stop::{self, Exit};
 use crate::election::{
@@ -593,16 +593,31 @@ impl Runtime {
     /// One wire message: a message alone, or a batch of them (rule 18), each of which is
     /// taken exactly as if it had come alone.
     async fn on_bytes(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
-        match Batch::read(bytes) {
+        // With a cluster key each message's own bytes are verified; without one, a batch's
+        // messages are parsed as it is read, one at a time (one pass over its bytes).
+        let read = match &self.shared.keys {
+            Some(_) => Batch::read(bytes).map(|b| b.map(|b| (b.from, Entries::Bytes(b)))),
+            None => Batch::parse(bytes).map(|b| b.map(|b| (b.from, Entries::Parsed(b)))),
+        };
+        match read {
             Ok(None) => self.on_message(bytes).await,
-            Ok(Some(batch)) => {
+            Ok(Some((from, entries))) => {
                 // The node's own batch, back from a transport that delivers to itself: none of
                 // its messages would change anything.
-                if batch.from == self.out.node_id() {
+                if from == self.out.node_id() {
                     return Ok(());
                 }
-                for message in batch.each() {
-                    self.on_message(message).await?;
+                match entries {
+                    Entries::Parsed(messages) => {
+                        for parsed in messages {
+                            self.on_checked(parsed.map_err(Rejection::from)).await?;
+                        }
+                    }
+                    Entries::Bytes(batch) => {
+                        for bytes in batch.each() {
+                            self.on_message(bytes).await?;
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -617,8 +632,8 @@ impl Runtime {
         }
     }
 
+    /// One message's bytes, checked (with a cluster key) or parsed.
     async fn on_message(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
-        // Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
         // The replay guard sits below membership on purpose: it tracks what each holder of the
         // cluster key sent (a stray node with the key included), so that no recording of it can
         // be played back; the election state of rule 1 is the core's, which a non-member never
@@ -632,6 +647,14 @@ impl Runtime {
             }),
             None => Message::parse(bytes).map_err(Rejection::from),
         };
+        self.on_checked(checked).await
+    }
+
+    /// Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
+    async fn on_checked(
+        &mut self,
+        checked: Result<Message, Rejection>,
+    ) -> Result<(), RuntimeError> {
         let msg = match checked {
             Ok(msg) => msg,
             Err(e) => {
@@ -734,6 +757,13 @@ impl Runtime {
             true
         });
     }
+}
+
+/// A batch's messages as the loop takes them: parsed as the batch is read (no cluster key),
+/// or each one's bytes, to be verified.
+enum Entries<'a> {
+    Parsed(Messages<'a>),
+    Bytes(Batch<'a>),
 }
 
 /// The command senders of every election of the node, for what concerns the node as a whole

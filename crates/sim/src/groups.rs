@@ -469,12 +469,11 @@ impl GroupsWorld {
         let now_ns = self.now;
         let mut touched: Vec<(String, Input)> = Vec::new();
         match input {
-            HostInput::Wire(bytes) => match Batch::read(&bytes) {
+            // As a node without a cluster key reads it: a batch parsed in one pass.
+            HostInput::Wire(bytes) => match Batch::parse(&bytes) {
                 Ok(Some(b)) => {
-                    for m in b.each() {
-                        if let Ok(m) = Message::parse(m) {
-                            touched.push((m.group.clone(), Input::Message(m)));
-                        }
+                    for m in b.flatten() {
+                        touched.push((m.group.clone(), Input::Message(m)));
                     }
                 }
                 Ok(None) => {
