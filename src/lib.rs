@@ -55,6 +55,7 @@ pub mod exit_budget;
 pub mod group;
 pub mod health_check;
 pub mod hooks;
+pub mod inbound;
 pub mod jobs;
 pub mod log_limit;
 pub mod metrics;

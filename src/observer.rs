@@ -31,17 +31,17 @@ use tokio_util::sync::CancellationToken;
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::directory::Directory;
-use crate::election::batch::Batch;
 use crate::election::{
     Advert, Announced, Body, Candidacy, MemberSet, Message, Timings, Transition,
 };
+use crate::inbound;
 use crate::metrics::{MessageType, Metrics, Received};
 use crate::runtime::{LastTurn, Reporter, Snapshot};
 use crate::signing::KeyRing;
 use crate::store::{HistoryEntry, HISTORY_LIMIT};
 use crate::transport::http::Peer;
 use crate::transport::pilot::PilotConfig;
-use crate::transport::{Health, Link, Links, Transport, INBOUND_CAPACITY};
+use crate::transport::{Health, Link, Links, Start, Transport, TransportConfig, INBOUND_CAPACITY};
 
 use crate::election::observed::Observed;
 
@@ -221,13 +221,21 @@ impl Follower {
     async fn follow_topic(&mut self, pilot: PilotConfig, stop: CancellationToken) {
         let (tx, mut inbound) = mpsc::channel(INBOUND_CAPACITY);
         let transport_stop = stop.child_token();
-        let transport: Arc<dyn Transport> =
-            Arc::new(crate::transport::pilot::PilotTransport::start(
-                pilot,
-                tx,
-                self.metrics.clone(),
-                transport_stop,
-            ));
+        // Started as a member's is: the same seam, the same subscription and publishing.
+        let started = TransportConfig::Pilot(pilot).start(Start {
+            inbound: tx,
+            metrics: self.metrics.clone(),
+            stop: transport_stop,
+            quorum: self.config.members.quorum(),
+            tls: None,
+        });
+        let transport = match started {
+            Ok(started) => started.transport,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot follow the election topic");
+                return;
+            }
+        };
         self.transport = Some(transport.clone());
         let mut seq = (unix_ms_now() / 1000) << 32;
         let mut announce_at = clock::now();
@@ -286,42 +294,21 @@ impl Follower {
     }
 
     /// A message alone, or a batch (docs/protocol.md, rule 18), each of whose messages is
-    /// read as if it had come alone.
+    /// read as if it had come alone: read as a member's loop reads it ([`inbound::read`]).
     fn on_bytes(&mut self, bytes: &[u8]) {
-        // Without a cluster key, a batch's messages are parsed as it is read (one pass).
-        let read = match &self.config.cluster_keys {
-            Some(_) => Batch::read(bytes).map(|b| {
-                b.map(|b| {
-                    for message in b.each() {
-                        self.on_message(message);
-                    }
-                })
-            }),
-            None => Batch::parse(bytes).map(|b| {
-                b.map(|b| {
-                    for parsed in b {
-                        self.on_parsed(parsed.map_err(|_| Received::Malformed));
-                    }
-                })
-            }),
-        };
-        match read {
-            Ok(None) => self.on_message(bytes),
-            Ok(Some(())) => {}
-            Err(_) => {
+        let keys = self.config.cluster_keys.clone();
+        match inbound::read(bytes, keys.as_ref()) {
+            Ok(reader) => {
+                for checked in reader {
+                    self.on_parsed(checked.map_err(|e| Received::from(&e)));
+                }
+            }
+            Err(e) => {
                 self.metrics
-                    .received(MessageType::Unknown, Received::Malformed);
+                    .received(MessageType::Unknown, Received::from(&e));
                 self.observing.send_modify(|o| o.rejected += 1);
             }
         }
-    }
-
-    fn on_message(&mut self, bytes: &[u8]) {
-        let parsed = match &self.config.cluster_keys {
-            Some(keys) => keys.verify(bytes).map_err(|e| Received::from(&e)),
-            None => Message::parse(bytes).map_err(|_| Received::Malformed),
-        };
-        self.on_parsed(parsed);
     }
 
     fn on_parsed(&mut self, parsed: Result<Message, Received>) {

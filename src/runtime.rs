@@ -27,13 +27,13 @@ use tokio_util::sync::CancellationToken;
 use crate::clock;
 use crate::clock::wall::{rfc3339, unix_ms_now};
 use crate::directory::Directory;
-use crate::election::batch::{Batch, Messages};
 use crate::election::firing::{Firing, FiringBook};
 use crate::election::stop::{self, Exit};
 use crate::election::{
     Action, Body, CommandError, Input, Maintenance, Member, MemberSet, Message, Node, NodeInfo,
     Outcome, Role, Timings, Transition, View,
 };
+use crate::inbound;
 use crate::log_limit::KeyedLogLimit;
 use crate::metrics::{ElectionResult, MessageType, Metrics, Received};
 use crate::observer_table::Observers;
@@ -593,61 +593,41 @@ impl Runtime {
     /// One wire message: a message alone, or a batch of them (rule 18), each of which is
     /// taken exactly as if it had come alone.
     async fn on_bytes(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
-        // With a cluster key each message's own bytes are verified; without one, a batch's
-        // messages are parsed as it is read, one at a time (one pass over its bytes).
-        let read = match &self.shared.keys {
-            Some(_) => Batch::read(bytes).map(|b| b.map(|b| (b.from, Entries::Bytes(b)))),
-            None => Batch::parse(bytes).map(|b| b.map(|b| (b.from, Entries::Parsed(b)))),
-        };
-        match read {
-            Ok(None) => self.on_message(bytes).await,
-            Ok(Some((from, entries))) => {
-                // The node's own batch, back from a transport that delivers to itself: none of
-                // its messages would change anything.
-                if from == self.out.node_id() {
-                    return Ok(());
-                }
-                match entries {
-                    Entries::Parsed(messages) => {
-                        for parsed in messages {
-                            self.on_checked(parsed.map_err(Rejection::from)).await?;
-                        }
-                    }
-                    Entries::Bytes(batch) => {
-                        for bytes in batch.each() {
-                            self.on_message(bytes).await?;
-                        }
-                    }
-                }
-                Ok(())
-            }
+        // The reading holds its own handle on the keys while each message goes to the core.
+        let keys = self.shared.keys.clone();
+        let reader = match inbound::read(bytes, keys.as_ref()) {
+            Ok(reader) => reader,
             Err(e) => {
                 tracing::debug!(error = %e, "dropped a batch");
-                let e = Rejection::from(e);
                 self.shared
                     .metrics
                     .received(MessageType::Unknown, (&e).into());
-                Ok(())
+                return Ok(());
             }
-        }
-    }
-
-    /// One message's bytes, checked (with a cluster key) or parsed.
-    async fn on_message(&mut self, bytes: &[u8]) -> Result<(), RuntimeError> {
-        // The replay guard sits below membership on purpose: it tracks what each holder of the
-        // cluster key sent (a stray node with the key included), so that no recording of it can
-        // be played back; the election state of rule 1 is the core's, which a non-member never
-        // changes.
-        let checked = match &self.shared.keys {
-            Some(keys) => keys.verify(bytes).and_then(|m| {
-                let key = self.replay_key(&m);
-                self.replay.check(&key, m.seq)?;
-                self.record_mark(&key);
-                Ok(m)
-            }),
-            None => Message::parse(bytes).map_err(Rejection::from),
         };
-        self.on_checked(checked).await
+        // The node's own batch, back from a transport that delivers to itself: none of its
+        // messages would change anything.
+        if reader.from == Some(self.out.node_id()) {
+            return Ok(());
+        }
+        for checked in reader {
+            // The replay guard sits below membership on purpose: it tracks what each holder of
+            // the cluster key sent (a stray node with the key included), so that no recording
+            // of it can be played back; the election state of rule 1 is the core's, which a
+            // non-member never changes.
+            let checked = match (&keys, checked) {
+                (Some(_), Ok(m)) => {
+                    let key = self.replay_key(&m);
+                    self.replay.check(&key, m.seq).map(|()| {
+                        self.record_mark(&key);
+                        m
+                    })
+                }
+                (_, checked) => checked,
+            };
+            self.on_checked(checked).await?;
+        }
+        Ok(())
     }
 
     /// Nothing forged, replayed or malformed reaches the core; each drop is counted by reason.
@@ -757,13 +737,6 @@ impl Runtime {
             true
         });
     }
-}
-
-/// A batch's messages as the loop takes them: parsed as the batch is read (no cluster key),
-/// or each one's bytes, to be verified.
-enum Entries<'a> {
-    Parsed(Messages<'a>),
-    Bytes(Batch<'a>),
 }
 
 /// The command senders of every election of the node, for what concerns the node as a whole

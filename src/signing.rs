@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use hmac::{Hmac, Mac};
 use serde_json::Value;
@@ -42,7 +43,8 @@ impl fmt::Debug for Key {
 /// every node, then move it first everywhere, then drop the old one.
 #[derive(Clone, Debug)]
 pub struct KeyRing {
-    keys: Vec<Key>,
+    /// Shared: every reading of a wire message holds the ring while it verifies.
+    keys: Arc<[Key]>,
 }
 
 /// Why a key file or value was refused.
@@ -151,7 +153,7 @@ impl KeyRing {
         if keys.is_empty() {
             return Err(KeyError::Empty(origin.to_string()));
         }
-        Ok(KeyRing { keys })
+        Ok(KeyRing { keys: keys.into() })
     }
 
     pub fn from_file(path: &Path) -> Result<KeyRing, KeyError> {
