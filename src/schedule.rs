@@ -278,7 +278,7 @@ fn next(cron: &Cron, grace: u64, record: Option<&Firing>, now: u64) -> Next {
         t = f;
         if due >= COUNT_LIMIT {
             // The count is a floor from here; the newest is looked for in the last day only.
-            if let Some(last) = last_before(cron, t.max(now.saturating_sub(86_400)), now) {
+            if let Some(last) = previous(cron, now + 1).filter(|last| *last >= t) {
                 newest = Some(last);
             }
             break;
@@ -302,6 +302,25 @@ fn next(cron: &Cron, grace: u64, record: Option<&Firing>, now: u64) -> Next {
 }
 
 /// The last firing in `(t, now]`.
+/// The last firing before `at` within two days, or `None`. Looked for in windows that grow
+/// from a minute, so that a schedule of every second costs a minute's firings, not two days'
+/// (a window with no firing costs one step).
+fn previous(cron: &Cron, at: u64) -> Option<u64> {
+    let mut window = 60;
+    loop {
+        if let Some(f) = last_before(cron, at.saturating_sub(window + 1), at.saturating_sub(1)) {
+            return Some(f);
+        }
+        if window >= PREVIOUS_WITHIN || window >= at {
+            return None;
+        }
+        window = (window * 16).min(PREVIOUS_WITHIN);
+    }
+}
+
+/// How far back [`previous`] looks.
+const PREVIOUS_WITHIN: u64 = 2 * 86_400;
+
 fn last_before(cron: &Cron, mut t: u64, now: u64) -> Option<u64> {
     let mut last = None;
     while let Some(f) = cron.next_after(t).filter(|f| *f <= now) {
@@ -484,8 +503,7 @@ impl Runner {
     /// the last of them.
     async fn report_missed_before(&mut self, at: u64, missed: u64, term: u64) {
         let cron = &self.handle.config.cron;
-        let before = last_before(cron, at.saturating_sub(2 * 86_400), at.saturating_sub(1));
-        let last = before.unwrap_or(at.saturating_sub(1));
+        let last = previous(cron, at).unwrap_or(at.saturating_sub(1));
         let detail = format!("{missed} firing(s) up to this one had no leader within their grace");
         self.report(last, FiringOutcome::Missed, term, None, missed, detail)
             .await;
@@ -665,6 +683,31 @@ mod tests {
         }
     }
 
+    /// The firing before an instant, for schedules from every second to once a year: what a
+    /// scan of the whole two days gives, found in the first window that holds one.
+    #[test]
+    fn the_firing_before_is_the_last_of_the_two_days_before() {
+        let at = 1_733_500_000; // 6 December 2024, 15:46:40 UTC
+        for spec in [
+            "* * * * * *",
+            "*/7 * * * * *",
+            "* * * * *",
+            "17 * * * *",
+            "0 3 * * *",
+            "0 0 * * 1",
+            "0 0 1 1 *",
+        ] {
+            let cron = Cron::parse(spec).unwrap();
+            for t in [at, at + 1, at + 59, at + 3_600, at + 86_400 + 5] {
+                let scanned = last_before(&cron, t - PREVIOUS_WITHIN - 1, t - 1);
+                assert_eq!(previous(&cron, t), scanned, "{spec} before {t}");
+            }
+        }
+        let every = Cron::parse("* * * * * *").unwrap();
+        assert_eq!(previous(&every, at), Some(at - 1));
+        assert_eq!(previous(&every, 0), None);
+    }
+
     #[test]
     fn what_a_leader_does_next() {
         let every = Cron::parse("* * * * * *").unwrap();
@@ -720,6 +763,18 @@ mod tests {
             Next::Interrupted(claimed)
         );
         // A day without a leader, a firing a second: counted, not looped over forever.
+        assert_eq!(
+            next(
+                &every,
+                5,
+                Some(&rec(1000, FiringState::Ok)),
+                1000 + COUNT_LIMIT + 10
+            ),
+            Next::Claim {
+                at: 1000 + COUNT_LIMIT + 10,
+                missed: COUNT_LIMIT - 1
+            }
+        );
         let day = 86_400;
         assert_eq!(
             next(&every, 5, Some(&rec(1000, FiringState::Ok)), 1000 + day),

@@ -139,14 +139,14 @@ impl Cron {
         let mut h = next_bit(self.hours, h0)?;
         loop {
             let mfrom = if h == h0 { m0 } else { 0 };
-            if let Some(mut mi) = next_bit(self.minutes, mfrom) {
-                loop {
-                    let sfrom = if h == h0 && mi == m0 { s0 } else { 0 };
-                    if let Some(s) = next_bit(self.seconds, sfrom) {
-                        return Some(h * 3600 + mi * 60 + s);
-                    }
-                    mi = next_bit(self.minutes, mi + 1)?;
+            let mut minute = next_bit(self.minutes, mfrom);
+            while let Some(mi) = minute {
+                let sfrom = if h == h0 && mi == m0 { s0 } else { 0 };
+                if let Some(s) = next_bit(self.seconds, sfrom) {
+                    return Some(h * 3600 + mi * 60 + s);
                 }
+                // The hour's last minute has no second left: the next hour, not the next day.
+                minute = next_bit(self.minutes, mi + 1);
             }
             h = next_bit(self.hours, h + 1)?;
         }
@@ -269,6 +269,58 @@ mod tests {
             next("* * * * *", "2026-12-07T03:05:00Z"),
             "2026-12-07T03:06:00.000Z"
         );
+        // An hour's last minute with no second left goes on to the next hour, not the next
+        // day (an every-minute schedule once skipped from XX:59:01 to midnight).
+        assert_eq!(
+            next("* * * * *", "2026-12-07T03:59:00Z"),
+            "2026-12-07T04:00:00.000Z"
+        );
+        assert_eq!(
+            next("*/7 * * * * *", "2026-12-07T03:59:57Z"),
+            "2026-12-07T04:00:00.000Z"
+        );
+        assert_eq!(
+            next("0 */20 * * * *", "2026-12-07T03:40:01Z"),
+            "2026-12-07T04:00:00.000Z"
+        );
+        assert_eq!(
+            next("30 59 * * * *", "2026-12-07T03:59:31Z"),
+            "2026-12-07T04:59:30.000Z"
+        );
+    }
+
+    /// Whether second `t` fires, read straight from the fields (the day's fields are all `*`
+    /// in the expressions this is used with).
+    fn matches_second(c: &Cron, t: u64) -> bool {
+        let s = t % 86_400;
+        let bit = |set: u64, v: u64| set & (1 << v) != 0;
+        bit(c.hours, s / 3600) && bit(c.minutes, s % 3600 / 60) && bit(c.seconds, s % 60)
+    }
+
+    /// Every firing of a day, one by one, against a plain scan of its seconds.
+    #[test]
+    fn next_after_is_the_next_matching_second_for_a_whole_day() {
+        let day = at("2026-12-07T00:00:00Z");
+        for expr in [
+            "* * * * *",
+            "*/7 * * * * *",
+            "0 */20 * * * *",
+            "15 45 */5 * * *",
+            "@hourly",
+        ] {
+            let c = Cron::parse(expr).unwrap();
+            let mut t = day - 1;
+            let mut expected = day;
+            while t < day + 86_400 - 3_600 {
+                let got = c.next_after(t).unwrap();
+                while !matches_second(&c, expected) {
+                    expected += 1;
+                }
+                assert_eq!(got, expected, "{expr} after {t}");
+                t = got;
+                expected = got + 1;
+            }
+        }
     }
 
     #[test]
