@@ -368,7 +368,11 @@ def test_lead_needs_the_node_when_given_several_members() -> None:
 def test_a_change_answers_to_the_rust_clients_field_names_too() -> None:
     c = LeaderChange(term=3, leader="b", url="http://b:1", reported_by="a", answered_by="http://a:1",
                      missed=False, reason=None, previous=None, at=None, received_at=0.0)
-    assert (c.leader_url, c.node) == ("http://b:1", "a")
+    assert (c.leader_url, c.node, c.source) == ("http://b:1", "a", "event")
+    h = LeaderChange(term=4, leader="c", url=None, reported_by="a", answered_by="http://a:1",
+                     missed=True, reason="elected", previous="b", at="2026-12-01T17:20:02Z",
+                     received_at=0.0)
+    assert h.source == "history"
 
 
 def test_lead_runs_the_work_again_in_every_tenure_until_stopped(members: List[FakeMember]) -> None:

@@ -33,6 +33,39 @@ pub struct LeaderChange {
     pub answered_by: String,
     /// How the change was learned.
     pub source: ChangeSource,
+    /// When this client learned it (tokio's monotonic clock).
+    pub received_at: Instant,
+}
+
+/// The fields of a change learned from history, under the names the Python client gives them
+/// (docs/clients.md): `None` (or `false`) for a change seen as it happened.
+impl LeaderChange {
+    /// Whether it was learned after a reconnection, from the member's history.
+    pub fn missed(&self) -> bool {
+        matches!(self.source, ChangeSource::History(_))
+    }
+
+    fn history(&self) -> Option<&Transition> {
+        match &self.source {
+            ChangeSource::History(t) => Some(t),
+            ChangeSource::Event => None,
+        }
+    }
+
+    /// Why the member's history says it happened (`elected`, `step_down`, ...).
+    pub fn reason(&self) -> Option<&str> {
+        self.history().map(|t| t.reason.as_str())
+    }
+
+    /// The leader before it, as the member's history recorded it.
+    pub fn previous(&self) -> Option<&str> {
+        self.history().and_then(|t| t.previous.as_deref())
+    }
+
+    /// When it happened, RFC 3339 UTC, by the member's wall clock.
+    pub fn at(&self) -> Option<&str> {
+        self.history().map(|t| t.at.as_str())
+    }
 }
 
 /// How a [`LeaderChange`] was learned.
@@ -558,6 +591,7 @@ impl Tracker {
                             node: current.node.clone(),
                             answered_by: answered_by.to_string(),
                             source: ChangeSource::History(t),
+                            received_at: clock::now(),
                         },
                         &mut out,
                     );
@@ -575,6 +609,7 @@ impl Tracker {
                     node: current.node,
                     answered_by: answered_by.to_string(),
                     source: ChangeSource::Event,
+                    received_at: clock::now(),
                 },
                 &mut out,
             );
@@ -735,6 +770,12 @@ mod tests {
             }
             other => panic!("from history: {other:?}"),
         }
+        // The same under the names the Python client gives them.
+        assert!(got[1].missed());
+        assert_eq!(got[1].reason(), Some("elected"));
+        assert_eq!(got[1].at(), Some("2026-12-01T17:20:02Z"));
+        assert_eq!(got[2].previous(), Some("c"));
+        assert_eq!(got[2].reason(), Some("step_down"));
         assert_eq!(got[0].leader_url, None, "history carries no URLs");
         assert_eq!(
             got[2].leader_url.as_deref(),
@@ -763,6 +804,11 @@ mod tests {
             .unwrap();
         assert_eq!(terms(&got), [(3, "a")]);
         assert_eq!(got[0].source, ChangeSource::Event);
+        assert!(!got[0].missed());
+        assert_eq!(
+            (got[0].reason(), got[0].previous(), got[0].at()),
+            (None, None, None)
+        );
         let mut t = Tracker::default();
         let got = t
             .on_event(

@@ -73,6 +73,12 @@ class LeaderChange:
         """``reported_by`` under the name the Rust client and :class:`Observation` use."""
         return self.reported_by
 
+    @property
+    def source(self) -> str:
+        """How it was learned, as the Rust client's ``source`` says it: ``"history"`` when
+        ``missed``, ``"event"`` otherwise."""
+        return "history" if self.missed else "event"
+
 
 @dataclass(frozen=True)
 class GroupChange:
