@@ -203,9 +203,12 @@ impl<'a> Cursor<'a> {
 
     /// JSON's whitespace, as serde_json skips it.
     fn skip_space(&mut self) {
-        while matches!(self.bytes.get(self.pos), Some(b' ' | b'\n' | b'\t' | b'\r')) {
-            self.pos += 1;
-        }
+        let rest = self.bytes.get(self.pos..).unwrap_or_default();
+        let spaces = rest
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
+            .count();
+        self.pos += spaces;
     }
 
     /// One JSON value of type `T` at the position, and its bytes; the position moves past it.
@@ -250,15 +253,20 @@ impl<'a> Cursor<'a> {
         }
         let start = self.pos;
         let parsed = match self.value::<Message>() {
-            Some(Ok((m, text))) if text.len() <= MAX_MESSAGE_BYTES => m.check().map(|()| m),
-            // Too large, or JSON that is not a message: read alone, for its own error.
-            _ => {
+            // Refused for its size as Message::parse refuses it alone, before its fields.
+            Some(Ok((m, text))) => match text.len() {
+                len if len > MAX_MESSAGE_BYTES => Err(WireError::TooLarge(len)),
+                _ => m.check().map(|()| m),
+            },
+            // JSON that is not a message: read alone, for its own error.
+            Some(Err(())) => {
                 self.pos = start;
                 match self.value::<&RawValue>() {
                     Some(Ok((_, text))) => Message::parse(text),
                     _ => return broken("not JSON"),
                 }
             }
+            None => return broken("not JSON"),
         };
         Some(parsed.map_err(Element::Message))
     }
@@ -434,6 +442,12 @@ mod tests {
         assert!(matches!(Batch::read(&at), Ok(Some(_))));
         let past = padded(batch("n1", 2), MAX_BATCH_BYTES + 1);
         assert!(matches!(Batch::read(&past), Err(WireError::TooLarge(_))));
+        assert!(took_one_pass(&at));
+        assert_eq!(one_pass_of(&at), two_passes(&at));
+        assert_eq!(
+            one_pass_of(&past),
+            Err(WireError::TooLarge(MAX_BATCH_BYTES + 1))
+        );
         let most = batch("n1", MAX_BATCH_MESSAGES);
         assert_eq!(
             Batch::read(&most).unwrap().unwrap().each().count(),
@@ -631,6 +645,42 @@ mod tests {
     /// `pack` counts a batch's size as its head (40 bytes and twice `from`, for escapes) and
     /// each message with its comma: a limit of exactly that keeps them in one batch, one byte
     /// less splits them, and what it sends is never larger than its count.
+    /// A message of a batch read in one pass is held to the size of a message alone: one of
+    /// exactly the most bytes is taken, one byte more is refused for its size and the batch
+    /// reads on.
+    #[test]
+    fn a_message_in_a_batch_is_held_to_the_limit_of_one_alone() {
+        let sized = |len: usize| {
+            let mut m = real(0).to_vec();
+            let close = m.pop();
+            assert_eq!(close, Some(b'}'));
+            m.resize(len - 1, b' ');
+            m.push(b'}');
+            m
+        };
+        let largest = sized(MAX_MESSAGE_BYTES);
+        assert!(Message::parse(&largest).is_ok());
+        let wire = |m: &[u8]| {
+            let mut b = br#"{"type":"batch","from":"n1","messages":["#.to_vec();
+            b.extend_from_slice(m);
+            b.push(b',');
+            b.extend_from_slice(&real(1));
+            b.extend_from_slice(b"]}");
+            b
+        };
+        let at = wire(&largest);
+        assert!(took_one_pass(&at));
+        let (_, taken) = one_pass_of(&at).unwrap().unwrap();
+        assert!(taken.iter().all(Result::is_ok), "{taken:?}");
+        assert_eq!(Ok(Some(("n1", taken))), two_passes(&at));
+        let past = wire(&sized(MAX_MESSAGE_BYTES + 1));
+        let (_, taken) = one_pass_of(&past).unwrap().unwrap();
+        assert_eq!(taken.len(), 2);
+        assert_eq!(taken[0], Err(WireError::TooLarge(MAX_MESSAGE_BYTES + 1)));
+        assert!(taken[1].is_ok());
+        assert_eq!(Ok(Some(("n1", taken))), two_passes(&past));
+    }
+
     #[test]
     fn pack_fills_a_batch_to_exactly_its_limit() {
         let messages = [msg(0, 10), msg(1, 20), msg(2, 30)];
