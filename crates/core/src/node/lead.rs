@@ -317,12 +317,16 @@ impl Node {
             .preempt_after
             .max(self.timings.election_timeout);
         let me = self.me(now);
+        // The cheapest tests first: a leader past its wait judges this at every step (the
+        // timer does not wake it, so it is due from then on), and the leader of a settled
+        // group outranks every member, so the viability of its members is seldom needed.
         let best = self
             .peers
             .iter()
-            .filter(|p| p.candidacy == Some(Candidacy::Eligible) && self.peers.viable(p, now))
-            .filter(|p| self.peers.standing(p, now).outranks(&me))
+            .filter(|p| p.candidacy == Some(Candidacy::Eligible))
             .filter(|p| p.eligible_since.is_some_and(|s| now >= s + wait))
+            .filter(|p| self.peers.standing(p, now).outranks(&me))
+            .filter(|p| self.peers.viable(p, now))
             // By standing, as every other choice of a successor: a steady member before a
             // flapped one that ranks higher, which it would soon have to preempt in turn.
             .max_by(|a, b| {
