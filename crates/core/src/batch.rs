@@ -254,10 +254,13 @@ impl<'a> Cursor<'a> {
         let start = self.pos;
         let parsed = match self.value::<Message>() {
             // Refused for its size as Message::parse refuses it alone, before its fields.
-            Some(Ok((m, text))) => match text.len() {
-                len if len > MAX_MESSAGE_BYTES => Err(WireError::TooLarge(len)),
-                _ => m.check().map(|()| m),
-            },
+            Some(Ok((m, text))) => {
+                if text.len() > MAX_MESSAGE_BYTES {
+                    Err(WireError::TooLarge(text.len()))
+                } else {
+                    m.check().map(|()| m)
+                }
+            }
             // JSON that is not a message: read alone, for its own error.
             Some(Err(())) => {
                 self.pos = start;
@@ -642,9 +645,6 @@ mod tests {
         assert!(broken > 100, "only {broken} of 3000 broke off partway");
     }
 
-    /// `pack` counts a batch's size as its head (40 bytes and twice `from`, for escapes) and
-    /// each message with its comma: a limit of exactly that keeps them in one batch, one byte
-    /// less splits them, and what it sends is never larger than its count.
     /// A message of a batch read in one pass is held to the size of a message alone: one of
     /// exactly the most bytes is taken, one byte more is refused for its size and the batch
     /// reads on.
@@ -681,6 +681,9 @@ mod tests {
         assert_eq!(Ok(Some(("n1", taken))), two_passes(&past));
     }
 
+    /// `pack` counts a batch's size as its head (40 bytes and twice `from`, for escapes) and
+    /// each message with its comma: a limit of exactly that keeps them in one batch, one byte
+    /// less splits them, and what it sends is never larger than its count.
     #[test]
     fn pack_fills_a_batch_to_exactly_its_limit() {
         let messages = [msg(0, 10), msg(1, 20), msg(2, 30)];
