@@ -24,7 +24,7 @@ use crate::group::GroupSelection;
 use crate::health_check::{HealthCheckConfig, HealthChecks};
 use crate::hooks::{HookConfig, Hooks};
 use crate::metrics::Metrics;
-use crate::observer::{Observer, ObserverConfig, Source as ObserverSource};
+use crate::observer::{Observer, ObserverConfig};
 use crate::observer_table::ObserverTable;
 use crate::runtime::{
     Command, ElectionHandle, ElectionParts, EveryElection, FiringWrites, GroupChange, Keeps,
@@ -180,6 +180,9 @@ impl NodeBuilder {
 
     pub fn build(self) -> Result<BuiltNode, RunError> {
         let config = self.config;
+        if let TransportConfig::Events(_) = config.transport {
+            return Err(StartError::ObserverOnly.into());
+        }
         // Every election of the process heartbeats on this beat (rule 18).
         let beat = crate::clock::now();
         let loaded = Store::open(&config.data_dir, config.reset_state)?;
@@ -198,12 +201,17 @@ impl NodeBuilder {
         let metrics = Arc::new(Metrics::new());
         let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
         let transport_stop = CancellationToken::new();
-        let Started { transport, ingress } = match self.transport {
+        let Started {
+            transport,
+            ingress,
+            reports,
+        } = match self.transport {
             // A test's stand-in for the http transport (a memory bus, a faulty link): its node
             // takes `POST /peer/messages` as an http node does.
             Some(make) => Started {
                 transport: make(in_tx.clone(), metrics.clone(), transport_stop.clone()),
                 ingress: Some(transport::http::ingress(in_tx.clone(), metrics.clone())),
+                reports: None,
             },
             None => config.transport.start(transport::Start {
                 inbound: in_tx,
@@ -221,10 +229,11 @@ impl NodeBuilder {
             inbound: in_rx,
             metrics: metrics.clone(),
             info: config.info.clone(),
-            store: loaded.store.clone(),
-            book: book.clone(),
+            store: Some(loaded.store.clone()),
+            book: Some(book.clone()),
             node_id: config.node_id.clone(),
             group_changes: group_changes_rx,
+            reports,
         });
         let added = added_groups(&config, &loaded.store)?;
         let default_store = loaded.store.clone();
@@ -1092,15 +1101,12 @@ pub async fn run_observer(
     tracing::info!(
         node = %node_id,
         members = %o.members,
-        transport = match &o.source {
-            ObserverSource::Http { .. } => "http",
-            ObserverSource::Pilot(_) => "pilot",
-        },
+        transport = o.transport_kind(),
         verified = o.cluster_keys.is_some(),
         "observer starting: it follows the election without a vote"
     );
     let metrics = Arc::new(Metrics::new());
-    let observer = Observer::start(config.observer.clone(), metrics.clone());
+    let observer = Observer::start(config.observer.clone(), metrics.clone())?;
     let hooks = config.on_change.clone().map(|h| {
         let who = (node_id.clone(), group.clone());
         Hooks::start(h, observer.changes.clone(), who, timings, metrics.clone())
@@ -1303,6 +1309,28 @@ mod tests {
             info: None,
             tls: None,
         }
+    }
+
+    /// The events transport hears reports, not messages, and sends nothing: a member on it
+    /// could never elect, so it is refused before anything is opened or written.
+    #[test]
+    fn a_member_on_the_events_transport_is_refused() {
+        let dir = Dir::new("events");
+        let mut c = minimal("n1");
+        c.data_dir = dir.0.clone();
+        c.transport = TransportConfig::Events(transport::events::EventsConfig {
+            members: Vec::new(),
+            node_id: "n1".into(),
+            group: None,
+            http: None,
+        });
+        let e = NodeBuilder::new(c).build().err().expect("refused");
+        assert!(
+            matches!(e, RunError::Transport(StartError::ObserverOnly)),
+            "{e}"
+        );
+        assert!(e.to_string().contains("observer's"), "{e}");
+        assert!(!dir.0.exists(), "nothing is written for a refused node");
     }
 
     #[test]

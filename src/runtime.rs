@@ -39,6 +39,7 @@ use crate::metrics::{ElectionResult, MessageType, Metrics, Received};
 use crate::observer_table::Observers;
 use crate::signing::{KeyRing, Rejection, ReplayGuard};
 use crate::store::{HistoryEntry, Store, StoreError, HISTORY_LIMIT};
+use crate::transport::events::Report;
 use crate::transport::{Health, Transport};
 
 mod change;
@@ -46,12 +47,15 @@ mod election;
 mod firings;
 mod labels;
 mod maintenance;
+mod observation;
 mod outbox;
 pub use change::{reason as change_reason, Change, ChangeRole, Reporter};
 use election::{Election, Shared};
 pub use election::{ElectionParts, Keeps};
 pub use firings::{FiringRequest, FiringWrites};
 pub use maintenance::MaintenanceRequest;
+use observation::Observation;
+pub use observation::{ObservationHandle, ObservationParts, Observing, ANNOUNCE_EVERY};
 use outbox::{Outbox, Pacing};
 
 use crate::exit_budget::{FLUSH as FLUSH_GRACE, HANDOVER as SHUTDOWN_GRACE};
@@ -126,14 +130,19 @@ pub enum RuntimeError {
 pub struct Runtime {
     /// Every election this process takes part in, by group.
     elections: BTreeMap<String, Election>,
+    /// Every election it follows without a vote (`run --observe`), by group.
+    observations: BTreeMap<String, Observation>,
+    /// What the members an observer follows over http report (its transport's).
+    reports: Option<mpsc::Receiver<Report>>,
     /// The first group added: its senders' replay marks keep the keys a node of one election
     /// has always saved (see [`Runtime::replay_key`]).
     default_group: Option<String>,
     shared: Shared,
     /// One turn's messages and state, sent and kept at the end of the turn (rule 18).
     out: Outbox,
-    /// The process's store: the replay marks (each election's state is in its own store).
-    store: Store,
+    /// The process's store: the replay marks (each election's state is in its own store);
+    /// `None` for an observer, which keeps nothing.
+    store: Option<Store>,
     inbound: mpsc::Receiver<Vec<u8>>,
     /// Every election's commands and maintenance requests, each tagged with its group.
     requests: SelectAll<BoxStream<'static, (Arc<str>, Request)>>,
@@ -207,14 +216,17 @@ pub struct Wiring {
     pub metrics: Arc<Metrics>,
     /// What this node announces to clients (`--advertise-url`, `--meta`).
     pub info: Option<NodeInfo>,
-    /// The process's store, for the replay marks.
-    pub store: Store,
-    /// The persisted state of every group beside the default one.
-    pub book: Arc<Mutex<crate::store::Book>>,
+    /// The process's store, for the replay marks; `None` for an observer, which keeps
+    /// nothing (its replay guard starts empty at each start).
+    pub store: Option<Store>,
+    /// The persisted state of every group beside the default one (`None`: an observer's).
+    pub book: Option<Arc<Mutex<crate::store::Book>>>,
     /// This node's id.
     pub node_id: String,
     /// Elections added and removed while the node runs.
     pub group_changes: mpsc::Receiver<GroupChange>,
+    /// The events transport's reports ([`crate::transport::Started::reports`]).
+    pub reports: Option<mpsc::Receiver<Report>>,
 }
 
 /// How the API and the companions reach one election of the loop.
@@ -235,14 +247,16 @@ impl Runtime {
         let now = clock::now();
         let last_turn = Arc::new(Mutex::new(now));
         // Only signed messages are de-replayed (unsigned ones prove nothing about their sender).
-        let replay = match &wiring.keys {
-            Some(_) => ReplayGuard::from_marks(&wiring.store.replay_marks()),
-            None => ReplayGuard::new(),
+        let replay = match (&wiring.keys, &wiring.store) {
+            (Some(_), Some(store)) => ReplayGuard::from_marks(&store.replay_marks()),
+            _ => ReplayGuard::new(),
         };
         // Saved again as loaded, so a sender silent during this run keeps its mark.
         let marks = replay.marks();
         let rt = Runtime {
             elections: BTreeMap::new(),
+            observations: BTreeMap::new(),
+            reports: wiring.reports,
             default_group: None,
             shared: Shared {
                 health: Arc::new(wiring.transport.health()),
@@ -309,6 +323,15 @@ impl Runtime {
         }
     }
 
+    /// Adds the observed election of `parts.group` to the loop (`run --observe`): from now on
+    /// it takes that group's messages, or the reports of the members it follows over http.
+    pub fn add_observation(&mut self, parts: ObservationParts) -> ObservationHandle {
+        let group = parts.group.clone();
+        let (observation, handle) = Observation::new(parts, &self.shared, clock::now());
+        self.observations.insert(group, observation);
+        handle
+    }
+
     /// Every resign of `group`'s election waits for `guard` first (see [`ReleaseGuard`]), and
     /// for every guard given before it, all at once.
     pub fn guard_releases(&mut self, group: &str, guard: ReleaseGuard) {
@@ -339,11 +362,11 @@ impl Runtime {
             .values()
             .map(|e| e.history_writer(&flush_now))
             .collect();
-        if self.shared.keys.is_some() {
+        if let (Some(_), Some(store)) = (&self.shared.keys, &self.store) {
             // Marks change with every signed message: at most one save per heartbeat interval.
             writers.push(tokio::spawn(file_writer(
                 "replay marks",
-                self.store.clone(),
+                store.clone(),
                 self.replay_out.subscribe(),
                 self.heartbeat(),
                 flush_now.clone(),
@@ -387,6 +410,9 @@ impl Runtime {
         for election in self.elections.values_mut() {
             election.publish_snapshot(&self.shared, clock::now());
         }
+        for observation in self.observations.values_mut() {
+            observation.publish(&self.shared, clock::now());
+        }
         loop {
             // Before anything else: a restarted node holds the pause it kept on disk from its
             // first step, and a pause that reached its end lapses here.
@@ -409,7 +435,8 @@ impl Runtime {
                 }
             }
             let next = self.elections.values().filter_map(|e| e.deadline);
-            let mut deadline = next.min().unwrap_or(now + h);
+            let observed = self.observations.values().map(Observation::deadline);
+            let mut deadline = next.chain(observed).min().unwrap_or(now + h);
             if let Some(s) = &stopping {
                 deadline = deadline.min(s.since + SHUTDOWN_GRACE);
             }
@@ -420,6 +447,7 @@ impl Runtime {
                 _ = clock::sleep_until(deadline) => self.tick(deadline).await?,
                 _ = clock::sleep_until(release.unwrap_or(deadline)), if release.is_some() => {}
                 Some(bytes) = self.inbound.recv() => self.on_bytes(&bytes).await?,
+                Some(report) = next_report(&mut self.reports) => self.on_report(&report),
                 Some((group, request)) = self.requests.next() => {
                     self.on_request(&group, request).await?;
                 }
@@ -463,7 +491,21 @@ impl Runtime {
                     .await?;
             }
         }
+        for observation in self.observations.values_mut() {
+            if observation.deadline() <= due {
+                observation.on_time(&self.shared, &mut self.out, due);
+            }
+        }
         Ok(())
+    }
+
+    /// A report of a member an observer follows over http, for every observed election (an
+    /// observer follows one group, whose members' `/events` its transport follows).
+    fn on_report(&mut self, report: &Report) {
+        let now = clock::now();
+        for observation in self.observations.values_mut() {
+            observation.on_report(&mut self.shared, now, report);
+        }
     }
 
     async fn on_request(&mut self, group: &str, request: Request) -> Result<(), RuntimeError> {
@@ -602,6 +644,7 @@ impl Runtime {
                 self.shared
                     .metrics
                     .received(MessageType::Unknown, (&e).into());
+                self.observations.values().for_each(Observation::rejected);
                 return Ok(());
             }
         };
@@ -642,10 +685,16 @@ impl Runtime {
                 self.shared
                     .metrics
                     .received(MessageType::Unknown, (&e).into());
+                self.observations.values().for_each(Observation::rejected);
                 return Ok(());
             }
         };
         let kind = MessageType::from(&msg.body);
+        if let Some(observation) = self.observations.get_mut(&msg.group) {
+            observation.on_message(&mut self.shared, clock::now(), &msg);
+            self.shared.metrics.received(kind, Received::Observed);
+            return Ok(());
+        }
         let Some(election) = self.elections.get_mut(&msg.group) else {
             // A group this process takes no part in: nothing of it is read.
             let received = if msg.observer {
@@ -839,6 +888,14 @@ fn log_stray(
 struct Stopping {
     since: Instant,
     hand_over: BTreeMap<String, bool>,
+}
+
+/// The next report of the events transport; never, without one.
+async fn next_report(reports: &mut Option<mpsc::Receiver<Report>>) -> Option<Report> {
+    match reports {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `rx` as a stream of requests of `group`.

@@ -88,7 +88,7 @@ pub struct AppParts {
     pub subscribers: Subscribers,
     /// On an observer (`run --observe`): how it follows, for `/status`. `Some` makes this an
     /// observer's API: it refuses every command, and never answers 200 on `/role/leader`.
-    pub observing: Option<watch::Receiver<crate::observer::Observing>>,
+    pub observing: Option<watch::Receiver<crate::runtime::Observing>>,
 }
 
 /// Every route of the service: the API's and the transport's ingress. Pure: building it starts

@@ -12,10 +12,11 @@ use crate::exec::ExecConfig;
 use crate::group::GroupSelection;
 use crate::health_check::{HealthCheckConfig, HealthFlags};
 use crate::hooks::HookConfig;
-use crate::observer::{ObserverConfig, Source as ObserverSource};
+use crate::observer::ObserverConfig;
 use crate::pilotctl::Pilotctl;
 use crate::schedule::{Cron, ScheduleConfig};
 use crate::signing::KeyRing;
+use crate::transport::events::EventsConfig;
 use crate::transport::http::Peer;
 use crate::transport::pilot::{daemon, PilotConfig, PilotIo};
 use crate::transport::TransportConfig;
@@ -358,18 +359,23 @@ impl RunArgs {
                 .to_string(),
             None => group.clone(),
         };
+        let transport = match pilot {
+            Some(pilot) => TransportConfig::Pilot(pilot),
+            None => TransportConfig::Events(EventsConfig {
+                members: peers,
+                node_id: node_id.clone(),
+                // The default group's routes name none, as members of every release serve them.
+                group: (follows != group).then(|| follows.clone()),
+                http,
+            }),
+        };
         let observer = ObserverConfig {
             node_id,
-            group,
             follows,
             members,
-            source: match pilot {
-                Some(pilot) => ObserverSource::Pilot(pilot),
-                None => ObserverSource::Http { members: peers },
-            },
+            transport,
             cluster_keys: self.cluster_keys()?,
             timings: self.timings()?,
-            http,
         };
         Ok(ObserverNodeConfig {
             observer,

@@ -27,8 +27,8 @@ pub(super) struct Outbox {
     messages: Vec<Arc<[u8]>>,
     /// The default group's new state, if it changed this turn (its own files, not the book).
     own: Option<(Store, Persistent)>,
-    /// The state of every other group.
-    pub(super) book: Arc<Mutex<Book>>,
+    /// The state of every other group (`None`: an observer's loop, which keeps nothing).
+    book: Option<Arc<Mutex<Book>>>,
     /// Counts the flushes: an election that added to the turn of this number has actions that
     /// have not run yet.
     turn: u64,
@@ -50,7 +50,7 @@ pub(super) enum Pacing {
 }
 
 impl Outbox {
-    pub(super) fn new(node_id: String, book: Arc<Mutex<Book>>) -> Outbox {
+    pub(super) fn new(node_id: String, book: Option<Arc<Mutex<Book>>>) -> Outbox {
         Outbox {
             messages: Vec::new(),
             own: None,
@@ -88,7 +88,8 @@ impl Outbox {
 
     /// Keeps `group`'s `p` in the book at the end of the turn.
     pub(super) fn persist_in_book(&mut self, group: &str, p: &Persistent) {
-        self.book
+        (self.book.as_ref())
+            .expect("a node that takes part in elections has a book")
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .stage(group, p);
@@ -153,18 +154,17 @@ impl Outbox {
     ) -> Result<(), RuntimeError> {
         self.turn += 1;
         let own = self.own.take();
-        let book_dirty = self
-            .book
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_dirty();
-        if own.is_some() || book_dirty {
-            let book = self.book.clone();
+        let book =
+            (self.book.clone()).filter(|b| b.lock().unwrap_or_else(|e| e.into_inner()).is_dirty());
+        if own.is_some() || book.is_some() {
             tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
                 if let Some((store, p)) = own {
                     store.persist(&p)?;
                 }
-                book.lock().unwrap_or_else(|e| e.into_inner()).write()
+                match book {
+                    Some(book) => book.lock().unwrap_or_else(|e| e.into_inner()).write(),
+                    None => Ok(()),
+                }
             })
             .await
             .expect("the persist task does not panic")?;
@@ -248,7 +248,10 @@ mod tests {
     fn outbox() -> (Outbox, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("pe-outbox-{}", std::process::id()));
         let book = Book::open(&dir, true).expect("book");
-        (Outbox::new("n1".into(), Arc::new(Mutex::new(book))), dir)
+        (
+            Outbox::new("n1".into(), Some(Arc::new(Mutex::new(book)))),
+            dir,
+        )
     }
 
     fn msg(i: usize) -> Arc<[u8]> {

@@ -5,6 +5,7 @@
 //! Inbound messages arrive as raw bytes on a channel so that parsing, size limits and counting
 //! happen in one place, the runtime, whatever the transport.
 
+pub mod events;
 pub mod http;
 pub mod memory;
 mod pace;
@@ -38,6 +39,9 @@ pub enum TransportConfig {
     },
     /// Over the Pilot overlay's brokers, through pilotctl.
     Pilot(pilot::PilotConfig),
+    /// An observer's only (`run --observe` over http): one member's `/events` at a time,
+    /// whose reports reach the loop through [`Started::reports`]; it sends nothing.
+    Events(events::EventsConfig),
 }
 
 /// What a node gives the transport it starts.
@@ -59,6 +63,8 @@ pub struct Start {
 pub struct Started {
     pub transport: Arc<dyn Transport>,
     pub ingress: Option<Ingress>,
+    /// What the members followed report (the events transport's); `None` for every other.
+    pub reports: Option<mpsc::Receiver<events::Report>>,
 }
 
 /// Routes a transport serves on the node's HTTP server for its peers (the http transport's
@@ -77,6 +83,10 @@ pub struct Ingress {
 pub enum StartError {
     #[error("cannot start the HTTP transport: {0}")]
     HttpClient(#[from] reqwest::Error),
+    #[error("cannot follow the members' /events: {0}")]
+    Events(String),
+    #[error("the events transport is an observer's (run --observe over http): a member elects over http or pilot")]
+    ObserverOnly,
 }
 
 impl TransportConfig {
@@ -92,6 +102,7 @@ impl TransportConfig {
                     node.metrics,
                     node.tls,
                 )?),
+                reports: None,
             },
             TransportConfig::Pilot(config) => Started {
                 transport: Arc::new(pilot::PilotTransport::start(
@@ -101,7 +112,17 @@ impl TransportConfig {
                     node.stop,
                 )),
                 ingress: None,
+                reports: None,
             },
+            TransportConfig::Events(config) => {
+                let (transport, reports) =
+                    events::EventsTransport::start(config.clone(), node.stop)?;
+                Started {
+                    transport: Arc::new(transport),
+                    ingress: None,
+                    reports: Some(reports),
+                }
+            }
         })
     }
 
@@ -114,6 +135,8 @@ impl TransportConfig {
                 (peers.len() * crate::peer_client::PEER_IN_FLIGHT) as u64
             }
             TransportConfig::Pilot(_) => 0,
+            // One stream at a time, and its reconnection.
+            TransportConfig::Events(_) => 2,
         }
     }
 }
