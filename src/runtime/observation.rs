@@ -9,7 +9,6 @@
 use super::*;
 
 use crate::election::observed::Observed;
-use crate::election::{Advert, Announced, Candidacy};
 use crate::transport::events::Report;
 
 /// How often an observer over pilot announces itself to the members.
@@ -60,7 +59,6 @@ pub struct ObservationHandle {
 /// One observed election's state in the shell.
 pub(super) struct Observation {
     observed: Observed,
-    node_id: String,
     group: String,
     members: Arc<MemberSet>,
     timings: Timings,
@@ -115,7 +113,6 @@ impl Observation {
         });
         let observation = Observation {
             observed,
-            node_id: parts.node_id,
             group: parts.group,
             members,
             timings: parts.timings,
@@ -250,30 +247,9 @@ impl Observation {
         });
     }
 
-    /// A presence that tells the members an observer is there: withdrawn, hearing nobody, in
-    /// the term it knows, marked `observer` so that no member hands it to its core.
+    /// Its announcement, as the core makes it, stamped and signed.
     fn announcement(&self, shared: &Shared) -> Arc<[u8]> {
-        let mut m = Message {
-            term: self.observed.term(),
-            seq: self.seq,
-            members: self.members.fingerprint().to_string(),
-            timings: Some(Announced::of(&self.timings)),
-            observer: true,
-            ..Message::new(
-                self.group.clone(),
-                self.node_id.clone(),
-                Body::Presence {
-                    advert: Advert {
-                        priority: 0,
-                        candidacy: Candidacy::Withdrawn,
-                        hears: Vec::new(),
-                        member_ids: self.members.ids().map(str::to_string).collect(),
-                        flapped: false,
-                        unhealthy: false,
-                    },
-                },
-            )
-        };
+        let mut m = self.observed.announcement(self.seq, &self.timings);
         m.stamp(unix_ms_now());
         if let Some(keys) = &shared.keys {
             keys.sign(&mut m);
@@ -294,6 +270,7 @@ fn following(health: &Health) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::election::{Announced, Candidacy};
     use crate::transport::memory::Bus;
 
     const GROUP: &str = "shard-7";

@@ -18,7 +18,8 @@ use tokio::time::Instant;
 
 use crate::interface::{Member, Reason, Role, Transition, View};
 use crate::membership::MemberSet;
-use crate::message::{Announced, Body, Candidacy, Message, Versions};
+use crate::message::{Advert, Announced, Body, Candidacy, Message, Versions};
+use crate::timings::Timings;
 
 /// What the observer heard of its leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,6 +263,33 @@ impl Observed {
             e.priority = a.priority;
             e.candidacy = Some(a.candidacy);
             e.healthy = Some(!a.unhealthy);
+        }
+    }
+
+    /// What tells the members an observer is there (over pilot, every few seconds): a
+    /// presence, withdrawn, hearing nobody, in the term it knows, marked `observer` so that no
+    /// member hands it to its core (a member records it for its `/status`). `seq` numbers the
+    /// observer's announcements; `timings` are its own, announced as a member's are.
+    pub fn announcement(&self, seq: u64, timings: &Timings) -> Message {
+        let advert = Advert {
+            priority: 0,
+            candidacy: Candidacy::Withdrawn,
+            hears: Vec::new(),
+            member_ids: self.members.ids().map(str::to_string).collect(),
+            flapped: false,
+            unhealthy: false,
+        };
+        Message {
+            term: self.term,
+            seq,
+            members: self.members.fingerprint().to_string(),
+            timings: Some(Announced::of(timings)),
+            observer: true,
+            ..Message::new(
+                self.group.clone(),
+                self.node_id.clone(),
+                Body::Presence { advert },
+            )
         }
     }
 
@@ -686,5 +714,42 @@ mod tests {
         assert_eq!(o.members_live(w.at(3300)), 0);
         let c = find(&o, "c", 0);
         assert!(!c.live && c.fingerprint.is_none() && c.last_seen.is_none());
+    }
+
+    /// The announcement reads as a whole message of the observer's group and term, withdrawn
+    /// and marked observer; another observer, like a member's core, takes nothing from it,
+    /// whatever term it names.
+    #[test]
+    fn an_announcement_is_a_withdrawn_presence_marked_observer_that_names_nobody() {
+        let mut w = Wire::new();
+        let mut o = observer();
+        let hb = w.heartbeat("a", 4);
+        o.on_message(w.at(0), &hb);
+        let timings = Timings::default();
+        let m = o.announcement(77, &timings);
+        let back = Message::parse(m.to_json().as_bytes()).expect("a whole message");
+        assert_eq!(back, m);
+        assert!(m.observer);
+        assert_eq!((m.group.as_str(), m.from.as_str()), ("g", "o"));
+        assert_eq!(
+            (m.term, m.seq),
+            (4, 77),
+            "the term it knows, the number given"
+        );
+        assert_eq!(m.members, o.members.fingerprint());
+        assert_eq!(m.timings, Some(Announced::of(&timings)));
+        let advert = m.body.advert().expect("a presence");
+        assert_eq!(advert.candidacy, Candidacy::Withdrawn);
+        assert!(advert.hears.is_empty());
+        assert!(advert
+            .member_ids
+            .iter()
+            .map(String::as_str)
+            .eq(o.members.ids()));
+        assert!(advert.member_ids.len() >= 3, "{:?}", advert.member_ids);
+        let mut other = observer();
+        let higher = Message { term: 9, ..m };
+        assert!(other.on_message(w.at(0), &higher).is_empty());
+        assert_eq!(other.term(), 0, "an observer's word raises no term");
     }
 }
