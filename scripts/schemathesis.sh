@@ -13,19 +13,50 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VERSION="4.32.5"
-VENV=".tools/schemathesis-${VERSION}"
-ST="${VENV}/bin/schemathesis"
 BIN="${1:-target/release/pilot-election}"
 MAX_EXAMPLES="${SCHEMATHESIS_MAX_EXAMPLES:-40}"
 MAX_TIME="${SCHEMATHESIS_MAX_TIME:-50}"
 
 die() { echo "schemathesis.sh: $*" >&2; exit 1; }
 
+# CPython 3.11 before 3.11.8 and 3.12 before 3.12.2 keep one AST recursion counter for every
+# thread (cpython gh-106905): Hypothesis parses source to describe a strategy, in each of
+# schemathesis's worker threads, and now and then one of them fails with "SystemError: AST
+# constructor recursion depth mismatch", a tool error reported as a failed operation. Prefer an
+# interpreter with the fix (pyenv's too); with none, run a single worker, which the race needs
+# two of.
+fixed() {
+    "$1" -c 'import sys
+v = sys.version_info[:3]
+sys.exit(0 if v >= (3, 13) or (3, 12, 2) <= v < (3, 13) or (3, 11, 8) <= v < (3, 12) else 1)' \
+        2>/dev/null
+}
+PY=""
+PYENV_PYTHONS=()
+if command -v pyenv >/dev/null; then
+    mapfile -t PYENV_PYTHONS < <(ls -d "$(pyenv root)"/versions/3.*/bin/python3 2>/dev/null | sort -rV)
+fi
+for candidate in python3 "${PYENV_PYTHONS[@]}"; do
+    if fixed "$candidate"; then
+        PY="$candidate"
+        break
+    fi
+done
+WORKERS=2
+if [ -z "$PY" ]; then
+    PY=python3
+    WORKERS=1
+    echo "schemathesis.sh: no Python with the fix of cpython gh-106905 here: one worker" >&2
+fi
+PY_VERSION="$("$PY" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')"
+VENV=".tools/schemathesis-${VERSION}-py${PY_VERSION}"
+ST="${VENV}/bin/schemathesis"
+
 # A venv under the ignored .tools/ keeps the system Python clean; the versioned directory makes
 # a re-run free and a version bump a fresh install.
 if ! "$ST" --version 2>/dev/null | grep -qF "$VERSION"; then
     rm -rf "$VENV"
-    if ! python3 -m venv "$VENV" 2>/dev/null; then
+    if ! "$PY" -m venv "$VENV" 2>/dev/null; then
         # Debian splits venv (and ensurepip) out of python3; install it when we may.
         rm -rf "$VENV"
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -33,7 +64,7 @@ if ! "$ST" --version 2>/dev/null | grep -qF "$VERSION"; then
                 || { apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null; }; } \
                 || die "could not install python3-venv"
         fi
-        python3 -m venv "$VENV" || die "python3 -m venv failed (install python3-venv)"
+        "$PY" -m venv "$VENV" || die "$PY -m venv failed (install python3-venv)"
     fi
     "${VENV}/bin/pip" install --quiet --disable-pip-version-check "schemathesis==${VERSION}"
 fi
@@ -91,7 +122,7 @@ COMMON=(
     --checks "$CHECKS"
     --max-examples "$MAX_EXAMPLES"
     --max-time "$MAX_TIME"
-    --workers 2
+    --workers "$WORKERS"
     --request-timeout 10
     --generation-database none
     --no-color
@@ -127,13 +158,17 @@ fi
 command -v openssl >/dev/null || die "openssl is missing: apt-get install -y openssl"
 tls="$WORK/tls"
 mkdir -p "$tls"
+# With the extensions Python 3.13's strict verification requires of a CA and its leaves.
 openssl req -x509 -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -days 2 \
-    -subj "/CN=schemathesis CA" -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+    -subj "/CN=schemathesis CA" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
 for who in node operator; do
     openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:P-256 -subj "/CN=$who" \
         -keyout "$tls/$who.key" -out "$tls/$who.csr" 2>/dev/null
-    printf 'subjectAltName=DNS:%s,DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' \
-        "$who" >"$tls/$who.ext"
+    printf '%s\n' "subjectAltName=DNS:${who},DNS:localhost,IP:127.0.0.1" \
+        "extendedKeyUsage=serverAuth,clientAuth" "keyUsage=critical,digitalSignature" \
+        "subjectKeyIdentifier=hash" "authorityKeyIdentifier=keyid,issuer" >"$tls/$who.ext"
     openssl x509 -req -in "$tls/$who.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
         -CAcreateserial -days 2 -extfile "$tls/$who.ext" -out "$tls/$who.pem" 2>/dev/null
 done

@@ -502,6 +502,8 @@ impl Runtime {
     /// A report of a member an observer follows over http, for every observed election (an
     /// observer follows one group, whose members' `/events` its transport follows).
     fn on_report(&mut self, report: &Report) {
+        // The member it came from is the one the transport follows now: its snapshot says so.
+        self.shared.refresh_health();
         let now = clock::now();
         for observation in self.observations.values_mut() {
             observation.on_report(&mut self.shared, now, report);
@@ -771,6 +773,10 @@ impl Runtime {
     /// entry by entry (a whole copy per message would cost one allocation per tracked sender),
     /// and rebuilt only when the guard has forgotten a sender to stay bounded.
     fn record_mark(&self, from: &str) {
+        if self.store.is_none() {
+            // An observer's: kept in memory only, nobody writes them.
+            return;
+        }
         let replay = &self.replay;
         let Some(highest) = replay.highest(from) else {
             return;

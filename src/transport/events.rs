@@ -114,7 +114,7 @@ async fn follow(
     stop: CancellationToken,
 ) {
     let mut stream = client.observe();
-    loop {
+    let look = |stream: &pilot_election_client::Observe| {
         let status = stream.status();
         let now = health_of(
             &members,
@@ -122,9 +122,14 @@ async fn follow(
             status.last_error.clone(),
         );
         *health.lock().unwrap_or_else(|e| e.into_inner()) = now;
+    };
+    loop {
+        look(&stream);
         tokio::select! {
             item = stream.next() => {
                 let Some(o) = item else { return };
+                // Before the report: the loop reads whom it came from as it takes it.
+                look(&stream);
                 let report = Report {
                     node: o.node,
                     leader: o.leader,
@@ -141,13 +146,19 @@ async fn follow(
     }
 }
 
-/// The transport's health: following the member at `connected` (its URL without a trailing
-/// slash), or none while it reconnects.
+/// Whether the member URL `given` (as configured) is `connected` (as the client names it: the
+/// URL parsed, without a trailing slash).
+fn is_connected(given: &str, connected: &str) -> bool {
+    let parsed = reqwest::Url::parse(given).map(|u| u.as_str().trim_end_matches('/').to_string());
+    given.trim_end_matches('/') == connected || parsed.is_ok_and(|p| p == connected)
+}
+
+/// The transport's health: following the member at `connected`, or none while it reconnects.
 fn health_of(members: &[Peer], connected: Option<&str>, last_error: Option<String>) -> Health {
     let entries = members
         .iter()
         .map(|p| {
-            let state = if connected == Some(p.url.trim_end_matches('/')) {
+            let state = if connected.is_some_and(|c| is_connected(&p.url, c)) {
                 "following"
             } else {
                 "standby"
@@ -168,5 +179,42 @@ fn health_of(members: &[Peer], connected: Option<&str>, last_error: Option<Strin
             name: "member",
             entries,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(id: &str, url: &str) -> Peer {
+        Peer {
+            id: id.into(),
+            url: url.into(),
+        }
+    }
+
+    /// The member followed is found however its URL was written, as the client names it
+    /// parsed: a capital in the host, a default port, a trailing slash.
+    #[test]
+    fn the_member_followed_is_the_one_the_client_names() {
+        let members = [
+            peer("n1", "http://127.0.0.1:7001/"),
+            peer("n2", "http://Node-2.example:80"),
+        ];
+        let states = |h: &Health| -> Vec<&'static str> {
+            let links = h.links.as_ref().expect("links");
+            links.entries.iter().map(|l| l.state).collect()
+        };
+        let h = health_of(&members, Some("http://node-2.example"), None);
+        assert_eq!(states(&h), ["standby", "following"]);
+        assert!(h.healthy && h.reason.is_none());
+        let h = health_of(&members, Some("http://127.0.0.1:7001"), None);
+        assert_eq!(states(&h), ["following", "standby"]);
+        let h = health_of(&members, None, Some("refused".into()));
+        assert!(!h.healthy && h.reason.is_some());
+        assert_eq!(h.last_error.as_deref(), Some("refused"));
+        assert_eq!(states(&h), ["standby", "standby"]);
+        let links = h.links.unwrap();
+        assert_eq!((links.list, links.name), ("members", "member"));
     }
 }
