@@ -722,13 +722,7 @@ impl Runtime {
             return Ok(());
         }
         if member {
-            if (self.shared.directory).would_change(&msg.from, msg.seq, msg.info.as_ref()) {
-                Arc::make_mut(&mut self.shared.directory).record(
-                    &msg.from,
-                    msg.seq,
-                    msg.info.as_ref(),
-                );
-            }
+            self.shared.record_info(&msg);
             self.out.heard(&msg.from, msg.batches);
             // Before the message itself: a resign that arrives with the pause that came first
             // must find the core already holding its campaigns back.

@@ -23,6 +23,24 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// `m` as it leaves this node: stamped with the wall clock, signed with the cluster key if
+    /// there is one, serialised.
+    pub(super) fn seal(&self, mut m: Message) -> Arc<[u8]> {
+        m.stamp(unix_ms_now());
+        if let Some(keys) = &self.keys {
+            keys.sign(&mut m);
+        }
+        m.to_json().into_bytes().into()
+    }
+
+    /// Records what member `m.from` announced to clients, if `m` says something newer: copies
+    /// the directory only then, as every snapshot shares it.
+    pub(super) fn record_info(&mut self, m: &Message) {
+        if self.directory.would_change(&m.from, m.seq, m.info.as_ref()) {
+            Arc::make_mut(&mut self.directory).record(&m.from, m.seq, m.info.as_ref());
+        }
+    }
+
     /// Reads the transport's health for this turn, keeping the last reading when it is the same
     /// (so that snapshots share one allocation).
     pub(super) fn refresh_health(&mut self) {
@@ -231,16 +249,12 @@ impl Election {
                     futures_util::future::join_all(all).await;
                 }
                 Action::Publish(mut msg) => {
-                    msg.stamp(unix_ms_now());
                     msg.info.clone_from(&shared.info);
                     msg.maintenance.clone_from(&self.maintenance);
                     msg.firing = self.firings.sent().cloned();
                     msg.batches = true;
-                    if let Some(keys) = &shared.keys {
-                        keys.sign(&mut msg);
-                    }
                     self.unflushed = Some(out.turn());
-                    out.send(msg.to_json().into_bytes().into());
+                    out.send(shared.seal(msg));
                 }
                 Action::Transition(t) => self.on_transition(shared, t),
             }

@@ -9,7 +9,7 @@
 use super::*;
 
 use crate::election::observed::Observed;
-use crate::transport::events::Report;
+use crate::transport::events::{following, Report};
 
 /// How often an observer over pilot announces itself to the members.
 pub const ANNOUNCE_EVERY: Duration = Duration::from_secs(10);
@@ -148,16 +148,16 @@ impl Observation {
         self.look_at = now + LOOK_EVERY;
         if self.announce_at.is_some_and(|at| at <= now) {
             self.seq += 1;
-            out.send(self.announcement(shared));
+            let announcement = self.observed.announcement(self.seq, &self.timings);
+            out.send(shared.seal(announcement));
             self.announce_at = Some(now + ANNOUNCE_EVERY);
         }
     }
 
     /// A message of its group (or any other: the core keeps to its own group and members).
     pub(super) fn on_message(&mut self, shared: &mut Shared, now: Instant, m: &Message) {
-        let ours = m.group == self.group && self.members.contains(&m.from);
-        if ours && (shared.directory).would_change(&m.from, m.seq, m.info.as_ref()) {
-            Arc::make_mut(&mut shared.directory).record(&m.from, m.seq, m.info.as_ref());
+        if m.group == self.group && self.members.contains(&m.from) {
+            shared.record_info(m);
         }
         let changes = self.observed.on_message(now, m);
         self.apply(shared, now, changes);
@@ -246,25 +246,6 @@ impl Observation {
             changed
         });
     }
-
-    /// Its announcement, as the core makes it, stamped and signed.
-    fn announcement(&self, shared: &Shared) -> Arc<[u8]> {
-        let mut m = self.observed.announcement(self.seq, &self.timings);
-        m.stamp(unix_ms_now());
-        if let Some(keys) = &shared.keys {
-            keys.sign(&mut m);
-        }
-        m.to_json().into_bytes().into()
-    }
-}
-
-/// The member whose `/events` the transport follows now, from its links (over http the one
-/// in state `following`, named by its URL); `None` over pilot and while it reconnects.
-fn following(health: &Health) -> Option<String> {
-    let links = health.links.as_ref().filter(|l| l.list == "members")?;
-    let link = links.entries.iter().find(|l| l.state == "following")?;
-    let url = link.detail.get("url")?.as_str()?;
-    Some(url.trim_end_matches('/').to_string())
 }
 
 #[cfg(test)]

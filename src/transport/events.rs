@@ -22,6 +22,11 @@ use super::{Health, Link, Links, StartError, Transport};
 /// long the leader it reported counts without a word from it.
 pub const HTTP_SILENCE: Duration = Duration::from_secs(3);
 
+/// The key of the transport's links in its health, and the state of the member followed: what
+/// [`health_of`] writes and [`following`] reads.
+const LINKS: &str = "members";
+const FOLLOWING: &str = "following";
+
 /// How many reports may wait for the election loop; a member sends about one a second.
 const REPORTS_CAPACITY: usize = 64;
 
@@ -105,7 +110,8 @@ impl Transport for EventsTransport {
 }
 
 /// Follows the members' `/events` until `stop`, handing on every report and keeping the
-/// health current (at least once a second, so that a lost stream shows within one).
+/// health current: before each report, and after each second without one, so that a lost
+/// stream shows within a second.
 async fn follow(
     client: pilot_election_client::Client,
     members: Vec<Peer>,
@@ -123,8 +129,8 @@ async fn follow(
         );
         *health.lock().unwrap_or_else(|e| e.into_inner()) = now;
     };
+    look(&stream);
     loop {
-        look(&stream);
         tokio::select! {
             item = stream.next() => {
                 let Some(o) = item else { return };
@@ -140,7 +146,9 @@ async fn follow(
                     return;
                 }
             }
-            _ = crate::clock::sleep_until(crate::clock::now() + Duration::from_secs(1)) => {}
+            _ = crate::clock::sleep_until(crate::clock::now() + Duration::from_secs(1)) => {
+                look(&stream);
+            }
             _ = stop.cancelled() => return,
         }
     }
@@ -159,7 +167,7 @@ fn health_of(members: &[Peer], connected: Option<&str>, last_error: Option<Strin
         .iter()
         .map(|p| {
             let state = if connected.is_some_and(|c| is_connected(&p.url, c)) {
-                "following"
+                FOLLOWING
             } else {
                 "standby"
             };
@@ -175,11 +183,20 @@ fn health_of(members: &[Peer], connected: Option<&str>, last_error: Option<Strin
             .is_none()
             .then(|| "not connected to any member's /events yet".to_string()),
         links: Some(Links {
-            list: "members",
+            list: LINKS,
             name: "member",
             entries,
         }),
     }
+}
+
+/// The member whose `/events` the transport follows now, from its health (its URL as
+/// configured, without a trailing slash); `None` over another transport and while it reconnects.
+pub fn following(health: &Health) -> Option<String> {
+    let links = health.links.as_ref().filter(|l| l.list == LINKS)?;
+    let link = links.entries.iter().find(|l| l.state == FOLLOWING)?;
+    let url = link.detail.get("url")?.as_str()?;
+    Some(url.trim_end_matches('/').to_string())
 }
 
 #[cfg(test)]
@@ -208,12 +225,15 @@ mod tests {
         let h = health_of(&members, Some("http://node-2.example"), None);
         assert_eq!(states(&h), ["standby", "following"]);
         assert!(h.healthy && h.reason.is_none());
+        assert_eq!(following(&h).as_deref(), Some("http://Node-2.example:80"));
         let h = health_of(&members, Some("http://127.0.0.1:7001"), None);
         assert_eq!(states(&h), ["following", "standby"]);
+        assert_eq!(following(&h).as_deref(), Some("http://127.0.0.1:7001"));
         let h = health_of(&members, None, Some("refused".into()));
         assert!(!h.healthy && h.reason.is_some());
         assert_eq!(h.last_error.as_deref(), Some("refused"));
         assert_eq!(states(&h), ["standby", "standby"]);
+        assert_eq!(following(&h), None);
         let links = h.links.unwrap();
         assert_eq!((links.list, links.name), ("members", "member"));
     }
