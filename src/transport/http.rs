@@ -9,11 +9,12 @@ mod ingress;
 
 pub use ingress::{ingress, Refusal, PEER_MESSAGES};
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 
 use super::{Health, Inbound, Link, Links, Transport};
 use crate::clock::wall::{rfc3339, unix_ms_now};
@@ -53,6 +54,42 @@ pub struct HttpTransport {
     inbound: Inbound,
     reach: Arc<Reach>,
     metrics: Arc<Metrics>,
+    pending: Arc<Pending>,
+}
+
+/// Requests handed to the peers' queues and not yet answered or failed, over every peer: a
+/// request runs in a task of its own, which the process's exit would cut off, and a stopping
+/// leader's last request is its resign (without it, a peer that restarted meanwhile stays
+/// behind its start-up guard for `T`). [`Transport::flushed`] waits for none to be left.
+#[derive(Default)]
+struct Pending {
+    count: AtomicUsize,
+    none_left: Notify,
+}
+
+impl Pending {
+    fn add(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn done(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.none_left.notify_waiters();
+        }
+    }
+
+    async fn none_left(&self) {
+        loop {
+            // Registered before the count is read, so that a last `done` in between wakes it.
+            let notified = self.none_left.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// What the latest request to each peer found: whether a quorum is reachable, and each peer for
@@ -191,6 +228,7 @@ impl HttpTransport {
             None => Clients::Plain(plain),
         };
         let reach = Arc::new(Reach::new(&peers, quorum));
+        let pending = Arc::new(Pending::default());
         let mut senders = Vec::new();
         for (index, peer) in peers.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel(PEER_QUEUE);
@@ -199,7 +237,7 @@ impl HttpTransport {
                 (index, peer),
                 rx,
                 client.clone(),
-                reach.clone(),
+                (reach.clone(), pending.clone()),
                 metrics.clone(),
             ));
         }
@@ -208,6 +246,7 @@ impl HttpTransport {
             inbound,
             reach,
             metrics,
+            pending,
         })
     }
 }
@@ -216,7 +255,7 @@ async fn peer_task(
     (index, peer): (usize, Peer),
     mut rx: mpsc::Receiver<Arc<[u8]>>,
     client: Clients,
-    reach: Arc<Reach>,
+    (reach, pending): (Arc<Reach>, Arc<Pending>),
     metrics: Arc<Metrics>,
 ) {
     let url = format!("{}{PEER_MESSAGES}", peer.url.trim_end_matches('/'));
@@ -225,8 +264,13 @@ async fn peer_task(
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (client, url, reach, metrics) =
-            (client.get(), url.clone(), reach.clone(), metrics.clone());
+        let (client, url, reach, metrics, pending) = (
+            client.get(),
+            url.clone(),
+            reach.clone(),
+            metrics.clone(),
+            pending.clone(),
+        );
         tokio::spawn(async move {
             let started = crate::clock::now();
             let result = client
@@ -246,6 +290,7 @@ async fn peer_task(
             };
             reach.record(index, error);
             drop(permit);
+            pending.done();
         });
     }
 }
@@ -272,10 +317,17 @@ impl Transport for HttpTransport {
     fn publish(&self, bytes: Arc<[u8]>) {
         let _ = self.inbound.try_send(bytes.to_vec());
         for p in &self.peers {
+            self.pending.add();
             if p.try_send(bytes.clone()).is_err() {
+                self.pending.done();
                 self.metrics.publish_failed();
             }
         }
+    }
+
+    fn flushed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        let pending = self.pending.clone();
+        Box::pin(async move { pending.none_left().await })
     }
 
     fn health(&self) -> Health {
@@ -334,6 +386,50 @@ mod tests {
         assert!(!tls.contains("127.0.0.1"), "{tls}");
         let refused = without_url(&get(format!("https://127.0.0.1:{closed_port}/")).await);
         assert_eq!(refused, "connection refused or unreachable");
+    }
+
+    /// The exit waits for `flushed`: every request handed over so far answered, so that a
+    /// stopping leader's resign is not cut off with the process. The peer here takes 300 ms to
+    /// answer; `flushed` resolves only after it has taken both messages, and at once when
+    /// nothing is pending. (With the trait's default, ready at once, the peer has taken none
+    /// when it resolves.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn flushed_waits_until_every_request_is_answered() {
+        use std::time::Duration;
+        let taken = Arc::new(AtomicUsize::new(0));
+        let route = {
+            let taken = taken.clone();
+            axum::routing::post(move |_body: axum::body::Bytes| {
+                let taken = taken.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    taken.fetch_add(1, Ordering::SeqCst);
+                    ""
+                }
+            })
+        };
+        let app = axum::Router::new().route(PEER_MESSAGES, route);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let (inbound, _own) = mpsc::channel(8);
+        let peers = vec![Peer {
+            id: "b".into(),
+            url,
+        }];
+        let t = HttpTransport::start(peers, 2, inbound, Arc::new(Metrics::new()), None).unwrap();
+        t.flushed().await;
+        assert_eq!(taken.load(Ordering::SeqCst), 0, "nothing was pending");
+        t.publish(Arc::from(&b"{}"[..]));
+        t.publish(Arc::from(&b"{}"[..]));
+        tokio::time::timeout(Duration::from_secs(10), t.flushed())
+            .await
+            .expect("flushed within 10 s");
+        assert_eq!(
+            taken.load(Ordering::SeqCst),
+            2,
+            "both answered before flushed"
+        );
     }
 
     #[test]

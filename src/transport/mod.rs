@@ -247,8 +247,8 @@ pub trait Transport: Send + Sync + 'static {
     }
     /// Resolves once every message handed to `publish` so far has left or failed. The exit
     /// waits for it (bounded), so that a stopping node's last message, typically its resign,
-    /// is not killed with the process. Transports that send before `publish` returns, or whose
-    /// sends need no process of their own, need not override it.
+    /// is not killed with the process. Transports that send before `publish` returns need not
+    /// override it; one that sends from tasks or processes of its own (http, pilot) must.
     fn flushed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
         Box::pin(std::future::ready(()))
     }
