@@ -16,8 +16,8 @@ pub const HANDOVER: Duration = crate::election::stop::HANDOVER_GRACE;
 /// closes. So it must stay below [`HANDOVER`], with room for the successor to win.
 pub const HOOK_ON_EXIT: Duration = Duration::from_secs(3);
 /// How long the exit waits for the last history and replay marks to reach the disk and the
-/// last messages to leave (a pilot publish is a child process: exiting at once killed a
-/// stopping leader's resign, and the followers waited out `T`).
+/// last messages to leave (an http request is a task and a pilot publish was a child process:
+/// exiting at once killed a stopping leader's resign, and the followers waited out `T`).
 pub const FLUSH: Duration = Duration::from_secs(1);
 /// How long open requests (event streams end with the loop) get to finish.
 pub const SERVER_CLOSE: Duration = Duration::from_secs(2);
