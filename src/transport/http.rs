@@ -237,7 +237,8 @@ impl HttpTransport {
                 (index, peer),
                 rx,
                 client.clone(),
-                (reach.clone(), pending.clone()),
+                reach.clone(),
+                pending.clone(),
                 metrics.clone(),
             ));
         }
@@ -255,7 +256,8 @@ async fn peer_task(
     (index, peer): (usize, Peer),
     mut rx: mpsc::Receiver<Arc<[u8]>>,
     client: Clients,
-    (reach, pending): (Arc<Reach>, Arc<Pending>),
+    reach: Arc<Reach>,
+    pending: Arc<Pending>,
     metrics: Arc<Metrics>,
 ) {
     let url = format!("{}{PEER_MESSAGES}", peer.url.trim_end_matches('/'));

@@ -20,10 +20,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use pilot_election::api::Auth;
+use pilot_election::election::Body;
+use pilot_election::inbound;
 use pilot_election::transport::memory::{Bus, MemoryTransport};
 use pilot_election::transport::{Health, Transport};
 use pilot_election::NodeBuilder;
@@ -134,9 +136,10 @@ async fn a_crash_looping_top_ranked_node_over_pilot_does_not_keep_the_other_two_
 /// How long the old leader's loop is held right after its resign left.
 const STALL: Duration = Duration::from_millis(250);
 
-/// The memory bus, except that right after a `resign` has left (alone or in a batch), the
-/// election loop that sent it (the caller: `publish` runs on the loop) is held for [`STALL`],
-/// as a loop descheduled at that point would be. Whatever the loop has not published by then stays unpublished meanwhile.
+/// The memory bus, except that right after a `resign` has left (alone or in a batch, read as
+/// the loop reads the wire: `inbound::read`), the election loop that sent it (the caller:
+/// `publish` runs on the loop) is held for [`STALL`], as a loop descheduled at that point would
+/// be. Whatever the loop has not published by then stays unpublished meanwhile.
 struct StallAfterResign {
     inner: MemoryTransport,
     stalls: Arc<AtomicU32>,
@@ -144,14 +147,8 @@ struct StallAfterResign {
 
 impl Transport for StallAfterResign {
     fn publish(&self, bytes: Arc<[u8]>) {
-        // A resign travels alone or inside a batch with the turn's other messages (rule 18).
-        let is_resign = |m: &Value| m["type"] == json!("resign");
-        let resign = serde_json::from_slice::<Value>(&bytes).is_ok_and(|m| {
-            is_resign(&m)
-                || m["type"] == json!("batch")
-                    && m["messages"]
-                        .as_array()
-                        .is_some_and(|ms| ms.iter().any(is_resign))
+        let resign = inbound::read(&bytes, None).is_ok_and(|mut messages| {
+            messages.any(|m| m.is_ok_and(|m| matches!(m.body, Body::Resign { .. })))
         });
         self.inner.publish(bytes);
         if resign {
