@@ -54,7 +54,8 @@ for p in "${PIDS[@]}"; do
     kill -0 "$p" 2>/dev/null || { echo "idle-groups: a node exited:" >&2; cat "$DIR"/n*.log >&2; exit 1; }
 done
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# utime and stime, counted after the command name, which sits in parentheses and may hold spaces.
+ticks() { sed "s/.*) //" "/proc/$1/stat" | awk '{print $12 + $13}'; }
 received() { curl -sf "http://127.0.0.1:${PORTS[0]}/metrics" | grep '^pilot_election_messages_received_total' || true; }
 
 received > "$DIR/before"
